@@ -1,0 +1,32 @@
+"""Command line: ``python -m ddl_lab execute lessons`` and ``python -m ddl_lab make-exercises``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import notebooks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ddl-lab")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("execute", help="run every notebook of a folder headlessly")
+    ex.add_argument("folder", nargs="?", default="lessons")
+    ex.add_argument("--out", default=None, help="where executed copies go (build/<folder>)")
+    mk = sub.add_parser("make-exercises", help="generate exercises/ from solutions/")
+    mk.add_argument("--check", action="store_true", help="only report stale exercises")
+    a = ap.parse_args(argv)
+    if a.cmd == "execute":
+        folder = Path(a.folder)
+        out = Path(a.out) if a.out else Path("build") / folder.name
+        return 1 if notebooks.execute(folder, out) else 0
+    stale = notebooks.make_exercises(check=a.check)
+    verb = "stale" if a.check else "written"
+    for p in stale:
+        print(f"{verb}: {p.relative_to(notebooks.ROOT)}")
+    return 1 if (a.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What every check shares: the failure type, the pass line, running learner code."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..runtime import WorkerError, WorkerTimeout, shared_cluster
+
+DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
+
+
+class CheckFailed(AssertionError):
+    """A graded check did not pass; the message says what is wrong and where."""
+
+    def _render_traceback_(self) -> list[str]:      # IPython: show the message, not a wall
+        return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
+
+
+def passed(task: str, detail: str) -> None:
+    """Print the pass line of a task."""
+    print(f"✔ {task}: passed — {detail}")
+
+
+def fail(message: str) -> None:
+    __tracebackhide__ = True
+    raise CheckFailed(message)
+
+
+def stub_message(fn: Callable) -> str:
+    name = getattr(fn, "__name__", "your function")
+    return (f"{name} is not implemented yet: replace the `raise NotImplementedError` "
+            "line with your code, run that cell, then run this check again.")
+
+
+def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call learner code in this process; a stub or a crash becomes a CheckFailed."""
+    __tracebackhide__ = True
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(stub_message(fn)) from None
+    except Exception as e:
+        name = getattr(fn, "__name__", "your function")
+        raise CheckFailed(f"{name} raised {type(e).__name__}: {e}") from None
+
+
+def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | None = None,
+                   learner_fn: Callable | None = None, **kwargs: Any) -> list:
+    """Run ``fn`` on a shared cluster of ``world_size`` real workers for a check.
+
+    A stub, an exception, a dead rank or a deadlock becomes a CheckFailed naming the
+    rank(s); ``learner_fn`` is the function whose name the message uses.
+    """
+    __tracebackhide__ = True
+    who = learner_fn or fn
+    name = getattr(who, "__name__", "your function")
+    timeout = timeout or DEFAULT_TIMEOUT
+    cluster = shared_cluster(world_size)
+    try:
+        return cluster.run_with(fn, args, kwargs, timeout=timeout)
+    except WorkerTimeout as e:
+        ranks = sorted(e.failures)
+        raise CheckFailed(
+            f"{name} timed out after {timeout:g} s on {world_size} ranks: rank(s) {ranks} "
+            "never finished — probably a deadlock (a recv with no matching send, two "
+            "ranks both waiting to receive first, or a collective not every rank "
+            "called).") from None
+    except WorkerError as e:
+        if any("NotImplementedError" in t for t in e.failures.values()):
+            raise CheckFailed(stub_message(who)) from None
+        first = min(e.failures)
+        last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
+        raise CheckFailed(f"{name} failed on rank {first} of {world_size}: {last_line}\n"
+                          f"(full report below)\n\n{e}") from None
+
+
+def first_difference(expected: Any, got: Any, rtol: float = 1e-5,
+                     atol: float = 1e-6) -> str | None:
+    """Describe the first element where two arrays differ, or None if they match."""
+    import numpy as np
+    e = np.asarray(expected, dtype=float)
+    g = np.asarray(got, dtype=float)
+    if e.shape != g.shape:
+        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+    bad = ~np.isclose(g, e, rtol=rtol, atol=atol)
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = idx[0] if len(idx) == 1 else idx
+    return (f"element {where} is {g[idx]:.6g}, expected {e[idx]:.6g} "
+            f"({int(bad.sum())} of {bad.size} elements differ)")

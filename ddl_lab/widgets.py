@@ -1,0 +1,60 @@
+"""The experiment panel every lesson uses: controls, a Run button, a figure redrawn in place."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+__all__ = ["experiment"]
+
+
+def experiment(update: Callable[..., Any], *, title: str = "", live: bool = False,
+               run_label: str = "Run on the workers", **controls: widgets.ValueWidget
+               ) -> widgets.VBox:
+    """Show ``controls`` and a Run button; each run calls ``update(**values)``, which draws
+    with matplotlib into one output area (cleared first, so figures never pile up).
+
+    ``update`` runs once when the panel is shown, and errors of that first run propagate
+    (so executing the notebook fails loudly); later errors are shown in the panel.
+    With ``live=True`` a change of any control re-runs it too (for fast experiments).
+    """
+    out = widgets.Output()
+    button = widgets.Button(description=run_label, button_style="primary",
+                            layout=widgets.Layout(width="auto"))
+    status = widgets.HTML()
+
+    def run(_: Any = None, first: bool = False) -> None:
+        values = {name: c.value for name, c in controls.items()}
+        button.disabled, status.value = True, "<i>running…</i>"
+        t0, err = time.perf_counter(), None
+        with out:
+            out.clear_output(wait=True)
+            try:
+                update(**values)
+                plt.show()
+            except Exception as e:          # the Output widget shows the traceback
+                err = e
+                raise
+            finally:
+                plt.close("all")
+                button.disabled = False
+        took = time.perf_counter() - t0
+        status.value = (f"<span style='color:#b00'>failed after {took:.1f} s</span>" if err
+                        else f"done in {took:.2f} s")
+        if err is not None and first:
+            raise err
+
+    button.on_click(run)
+    if live:
+        for c in controls.values():
+            c.observe(lambda change: run(), names="value")
+    head = [widgets.HTML(f"<b>{title}</b>")] if title else []
+    panel = widgets.VBox(head + [widgets.HBox(list(controls.values()) + [button, status],
+                                              layout=widgets.Layout(flex_flow="row wrap")),
+                                 out])
+    display(panel)
+    run(first=True)
+    return panel
