@@ -29,11 +29,13 @@ import multiprocess as mp
 from multiprocess.connection import Connection, wait
 
 __all__ = ["Cluster", "WorkerError", "WorkerTimeout", "launch", "shared_cluster",
-           "available_backends", "device"]
+           "available_backends", "device", "progress", "on_progress"]
 
 _CTX = mp.get_context("spawn")
 _ERROR_GRACE_S = 3.0          # after one rank fails, how long the others get to answer
 _LIVE: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
+_PROGRESS_SINKS: list[Callable[[int, int, int], None]] = []   # parent side: (rank, done, total)
+_PROGRESS_EVERY_S = 0.1                                       # worker side: at most 10 reports/s
 
 
 class WorkerError(RuntimeError):
@@ -81,7 +83,17 @@ def _choose_backend(backend: str, world_size: int) -> str:
         ok = [b for b, a in avail.items() if a]
         raise ValueError(f"backend {backend!r} is not available here: {why}. "
                          f"Available: {ok}; use backend='auto' to pick one.")
+    gpus = torch.cuda.device_count()
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(f"nccl needs one GPU per rank: {world_size} ranks but {gpus} GPU(s). "
+                         f"Use world_size <= {gpus}, or backend='gloo' (or 'auto').")
     return backend
+
+
+def group_backend(backend: str) -> str:
+    """The process group's backend string: with nccl, CPU tensors still go through gloo,
+    so the same worker code runs with or without GPUs."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
 def _check_port(addr: str, port: int) -> None:
@@ -313,6 +325,9 @@ class Cluster:
                 tag = msg[0]
                 if tag == "out":
                     self._echo(r, msg[1], msg[2])
+                elif tag == "progress":
+                    for sink in _PROGRESS_SINKS:
+                        sink(r, msg[1], msg[2])
                 elif tag == "ready" and what == "ready":
                     return True
                 elif tag == "ok" and what == "result" and msg[1] == self._task:
@@ -392,9 +407,41 @@ def device() -> "Any":
     """This rank's device: its own GPU under nccl, else the CPU (any lesson's worker code)."""
     import torch
     import torch.distributed as dist
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_initialized() and "nccl" in str(dist.get_backend()):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+class on_progress:
+    """Parent side: ``with on_progress(fn):`` calls ``fn(rank, done, total)`` whenever a
+    worker reports ``progress(done, total)`` during a run (the experiment panel's bar)."""
+
+    def __init__(self, fn: Callable[[int, int, int], None]):
+        self.fn = fn
+
+    def __enter__(self) -> "on_progress":
+        _PROGRESS_SINKS.append(self.fn)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _PROGRESS_SINKS.remove(self.fn)
+
+
+def progress(done: int, total: int) -> None:
+    """Worker side: report that ``done`` of ``total`` steps are finished (any lesson).
+
+    Reports are throttled to ten a second (the last step always goes through); outside a
+    Cluster worker (under torchrun, say) this does nothing.
+    """
+    state = _WORKER.get("progress")
+    if state is None:
+        return
+    now = time.monotonic()
+    if done < total and now - state["last"] < _PROGRESS_EVERY_S:
+        return
+    state["last"] = now
+    with _WORKER["lock"]:
+        _WORKER["conn"].send(("progress", int(done), int(total)))
 
 
 @atexit.register
@@ -404,6 +451,8 @@ def _shutdown_all() -> None:
 
 
 # --------------------------------------------------------------------- worker
+
+_WORKER: dict[str, Any] = {}          # in a worker: its connection, send lock, progress state
 
 class _LineWriter:
     """A worker's stdout/stderr: whole lines go to the parent, never half a line."""
@@ -441,6 +490,7 @@ def _worker_main(rank: int, conn: Connection, cfg: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C / interrupts
     threading.Thread(target=_watch_parent, args=(cfg["parent"],), daemon=True).start()
     lock = threading.Lock()
+    _WORKER.update(conn=conn, lock=lock, progress={"last": 0.0})
     sys.stdout = _LineWriter(conn, "out", lock)
     sys.stderr = _LineWriter(conn, "err", lock)
     try:
@@ -477,7 +527,7 @@ def _init_group(rank: int, cfg: dict) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
     if cfg["backend"] == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(cfg["backend"], init_method=cfg["init"], rank=rank,
+    dist.init_process_group(group_backend(cfg["backend"]), init_method=cfg["init"], rank=rank,
                             world_size=cfg["world_size"],
                             timeout=timedelta(seconds=cfg["timeout"]))
 

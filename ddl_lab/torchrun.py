@@ -36,6 +36,7 @@ def literal(arg: str) -> Any:
 def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
+    from .runtime import group_backend
     argv = sys.argv[1:] if argv is None else argv
     if not argv or "RANK" not in os.environ:
         raise SystemExit("usage: torchrun --nproc_per_node=N -m ddl_lab.torchrun "
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("DDL_LAB_THREADS", 1)))
     if gpu:
         torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if gpu else "gloo", init_method="env://",
+    dist.init_process_group(group_backend("nccl" if gpu else "gloo"), init_method="env://",
                             timeout=timedelta(seconds=float(os.environ.get("DDL_LAB_TIMEOUT", 60))))
     try:
         result = fn(*args)

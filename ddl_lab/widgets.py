@@ -8,6 +8,8 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from IPython.display import display
 
+from .runtime import on_progress
+
 __all__ = ["experiment"]
 
 
@@ -20,8 +22,18 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
     ``update`` runs once when the panel is shown, and errors of that first run propagate
     (so executing the notebook fails loudly); later errors are shown in the panel.
     With ``live=True`` a change of any control re-runs it too (for fast experiments).
+    Workers that call ``ddl_lab.progress(done, total)`` move the panel's progress bar.
     """
     out = widgets.Output()
+    bar = widgets.FloatProgress(min=0.0, max=1.0, layout=widgets.Layout(width="160px",
+                                                                         visibility="hidden"))
+    fractions: dict[int, float] = {}
+
+    def advance(rank: int, done: int, total: int) -> None:
+        fractions[rank] = done / max(total, 1)
+        bar.value = min(fractions.values())        # the slowest rank sets the pace
+        bar.description = f"{100 * bar.value:.0f}%"
+        bar.layout.visibility = "visible"
     button = widgets.Button(description=run_label, button_style="primary",
                             layout=widgets.Layout(width="auto"))
     status = widgets.HTML()
@@ -30,12 +42,14 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
         values = {name: c.value for name, c in controls.items()}
         button.disabled, status.value = True, "<i>running…</i>"
         t0, err = time.perf_counter(), None
-        with out:
+        fractions.clear()
+        bar.layout.visibility = "hidden"
+        with out, on_progress(advance):
             out.clear_output(wait=True)
             try:
                 update(**values)
                 plt.show()
-            except Exception as e:          # the Output widget shows the traceback
+            except BaseException as e:      # the Output widget shows the traceback
                 err = e
                 raise
             finally:
@@ -52,7 +66,7 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
         for c in controls.values():
             c.observe(lambda change: run(), names="value")
     head = [widgets.HTML(f"<b>{title}</b>")] if title else []
-    panel = widgets.VBox(head + [widgets.HBox(list(controls.values()) + [button, status],
+    panel = widgets.VBox(head + [widgets.HBox(list(controls.values()) + [button, bar, status],
                                               layout=widgets.Layout(flex_flow="row wrap")),
                                  out])
     display(panel)

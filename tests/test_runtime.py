@@ -343,3 +343,19 @@ def test_the_same_function_runs_under_torchrun(tmp_path):
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rank 0: 10.0" in out.stdout and "rank 1: 10.0" in out.stdout
+
+
+def test_workers_report_progress_to_the_parent(cluster4):
+    from ddl_lab import progress
+    from ddl_lab.runtime import on_progress
+
+    def steps(n):
+        for i in range(1, n + 1):
+            progress(i, n)
+        return dist.get_rank()
+    seen = []
+    with on_progress(lambda rank, done, total: seen.append((rank, done, total))):
+        assert cluster4.run(steps, 1000) == [0, 1, 2, 3]
+    assert {(r, 1000, 1000) for r in range(4)} <= set(seen)   # the last step always arrives
+    assert len(seen) < 4 * 100                                  # throttled, not 4000 messages
+    progress(1, 2)                                              # outside a worker: a no-op
