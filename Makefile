@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lab lessons exercises test bench clean
+.PHONY: setup lab lessons exercises browser test bench clean
 
 setup: $(VENV)/.installed
 
@@ -30,11 +30,22 @@ lessons: setup                  ## execute every lesson headlessly into build/le
 exercises: setup                ## regenerate exercises/ from solutions/
 	$(PY) -m ddl_lab make-exercises
 
-test: setup                     ## the whole test suite, notebooks included
+browser:                        ## Debian's Chromium for tests/browser (Playwright cannot fetch its own here)
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium for the browser tests (apt-get)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+			|| echo "could not install chromium: the browser tests will be skipped"; \
+	else \
+		echo "no /usr/bin/chromium: the browser tests will be skipped." \
+		     "Install it with: sudo apt-get install chromium (Debian/Ubuntu)"; \
+	fi
+
+test: setup | browser           ## the whole test suite, notebooks and browser included
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_ARGS)
 
-bench: setup                    ## benchmarks: ratios measured side by side
-	$(PY) benchmarks/runtime_bench.py
+bench: setup                    ## benchmarks: ratios measured side by side (a quiet machine)
+	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build artifacts

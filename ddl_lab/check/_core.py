@@ -37,10 +37,12 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise CheckFailed(stub_message(fn)) from None
+        message = stub_message(fn)
     except Exception as e:
         name = getattr(fn, "__name__", "your function")
-        raise CheckFailed(f"{name} raised {type(e).__name__}: {e}") from None
+        message = f"{name} raised {type(e).__name__}: {e}"
+    # raised outside the except block: no __context__ keeps the learner's frames alive
+    raise CheckFailed(message)
 
 
 def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | None = None,
