@@ -13,6 +13,8 @@ The function may be written in a notebook cell: it is pickled with dill
 from __future__ import annotations
 
 import atexit
+import importlib
+import io
 import os
 import signal
 import sys
@@ -20,6 +22,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -107,6 +110,29 @@ def _check_port(addr: str, port: int) -> None:
                              "ddl_lab pick a free one.") from None
 
 
+class _Pickler(dill.Pickler):
+    """dill, except that every importable module travels by name. (dill copies modules
+    outside sys.prefix by value, e.g. an editable ``ddl_lab`` that a cell refers to.)"""
+    dispatch = dill.Pickler.dispatch.copy()
+
+
+def _save_module(pickler: dill.Pickler, module: types.ModuleType) -> None:
+    if module.__name__ == "__main__" or module.__name__.startswith("__runtime__"):
+        dill._dill.save_module(pickler, module)
+    else:
+        pickler.save_reduce(importlib.import_module, (module.__name__,), obj=module)
+
+
+_Pickler.dispatch[types.ModuleType] = _save_module
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle for the workers: by value for notebook code (recurse), by name for modules."""
+    buf = io.BytesIO()
+    _Pickler(buf, recurse=True).dump(obj)
+    return buf.getvalue()
+
+
 def _pickle(fn: Callable, args: tuple, kwargs: dict) -> bytes:
     """dill-pickle a task, naming the piece that cannot travel to the workers."""
     if not callable(fn):
@@ -115,11 +141,11 @@ def _pickle(fn: Callable, args: tuple, kwargs: dict) -> bytes:
     pieces += [(f"argument {i} ({type(a).__name__})", a) for i, a in enumerate(args)]
     pieces += [(f"keyword argument {k!r} ({type(v).__name__})", v) for k, v in kwargs.items()]
     try:
-        return dill.dumps((fn, args, kwargs), recurse=True)
+        return dumps((fn, args, kwargs))
     except Exception:
         for name, obj in pieces:
             try:
-                dill.dumps(obj, recurse=True)
+                dumps(obj)
             except Exception as e:
                 raise TypeError(f"{name} cannot be sent to the workers: it does not pickle "
                                 f"({type(e).__name__}: {e}). Pass something picklable, or "
@@ -541,7 +567,7 @@ def _run_task(task: int, payload: bytes) -> tuple:
         text = "".join(traceback.format_exception(type(e), e, tb))
         return ("err", task, text, f"raised {type(e).__name__}: {e}")
     try:
-        return ("ok", task, dill.dumps(result, recurse=True))
+        return ("ok", task, dumps(result))
     except Exception as e:
         return ("err", task, traceback.format_exc(),
                 f"returned a {type(result).__name__} that cannot be sent back ({e})")

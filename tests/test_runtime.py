@@ -359,3 +359,13 @@ def test_workers_report_progress_to_the_parent(cluster4):
     assert {(r, 1000, 1000) for r in range(4)} <= set(seen)   # the last step always arrives
     assert len(seen) < 4 * 100                                  # throttled, not 4000 messages
     progress(1, 2)                                              # outside a worker: a no-op
+
+
+def test_a_cell_function_may_use_ddl_lab_modules_through_an_alias(cluster4):
+    import ddl_lab.message_passing as mp_module      # holds a struct.Struct: no pickling by value
+    import ddl_lab.welcome as welcome_module
+    fn = notebook_function("""
+        def via_alias():
+            return W.sum_of_ranks(), M.__name__
+    """, "via_alias", W=welcome_module, M=mp_module)
+    assert cluster4.run(fn) == [(6, "ddl_lab.message_passing")] * 4
