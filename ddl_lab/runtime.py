@@ -31,7 +31,8 @@ import dill
 import multiprocess as mp
 from multiprocess.connection import Connection, wait
 
-__all__ = ["Cluster", "WorkerError", "WorkerTimeout", "launch", "shared_cluster",
+__all__ = ["Cluster", "WorkerError", "WorkerTimeout", "RunInterrupted", "launch",
+           "shared_cluster",
            "available_backends", "device", "progress", "on_progress"]
 
 _CTX = mp.get_context("spawn")
@@ -52,6 +53,16 @@ class WorkerError(RuntimeError):
 
 class WorkerTimeout(WorkerError):
     """Some ranks did not answer within the timeout (a deadlock, most often)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run was interrupted (Ctrl-C, Jupyter's stop button); its workers were stopped."""
+
+    def __str__(self) -> str:
+        return "run interrupted: the workers were stopped; the next run starts fresh ones"
+
+    def _render_traceback_(self) -> list[str]:      # IPython: one line, not the internals
+        return [f"\x1b[31mRunInterrupted\x1b[0m: {self}"]
 
 
 @dataclass
@@ -294,8 +305,11 @@ class Cluster:
                 if e.restarted:
                     self.restart_quietly()
                 raise
-            except BaseException:            # an interrupted cell: stop the workers
-                self.restart_quietly()
+            except KeyboardInterrupt:        # an interrupted cell: stop the workers now;
+                self._kill()                 # the next run starts fresh ones
+                raise RunInterrupted() from None
+            except BaseException:
+                self._kill()
                 raise
 
     def restart_quietly(self) -> None:

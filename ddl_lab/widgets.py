@@ -15,7 +15,7 @@ __all__ = ["experiment"]
 
 def experiment(update: Callable[..., Any], *, title: str = "", live: bool = False,
                run_label: str = "Run on the workers", **controls: widgets.ValueWidget
-               ) -> widgets.VBox:
+               ) -> None:
     """Show ``controls`` and a Run button; each run calls ``update(**values)``, which draws
     with matplotlib into one output area (cleared first, so figures never pile up).
 
@@ -69,6 +69,5 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
     panel = widgets.VBox(head + [widgets.HBox(list(controls.values()) + [button, bar, status],
                                               layout=widgets.Layout(flex_flow="row wrap")),
                                  out])
-    display(panel)
+    display(panel)          # returns None: a panel as a cell's value would show twice
     run(first=True)
-    return panel

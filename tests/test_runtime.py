@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab import Cluster, WorkerError, WorkerTimeout, launch, shared_cluster
+from ddl_lab.runtime import RunInterrupted
 from ddl_lab.runtime import available_backends
 
 
@@ -200,7 +201,7 @@ def test_an_interrupted_run_stops_the_workers_and_the_next_run_works(cluster4):
     old = cluster4.pids
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(RunInterrupted, match="the workers were stopped"):
         cluster4.run(time.sleep, 30)
     assert _gone(old)
     assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
