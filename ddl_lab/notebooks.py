@@ -86,10 +86,20 @@ def make_exercises(root: Path = ROOT, check: bool = False) -> list[Path]:
     return stale
 
 
+def _quiet_output_widgets() -> None:
+    """nbclient (0.11) echoes every Output-widget update back to the kernel on the shell
+    channel while it awaits the cell's reply on that same socket; with pyzmq 27 that echo
+    can swallow the reply, and a widget cell then stalls until its timeout. A headless run
+    needs no echo (the outputs are still recorded), so it is switched off here."""
+    from nbclient.output_widget import OutputWidget
+    OutputWidget._publish_msg = lambda self, *args, **kwargs: None
+
+
 def execute(folder: Path, out: Path, timeout: int = 600) -> int:
     """Run every notebook of ``folder`` top to bottom; write executed copies to ``out``."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    _quiet_output_widgets()
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for path in sorted(Path(folder).glob("*.ipynb")):
