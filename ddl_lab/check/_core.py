@@ -67,12 +67,20 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
             "ranks both waiting to receive first, or a collective not every rank "
             "called).") from None
     except WorkerError as e:
-        if any("NotImplementedError" in t for t in e.failures.values()):
-            raise CheckFailed(stub_message(who)) from None
-        first = min(e.failures)
-        last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
-        raise CheckFailed(f"{name} failed on rank {first} of {world_size}: {last_line}\n"
-                          f"(full report below)\n\n{e}") from None
+        raise worker_failure(e, who, f"on rank {{}} of {world_size}", report=True) from None
+
+
+def worker_failure(e: WorkerError, fn: Callable, where: str = "on rank {}",
+                   report: bool = False) -> CheckFailed:
+    """A CheckFailed for learner code that failed on workers: the stub, or the first failing
+    worker (``where`` names it, e.g. "in process {} of 2") with its exception's last line."""
+    if any("NotImplementedError" in t for t in e.failures.values()):
+        return CheckFailed(stub_message(fn))
+    first = min(e.failures)
+    last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
+    name = getattr(fn, "__name__", "your function")
+    message = f"{name} failed {where.format(first)}: {last_line}"
+    return CheckFailed(message + (f"\n(full report below)\n\n{e}" if report else ""))
 
 
 def first_difference(expected: Any, got: Any, rtol: float = 1e-5,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..runtime import WorkerError, WorkerTimeout
-from ._core import CheckFailed, call_local, fail, first_difference, passed, stub_message
+from ._core import CheckFailed, call_local, fail, first_difference, passed, worker_failure
 
 if TYPE_CHECKING:
     from ..hogwild import Problem
@@ -120,8 +120,4 @@ def _on_processes(fn: Callable, problem: "Problem", processes: int, locked: bool
                           "30 s: is the lock released after each update (`with lock:`)?"
                           ) from None
     except WorkerError as e:
-        if any("NotImplementedError" in t for t in e.failures.values()):
-            raise CheckFailed(stub_message(fn)) from None
-        first = min(e.failures)
-        raise CheckFailed(f"{fn.__name__} failed in process {first} of {processes}: "
-                          f"{e.failures[first].strip().splitlines()[-1]}") from None
+        raise worker_failure(e, fn, f"in process {{}} of {processes}") from None

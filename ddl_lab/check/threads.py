@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..runtime import WorkerError, WorkerTimeout
-from ._core import CheckFailed, call_local, fail, passed, stub_message
+from ._core import CheckFailed, call_local, fail, passed, worker_failure
 
 __all__ = ["threaded_sum", "dynamic_chunk"]
 
@@ -148,11 +148,7 @@ def dynamic_chunk(fn: Callable, stop: int = 50_000) -> None:
                           f"{stop:,} iterations within 30 s: does it return None once "
                           "next_iter[0] >= stop, and release the lock every time?") from None
     except WorkerError as e:
-        if any("NotImplementedError" in t for t in e.failures.values()):
-            raise CheckFailed(stub_message(fn)) from None
-        first = min(e.failures)
-        raise CheckFailed(f"{fn.__name__} failed in process {first}: "
-                          f"{e.failures[first].strip().splitlines()[-1]}") from None
+        raise worker_failure(e, fn, "in process {}") from None
     seen = np.zeros(stop, dtype=np.int64)
     for pairs in claims:
         for lo, hi in pairs:
