@@ -1,7 +1,7 @@
 """Benchmark for lesson 08: accuracy and measured traffic of each compressor vs fp32.
 
 Data-parallel SGD on the digits model with 4 real workers exchanging encoded updates
-over gloo (``ddl_lab.compressed_training``); every scheme trains the same model from the
+over gloo (``ddl_lab.compression.training``); every scheme trains the same model from the
 same start on the same data; median of 3 seeds. Targets:
 
 - 1-bit + error feedback within 1 point of fp32 at >= 30x less traffic;
@@ -17,8 +17,8 @@ import statistics
 import time
 
 from ddl_lab import Cluster
-from ddl_lab.compressed_training import run
-from ddl_lab.compression import Scheme
+from ddl_lab.compression.training import run
+from ddl_lab.compression.compressors import Scheme
 
 SCHEMES = [Scheme("fp32"), Scheme("fp16"), Scheme("1-bit"), Scheme("1-bit", ef=True),
            Scheme("qsgd", 4), Scheme("threshold", 0.1, ef=True),

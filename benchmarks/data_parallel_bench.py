@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ddl_lab import data_parallel as D
+from ddl_lab.data_parallel import engine as D
 from ddl_lab.runtime import Cluster
 
 

@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 
-from ddl_lab import hogwild
+from ddl_lab.hogwild import engine as hogwild
 
 TARGET_RATIO = 0.70
 

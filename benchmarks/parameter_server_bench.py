@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from ddl_lab import downpour as D
-from ddl_lab import sandblaster as S
-from ddl_lab.parameter_server import shard_throughput
+from ddl_lab.parameter_server import downpour as D
+from ddl_lab.parameter_server import sandblaster as S
+from ddl_lab.parameter_server.server import shard_throughput
 
 
 def consistency(problem: D.Problem, target: float, s: int, **straggler: float) -> None:

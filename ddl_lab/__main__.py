@@ -5,22 +5,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import notebooks
+from ddl_lab.tools import notebooks
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ddl-lab")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("execute", help="run every notebook of a folder headlessly")
-    ex.add_argument("folder", nargs="?", default="lessons")
+    ex = sub.add_parser("execute", help="run a notebook, or every notebook of a folder, headlessly")
+    ex.add_argument("path", nargs="?", default="lessons", help="a .ipynb file or a folder")
     ex.add_argument("--out", default=None, help="where executed copies go (build/<folder>)")
     mk = sub.add_parser("make-exercises", help="generate exercises/ from solutions/")
     mk.add_argument("--check", action="store_true", help="only report stale exercises")
     a = ap.parse_args(argv)
     if a.cmd == "execute":
-        folder = Path(a.folder)
-        out = Path(a.out) if a.out else Path("build") / folder.name
-        return 1 if notebooks.execute(folder, out) else 0
+        path = Path(a.path)
+        out = Path(a.out) if a.out else Path("build") / (path.stem if path.is_file() else path.name)
+        try:
+            return 1 if notebooks.execute(path, out) else 0
+        except FileNotFoundError as e:
+            print(f"ddl-lab execute: {e}", file=sys.stderr)
+            return 2
     stale = notebooks.make_exercises(check=a.check)
     verb = "stale" if a.check else "written"
     for p in stale:

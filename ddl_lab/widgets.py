@@ -8,7 +8,7 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .runtime import on_progress
+from ddl_lab.runtime import on_progress
 
 __all__ = ["experiment"]
 

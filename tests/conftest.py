@@ -1,7 +1,53 @@
-"""Shared fixtures: one warm cluster per test module keeps the suite fast on 2 cores."""
+"""Shared fixtures: warm clusters, notebook-defined functions, solutions as the single source.
+
+- ``cluster4``: one warm 4-rank cluster per test module (fast on 2 cores).
+- ``cell(source, **globals)``: define functions as a notebook cell does (in ``__main__``, so
+  they travel to the workers by value).
+- ``solution(stem, name)``: the function ``name`` exactly as ``solutions/<stem>.ipynb`` writes
+  it, so "the solution passes" tests the notebook, not a copy typed into a test.
+"""
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import matplotlib
+import nbformat
 import pytest
 
 from ddl_lab.runtime import Cluster
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def define_cell(source: str, **globals_: Any) -> dict[str, Any]:
+    """Run ``source`` as a notebook cell would and return its namespace."""
+    ns = {"__name__": "__main__", **globals_}
+    exec(textwrap.dedent(source), ns)
+    return ns
+
+
+def load_solution(stem: str, name: str) -> Callable:
+    """``name`` as defined in ``solutions/<stem>.ipynb``: the notebook's first code cell (its
+    imports) and the untagged code cell that defines ``name`` run as notebook cells."""
+    nb = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("tags")]
+    defining = [c for c in code if f"def {name}(" in c.source or f"class {name}" in c.source]
+    if not defining:
+        raise LookupError(f"solutions/{stem}.ipynb defines no {name!r}")
+    ns = define_cell(code[0].source)
+    exec(defining[0].source, ns)
+    return ns[name]
+
+
+@pytest.fixture
+def cell() -> Callable[..., dict[str, Any]]:
+    return define_cell
+
+
+@pytest.fixture
+def solution() -> Callable[[str, str], Callable]:
+    return load_solution
 
 
 @pytest.fixture(scope="module")

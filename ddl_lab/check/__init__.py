@@ -2,8 +2,8 @@
 
 ``check.welcome_rank(my_rank)`` prints a pass line or raises ``CheckFailed`` with a
 message that says what is wrong. Each lesson's checks live in
-``ddl_lab/check/<topic>.py`` (named like the lesson's module) and are exported here
-through that module's ``__all__``.
+``ddl_lab/check/<slug>.py`` (named by the lesson's slug) and are exported here through
+that module's ``__all__``; two modules exporting one name is an error.
 """
 import importlib
 import pkgutil
@@ -11,10 +11,15 @@ import pkgutil
 from ._core import CheckFailed
 
 __all__ = ["CheckFailed"]
+_owner: dict[str, str] = {"CheckFailed": "_core"}
 
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):
         _mod = importlib.import_module(f".{_info.name}", __name__)
         for _name in _mod.__all__:
+            if _name in _owner:
+                raise ImportError(f"check {_name!r} is exported by both check/{_owner[_name]}.py "
+                                  f"and check/{_info.name}.py: rename one")
+            _owner[_name] = _info.name
             globals()[_name] = getattr(_mod, _name)
             __all__.append(_name)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..runtime import WorkerError, WorkerTimeout, shared_cluster
+from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 
 DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
 

@@ -7,10 +7,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..compression import (QSGD, ErrorFeedback, OneBit, Threshold, ef_onebit_step,
+from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold, ef_onebit_step,
                            encode_indices, qsgd_levels)
-from ..compression import strom_step as _strom_ref
-from ..compression import varint_decode, varint_encode
+from ddl_lab.compression.compressors import strom_step as _strom_ref
+from ddl_lab.compression.compressors import varint_decode, varint_encode
 from ._core import call_local, fail, first_difference, passed, run_on_workers
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding"]
@@ -182,7 +182,7 @@ def error_feedback_onebit(ef_onebit: Callable, world_size: int = 4, epochs: int 
     v = grad + residual, q = mean|v|·sign(v) (sign(0) = +1), new_residual = v − q; then
     it trains the digits MLP on ``world_size`` real workers."""
     __tracebackhide__ = True
-    from ..compressed_training import merge_logs, train_worker
+    from ddl_lab.compression.training import merge_logs, train_worker
     g = torch.Generator().manual_seed(11)
     grad = torch.randn(500, generator=g)
     residual = torch.randn(500, generator=g) * 0.5

@@ -20,13 +20,13 @@ _D, _B, _LR, _SEED = 4, 8, 0.1, 5
 
 def _model():
     import torch
-    from ..models import LinearRegression
+    from ddl_lab.ml.models import LinearRegression
     torch.manual_seed(_SEED)
     return LinearRegression(_D, bias=True)
 
 
 def _loss():
-    from ..training import loss_function
+    from ddl_lab.ml.training import loss_function
     return loss_function("mse")
 
 
@@ -40,19 +40,19 @@ def _batch(rank: int, step: int):
 
 
 def _params(model) -> np.ndarray:
-    from ..models import flat_params
+    from ddl_lab.ml.models import flat_params
     return flat_params(model).double().cpu().numpy()
 
 
 def _on_device(model, batch):
     """The model and a batch on this rank's device (its GPU under nccl, else the CPU)."""
-    from ..runtime import device
+    from ddl_lab.runtime import device
     dev = device()
     return model.to(dev), tuple(t.to(dev) for t in batch)
 
 
 def _grad(model, X, y) -> np.ndarray:
-    from ..models import flat_grads
+    from ddl_lab.ml.models import flat_grads
     model.zero_grad()
     _loss()(model(X), y).backward()
     return flat_grads(model).double().numpy()
@@ -60,7 +60,7 @@ def _grad(model, X, y) -> np.ndarray:
 
 def _set(model, vec: np.ndarray) -> None:
     import torch
-    from ..models import set_flat_params
+    from ddl_lab.ml.models import set_flat_params
     set_flat_params(model, torch.as_tensor(vec, dtype=torch.float32))
 
 

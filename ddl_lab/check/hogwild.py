@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..runtime import WorkerError, WorkerTimeout
+from ddl_lab.runtime import WorkerError, WorkerTimeout
 from ._core import CheckFailed, call_local, fail, first_difference, passed, worker_failure
 
 if TYPE_CHECKING:
-    from ..hogwild import Problem
+    from ddl_lab.hogwild.engine import Problem
 
 __all__ = ["hogwild_update", "hogwild_worker"]
 
@@ -19,7 +19,7 @@ _COPY_HINT = ("`w = theta[idx]` (fancy indexing) and `theta = theta - ...` both 
 
 
 def _small_problem(m: int, seed: int) -> "Problem":
-    from ..hogwild import sparse_problem
+    from ddl_lab.hogwild.engine import sparse_problem
     return sparse_problem(m=m, d=200, nnz=5, lr=0.2, seed=seed)
 
 
@@ -27,7 +27,7 @@ def hogwild_update(fn: Callable) -> None:
     """Lesson 03, task 1: ``fn(theta, idx, val, y, lr)`` does one SGD step of logistic
     regression on a sparse example, in place: θ[idx] −= lr (σ(θ[idx]·val) − y) val."""
     __tracebackhide__ = True
-    from ..hogwild import sgd_update
+    from ddl_lab.hogwild.engine import sgd_update
     p = _small_problem(200, seed=5)
     rng = np.random.default_rng(0)
     theta = rng.normal(size=p.d)
@@ -64,7 +64,7 @@ def hogwild_worker(fn: Callable) -> None:
     """Lesson 03, task 2: ``fn(theta, problem, rows, lr, lock, locked)`` runs SGD over
     ``rows`` on the shared θ: without the lock (Hogwild!) unless ``locked``."""
     __tracebackhide__ = True
-    from ..hogwild import reference_sgd
+    from ddl_lab.hogwild.engine import reference_sgd
     p = _small_problem(3000, seed=1)
     rows = np.arange(40)
     theta = np.zeros(p.d)
@@ -112,7 +112,7 @@ def _took_lock(fn: Callable, times: int, updates: int) -> str:
 
 def _on_processes(fn: Callable, problem: "Problem", processes: int, locked: bool) -> dict:
     __tracebackhide__ = True
-    from ..hogwild import run_learner_worker
+    from ddl_lab.hogwild.engine import run_learner_worker
     try:
         return run_learner_worker(fn, problem, processes, locked, timeout=30)
     except WorkerTimeout:

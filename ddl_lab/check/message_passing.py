@@ -1,6 +1,6 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
 gradient over shards, one Pregel superstep of PageRank. Each runs the learner's function
-on real worker processes that talk through ``ddl_lab.message_passing``."""
+on real worker processes that talk through ``ddl_lab.message_passing.comm``."""
 from __future__ import annotations
 
 import operator
@@ -11,8 +11,8 @@ import numpy as np
 
 from . import _core
 from ._core import fail, first_difference, passed, run_on_workers
-from ..message_passing import _comm_main
-from ..pregel import Graph, pagerank_step, run_pregel, web_graph
+from ddl_lab.message_passing.comm import _comm_main
+from ddl_lab.message_passing.pregel import Graph, pagerank_step, run_pregel, web_graph
 
 __all__ = ["gather_from_p2p", "scatter_from_p2p", "parallel_gradient", "pagerank_superstep"]
 

@@ -15,7 +15,7 @@ __all__ = ["ps_ssp_gate", "ps_adagrad_push", "ps_staleness_lr"]
 def _real(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run a real experiment; its failures become CheckFailed naming ``what``."""
     __tracebackhide__ = True
-    from ..parameter_server import ParameterServerError
+    from ddl_lab.parameter_server.server import ParameterServerError
     try:
         return fn(*args, **kwargs)
     except (ParameterServerError, TimeoutError) as e:
@@ -56,7 +56,7 @@ _GATE_MISTAKES = {
 
 
 def _ssp_max_lead(must_wait: Callable, s: int) -> tuple[int, Any]:
-    from ..downpour import digits_problem, run
+    from ddl_lab.parameter_server.downpour import digits_problem, run
     r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
             batch=16, gate=must_wait, eval_every=0.2, timeout=15.0)
     return r.report.max_gap, r
@@ -111,7 +111,7 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Two replicas (this process) push 6 gradients each to 2 real shards running the
     learner's handler; returns (θ got, θ expected, G got, G expected)."""
-    from ..parameter_server import ParameterServer
+    from ddl_lab.parameter_server.server import ParameterServer
     rng = np.random.default_rng(7)
     theta0 = rng.normal(size=11)
     grads = [rng.normal(size=11) * rng.integers(0, 2, size=11) for _ in range(12)]
@@ -198,7 +198,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
                                                                     np.ndarray, np.ndarray]:
     """One replica (this process) reads θ once and pushes 6 gradients against that version
     (staleness 0..5) to a real shard using the learner's rate."""
-    from ..parameter_server import ParameterServer, staleness_lr as reference
+    from ddl_lab.parameter_server.server import ParameterServer, staleness_lr as reference
     rng = np.random.default_rng(5)
     theta0, grads = rng.normal(size=5), rng.normal(size=(6, 5))
     with ParameterServer(theta0, shards=1, rule="sgd", lr=lr, staleness_aware=True,

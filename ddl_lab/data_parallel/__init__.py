@@ -1,0 +1,1 @@
+"""Lesson 05, synchronous data parallelism."""

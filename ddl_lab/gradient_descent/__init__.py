@@ -1,0 +1,1 @@
+"""Lesson 01, gradient descent and its variants."""

@@ -1,0 +1,1 @@
+"""Lesson 03, Hogwild!: lock-free SGD on shared memory."""

@@ -1,0 +1,1 @@
+"""Lesson 07, the parameter server: shards, Downpour, Sandblaster L-BFGS."""

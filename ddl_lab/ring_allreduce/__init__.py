@@ -1,0 +1,1 @@
+"""Lesson 06, ring allreduce: hand-written collectives and the shared-memory allreduce."""

@@ -1,0 +1,1 @@
+"""Course tooling (exercise generator, notebook runner): not for learners' code."""

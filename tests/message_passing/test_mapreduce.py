@@ -1,0 +1,56 @@
+"""MapReduce-style iteration (re-read from disk) vs in-memory workers (lesson 04)."""
+import os
+
+import matplotlib
+import numpy as np
+import pytest
+
+from ddl_lab.ml.data import linear_regression
+from ddl_lab.message_passing.mapreduce import (compare_iterative, in_memory_gd, mapreduce_gd, plot_iteration_times,
+                               read_split, write_splits)
+from ddl_lab.message_passing.parallel_gd import batch_gd_losses
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = linear_regression(m=3000, d=6, seed=2)
+    return ds.X.astype(np.float64), ds.y.astype(np.float64)
+
+
+def test_text_splits_read_back_exactly(data, tmp_path):
+    X, y = data
+    paths = write_splits(X, y, 3, tmp_path)
+    parts = [read_split(p) for p in paths]
+    np.testing.assert_array_equal(np.vstack([p[0] for p in parts]), X)
+    np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), y)
+
+
+def test_both_ways_compute_the_same_model_as_batch_gd(data, tmp_path):
+    X, y = data
+    write_splits(X, y, 3, tmp_path)
+    mr = mapreduce_gd(tmp_path, 3, iterations=5, lr=0.3)
+    mem = in_memory_gd(tmp_path, 3, iterations=5, lr=0.3)
+    theta, losses = batch_gd_losses(X, y, 5, 0.3)
+    np.testing.assert_array_equal(mr.theta, mem.theta)           # same sums, same order
+    np.testing.assert_allclose(mr.theta, theta, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mem.losses, losses, rtol=1e-12)
+    # every MapReduce job went through the disk: a map output per iteration and split
+    assert {f"map-{i}-{r}.npy" for i in range(5) for r in range(3)} <= set(os.listdir(tmp_path))
+    assert len(mr.seconds) == len(mem.seconds) == 5
+
+
+def test_in_memory_iterations_are_faster_than_rereading(data):
+    X, y = data
+    mr, mem = compare_iterative(np.tile(X, (4, 1)), np.tile(y, 4), k=3, iterations=6)
+    assert np.median(mr.seconds) > 2 * np.median(mem.seconds[1:])
+    assert len(plot_iteration_times(mr, mem).axes) == 2
+
+
+def test_bad_input_is_refused(data):
+    X, y = data
+    with pytest.raises(ValueError, match="need iterations >= 1"):
+        compare_iterative(X, y, k=3, iterations=0)
+    with pytest.raises(ValueError, match="cannot split 3000 examples into k=0 splits"):
+        write_splits(X, y, 0, "/tmp/never")

@@ -1,0 +1,114 @@
+"""The course's notebooks: committed clean, exercises generated from solutions, complete."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ddl_lab.tools import notebooks
+from ddl_lab.tools.notebooks import ROOT, make_exercise, stub_source
+
+ALL = sorted(p for d in ("lessons", "solutions", "exercises") for p in (ROOT / d).glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert (ROOT / "lessons" / "00_welcome.ipynb") in ALL
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_without_outputs(path):
+    nb = json.loads(path.read_text())
+    dirty = [i for i, c in enumerate(nb["cells"])
+             if c.get("outputs") or c.get("execution_count")]
+    assert not dirty, f"{path.name}: cells {dirty} carry outputs; clear them before committing"
+
+
+def test_exercises_match_their_solutions():
+    stale = notebooks.make_exercises(check=True)
+    assert not stale, f"exercises are stale, run `make exercises`: {stale}"
+
+
+def test_every_solution_has_an_exercise_a_lesson_and_two_graded_checks():
+    for sol, ex in notebooks.exercise_pairs():
+        assert ex.exists(), f"missing {ex}"
+        assert list((ROOT / "lessons").glob(sol.name[:3] + "*.ipynb")), f"no lesson for {sol}"
+        nb = nbformat.read(sol, as_version=4)
+        checks = [c for c in nb.cells if "check" in c.metadata.get("tags", [])
+                  and re.search(r"\bcheck\.\w+\(", c.source)]
+        assert len(checks) >= 2, f"{sol.name} has {len(checks)} graded checks, needs 2"
+        assert "### BEGIN SOLUTION" in "".join(c.source for c in nb.cells)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "lessons").glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_lesson_has_a_widget_that_reruns_an_experiment(path):
+    src = "".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    assert "experiment(" in src or "widgets." in src, f"{path.name} has no widget"
+
+
+def test_stub_keeps_indentation_and_the_rest_of_the_cell():
+    src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\nprint(2)"
+    out = stub_source(src)
+    assert "return x + y" not in out
+    assert '    raise NotImplementedError("replace this line with your code")' in out
+    assert out.startswith("def f(x):\n    y = 1\n") and out.endswith("\n\nprint(2)")
+    compile(out, "<cell>", "exec")
+
+
+@pytest.mark.parametrize("bad", ["### BEGIN SOLUTION\nx", "x\n### END SOLUTION",
+                                 "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION"])
+def test_unbalanced_markers_are_errors(bad):
+    with pytest.raises(ValueError, match="SOLUTION"):
+        stub_source(bad)
+
+
+def test_check_cells_are_tagged_to_raise_and_solution_only_cells_dropped():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("check.x(f)", metadata={"tags": ["check"]}),
+        nbformat.v4.new_code_cell("print('answer')", metadata={"tags": ["solution-only"]}),
+    ])
+    ex = make_exercise(nb)
+    assert len(ex.cells) == 2
+    assert ex.cells[1].metadata["tags"] == ["check", "raises-exception"]
+    assert "NotImplementedError" in ex.cells[0].source
+
+
+def test_make_exercises_cli_reports_drift(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    sol = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(sol, tmp_path / "solutions" / "99_t.ipynb")
+    assert notebooks.make_exercises(tmp_path, check=True) == [tmp_path / "exercises" / "99_t.ipynb"]
+    notebooks.make_exercises(tmp_path)
+    assert notebooks.make_exercises(tmp_path, check=True) == []
+    (tmp_path / "exercises" / "99_t.ipynb").write_text("{}")
+    assert notebooks.make_exercises(tmp_path, check=True)
+
+
+def test_cli_check_passes_on_the_committed_tree():
+    out = subprocess.run([sys.executable, "-m", "ddl_lab", "make-exercises", "--check"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_execute_runs_one_notebook_and_writes_it(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nbformat.write(nb, tmp_path / "one.ipynb")
+    out = subprocess.run([sys.executable, "-m", "ddl_lab", "execute", str(tmp_path / "one.ipynb"),
+                          "--out", str(tmp_path / "built")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ran = nbformat.read(tmp_path / "built" / "one.ipynb", as_version=4)
+    assert ran.cells[0].outputs[0]["text"] == "42\n"
+
+
+@pytest.mark.parametrize("what", ["missing.ipynb", "empty_dir", "notes.txt"])
+def test_execute_without_a_notebook_is_an_error(tmp_path, what):
+    (tmp_path / "empty_dir").mkdir()
+    (tmp_path / "notes.txt").write_text("no notebook")
+    out = subprocess.run([sys.executable, "-m", "ddl_lab", "execute", str(tmp_path / what),
+                          "--out", str(tmp_path / "built")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0
+    assert "pass a .ipynb file or a folder" in out.stderr
+    assert not (tmp_path / "built").exists()
