@@ -1,0 +1,399 @@
+"""The diagnosis layer every check shares (issue 16).
+
+- ``differs(expected, got)``: a dtype-fair comparison that never raises. It accepts numpy,
+  torch (any device, bfloat16 included), lists and scalars, compares in the learner's dtype
+  with a tolerance derived from it (float64 answers to float32 inputs are accepted), and
+  returns None or what differs, in words ("element 3 is 0.5, expected 0.25 (2 of 6 differ)").
+- ``explain(got, mistakes)``: the first likely mistake ``{message: what that mistake would
+  return}`` whose value matches the learner's output; ``factor_of`` names a constant factor
+  (sign, sum vs mean, a missing ×n); ``describe_value`` / ``returned_none`` say what came back
+  in the learner's terms; ``Snapshot`` tells whether the learner changed an input in place;
+  ``only_right_for`` names "right for one world size only".
+- ``Cases``: several randomly drawn, seeded cases per call, each quoted with its seed so a
+  failure replays (``check.<task>(fn, seed=…)``); same seed, same cases, same verdict.
+- ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
+  merely calls the package's own implementation of the task is refused, saying so.
+- ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
+"""
+from __future__ import annotations
+
+import types
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+# rtol per floating dtype: a few thousand ulps, far below any real mistake (a factor, a sign)
+_RTOL = {"float16": 5e-3, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
+
+
+# ------------------------------------------------------------------ values in the learner's terms
+
+def as_array(value: Any) -> np.ndarray | None:
+    """``value`` (numpy, torch, list, scalar) as a numeric numpy array in its own dtype, or
+    None if it is not numeric (None, a string, a dict, ragged lists). Never raises."""
+    if value is None or isinstance(value, (str, bytes, dict)):
+        return None
+    try:
+        if type(value).__module__.startswith("torch"):
+            t = value.detach().cpu()
+            if str(t.dtype) == "torch.bfloat16":
+                return t.float().numpy()
+            return t.numpy()
+        if isinstance(value, (list, tuple)) and any(
+                type(v).__module__.startswith("torch") for v in value):
+            value = [as_array(v) for v in value]
+        a = np.asarray(value)
+    except Exception:
+        return None
+    if a.dtype == bool or a.dtype.kind not in "iufc":
+        return None
+    return a
+
+
+def dtype_name(value: Any) -> str:
+    """'float32 tensor', 'float64 array', 'int', 'NoneType' … for messages."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "dtype"):
+        return f"{str(value.dtype).replace('torch.', '')} tensor"
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array"
+    return type(value).__name__
+
+
+def _precision(value: Any) -> str:
+    """The floating dtype of ``value`` ('float64' for Python numbers, ints and lists)."""
+    name = str(getattr(value, "dtype", "float64")).replace("torch.", "")
+    return name if name in _RTOL else "float64"
+
+
+def tolerance(*values: Any) -> float:
+    """The relative tolerance of the least precise floating dtype among ``values``."""
+    return max(_RTOL[_precision(v)] for v in values) if values else _RTOL["float64"]
+
+
+def describe_value(value: Any, limit: int = 60) -> str:
+    """What a function returned, in words: 'None', 'a float32 tensor of shape (3,)', …"""
+    if value is None:
+        return "None"
+    a = as_array(value)
+    if a is not None and a.ndim > 0:
+        return f"a {dtype_name(value)} of shape {tuple(a.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:limit] + ('…' if len(text) > limit else '')}"
+
+
+def returned_none(got: Any, name: str, what: str) -> str | None:
+    """The message for a function that returned None (forgot ``return``), else None."""
+    if got is not None:
+        return None
+    return (f"{name} returned None: the function has no `return` (or returns nothing on "
+            f"some path) — return {what}.")
+
+
+# ------------------------------------------------------------------ comparisons
+
+def differs(expected: Any, got: Any, rtol: float | None = None,
+            scale: float | None = None) -> str | None:
+    """None if ``got`` equals ``expected`` within the learner's dtype, else what differs.
+
+    The tolerance is the looser of the learner's and the reference's dtypes (``rtol``
+    overrides); the absolute floor is ``rtol × scale`` (``scale`` defaults to the largest
+    |expected|), so cancellation near zero does not fail a right answer. Never raises.
+    """
+    e, g = as_array(expected), as_array(got)
+    if g is None:
+        return f"got {describe_value(got)}, expected {describe_value(expected)}"
+    if e is None:
+        return "the expected value is not numeric"          # a bug of the check, not the learner
+    if e.shape != g.shape:
+        if g.size == e.size and g.size > 0:
+            return f"shape {tuple(g.shape)}, expected {tuple(e.shape)} (same values, another shape)"
+        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+    if e.size == 0:
+        return None
+    rtol = tolerance(expected, got) if rtol is None else rtol
+    e64, g64 = e.astype(np.complex128 if e.dtype.kind == "c" else np.float64), \
+        g.astype(np.complex128 if g.dtype.kind == "c" else np.float64)
+    if scale is None:
+        finite = np.abs(e64[np.isfinite(e64)])
+        scale = float(finite.max()) if finite.size else 1.0
+    with np.errstate(all="ignore"):
+        bad = ~np.isclose(g64, e64, rtol=rtol, atol=rtol * max(scale, 1e-300), equal_nan=True)
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = idx[0] if len(idx) == 1 else idx
+    if not np.isfinite(g64[idx]):
+        return (f"element {where} is {g64[idx]}, expected {_fmt(e64[idx])} — a nan/inf "
+                f"({int((~np.isfinite(g64)).sum())} of {g.size} elements are not finite)")
+    return (f"element {where} is {_fmt(g64[idx])}, expected {_fmt(e64[idx])} "
+            f"({int(bad.sum())} of {bad.size} elements differ)")
+
+
+def same(expected: Any, got: Any, rtol: float | None = None, scale: float | None = None) -> bool:
+    return differs(expected, got, rtol, scale) is None
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.6g}" if not isinstance(x, complex) else str(x)
+
+
+# ------------------------------------------------------------------ named mistakes
+
+def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
+            rtol: float | None = None) -> str | None:
+    """The first mistake whose value explains ``got``: ``mistakes`` maps a message to what
+    code making that mistake returns (a value, or a callable ``got -> bool``)."""
+    items = mistakes.items() if isinstance(mistakes, dict) else mistakes
+    for message, value in items:
+        try:
+            hit = value(got) if callable(value) else (value is not None and same(value, got, rtol))
+        except Exception:
+            hit = False
+        if hit:
+            return message
+    return None
+
+
+def factor_of(expected: Any, got: Any, rtol: float | None = None) -> float | None:
+    """c if ``got`` ≈ c · ``expected`` for one constant c ≠ 1 (sign, sum vs mean, a missing
+    ×n), else None."""
+    e, g = as_array(expected), as_array(got)
+    if e is None or g is None or e.shape != g.shape or e.size == 0:
+        return None
+    e64, g64 = e.astype(float).ravel(), g.astype(float).ravel()
+    norm = float(e64 @ e64)
+    if not np.isfinite(norm) or norm == 0 or not np.all(np.isfinite(g64)):
+        return None
+    c = float(e64 @ g64) / norm
+    if c == 0 or abs(c - 1) < 1e-6 or not same(c * e64, g64, rtol):
+        return None
+    return c
+
+
+def name_factor(c: float, names: dict[float, str], rtol: float = 1e-6) -> str | None:
+    """The message of the first named factor that c equals (e.g. {-1: 'sign', n: 'sum'})."""
+    return next((msg for f, msg in names.items() if np.isclose(c, f, rtol=rtol, atol=0)), None)
+
+
+def only_right_for(right: list[str], wrong: str, what: str = "world size") -> str:
+    """The "right for one world size only" sentence, for a message's tail."""
+    if not right:
+        return ""
+    return (f" It was right for {', '.join(right)} but not for {wrong}: does the code "
+            f"assume one {what} (a constant such as range(4) instead of the value it is "
+            "given)?")
+
+
+class Snapshot:
+    """Copies of the learner's inputs before a call; ``changed()`` names the one it mutated."""
+
+    def __init__(self, **inputs: Any):
+        self._before = {k: _copy(v) for k, v in inputs.items()}
+        self._live = inputs
+
+    def changed(self, fn_name: str, allowed: tuple[str, ...] = ()) -> str | None:
+        for name, before in self._before.items():
+            if name in allowed or before is None:
+                continue
+            now = as_array(self._live[name])
+            if now is not None and not np.array_equal(before, now, equal_nan=True):
+                diff = (differs(before, now, rtol=0.0) or "its values changed").replace(
+                    "expected", "was")
+                return (f"{fn_name} changed its argument `{name}` in place ({diff}): the "
+                        "caller's data must stay as it was — compute into a new array "
+                        f"(`{name} = {name} - …` or `{name}.copy()`), not `{name} -= …` or "
+                        f"`{name}[…] = …`.")
+        return None
+
+
+def _copy(value: Any) -> np.ndarray | None:
+    a = as_array(value)
+    return None if a is None else np.array(a, copy=True)
+
+
+# ------------------------------------------------------------------ seeded cases
+
+@dataclass
+class Case:
+    """One drawn case: its parameters (quoted in messages) and its own generator."""
+    task: str
+    seed: int
+    index: int
+    params: dict[str, Any]
+    rng: np.random.Generator = field(repr=False)
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
+        return f"case {self.index} ({shown}; replay: check.{self.task}(…, seed={self.seed}))"
+
+
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+class Cases:
+    """Seeded cases of a check: ``for case in Cases(task, seed, [fixed params…], draws=k,
+    draw=lambda rng: {...})`` yields the fixed edge cases first, then k random ones."""
+
+    def __init__(self, task: str, seed: int, fixed: Iterable[dict[str, Any]] = (),
+                 draws: int = 0, draw: Callable[[np.random.Generator], dict] | None = None):
+        self.task, self.seed = task, int(seed)
+        self._params = list(fixed)
+        base = np.random.default_rng([zlib.crc32(task.encode()), self.seed])
+        if draws and draw is not None:
+            self._params += [draw(base) for _ in range(draws)]
+
+    def __iter__(self) -> Iterator[Case]:
+        for i, p in enumerate(self._params):
+            rng = np.random.default_rng([zlib.crc32(self.task.encode()), self.seed, i])
+            yield Case(self.task, self.seed, i, dict(p), rng)
+
+    def __len__(self) -> int:
+        return len(self._params)
+
+
+# ------------------------------------------------------------------ the package's own answer
+
+def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str | None:
+    """The message refusing ``fn`` if it is, or calls, one of the package's own
+    implementations of the task (CONTRIBUTING.md, "Checks"), else None."""
+    banned = {_ident(f) for f in implementations if _ident(f)}
+    for obj in _reachable(fn):
+        ident = _ident(obj)
+        if ident in banned:
+            where = f"{ident[0]}.{ident[1]}"
+            return (f"{getattr(fn, '__name__', 'your function')} is or calls {where}, the "
+                    f"package's own implementation of this task: the task is to write it "
+                    f"yourself, so check.{task} does not accept it.")
+    return None
+
+
+def _ident(obj: Any) -> tuple[str, str] | None:
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return (mod, qual) if isinstance(mod, str) and mod.startswith("ddl_lab") and qual else None
+
+
+def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
+    """``fn`` and the objects its code can name: globals, closure cells, defaults, module
+    attributes (``module.name``), bound methods, partials — a few levels deep."""
+    seen: set[int] = set()
+    todo = [(fn, 0)]
+    while todo:
+        obj, d = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield obj
+        if d >= depth:
+            continue
+        inner = [getattr(obj, a, None) for a in ("func", "__func__", "__wrapped__", "__call__")]
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType) and not str(
+                getattr(obj, "__module__", "") or "").startswith("ddl_lab"):
+            names = _code_names(code)
+            glb = getattr(obj, "__globals__", {})
+            mods = [glb[n] for n in names if isinstance(glb.get(n), types.ModuleType)]
+            inner += [glb.get(n) for n in names]
+            inner += [getattr(m, n, None) for m in mods for n in names]
+            inner += [c.cell_contents for c in (obj.__closure__ or ()) if _filled(c)]
+            inner += list(obj.__defaults__ or ())
+        todo += [(o, d + 1) for o in inner if o is not None]
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+# ------------------------------------------------------------------ Adagrad (lessons 01 and 07)
+
+@dataclass(frozen=True)
+class AdagradWords:
+    """How a lesson names things in its Adagrad messages."""
+    name: str                                   # the learner's function, e.g. "my_adagrad_step"
+    unit: str = "feature"                       # "feature" (lesson 01), "coordinate" (lesson 07)
+    unseen: str = "a feature not seen yet"      # a unit with G = 0 so far
+    steps: str = "steps"                        # what G accumulates over ("steps", "pushes")
+    pair: str = "the new parameters and the new accumulated squared gradients"
+
+
+def adagrad(theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float, eps: float,
+            inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The reference: G' = G + g², θ' = θ − lr·g/(√G' + eps) (or /√(G' + eps))."""
+    G2 = G + g * g
+    with np.errstate(all="ignore"):
+        den = np.sqrt(G2 + eps) if inside else np.sqrt(G2) + eps
+        return theta - lr * g / den, G2
+
+
+def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float,
+                      eps: float, words: AdagradWords) -> str | None:
+    """None if ``got`` is a right (θ', G') for these inputs (eps inside or outside the root,
+    any float dtype), else the message naming the mistake."""
+    w = words
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return (returned_none(got, w.name, f"the pair (theta, G): {w.pair}") or
+                f"{w.name} returned {describe_value(got)}; return a pair (theta, G): {w.pair}.")
+    got_t, got_G = as_array(got[0]), as_array(got[1])
+    if got_t is None or got_G is None:
+        return (f"{w.name} returned ({describe_value(got[0])}, {describe_value(got[1])}); "
+                "return two arrays (numpy or torch).")
+    want_t, want_G = adagrad(theta, g, G, lr, eps)
+    if got_t.shape != theta.shape or got_G.shape != G.shape:
+        return (f"{w.name} returned θ of shape {got_t.shape} and G of shape {got_G.shape}; "
+                f"both keep the parameters' shape {theta.shape}.")
+    g_diff = differs(want_G, got[1])
+    if g_diff is not None:
+        hint = explain(got[1], {
+            f"G accumulates over all {w.steps}: G + g², not just this one's g²": g * g,
+            "accumulate the SQUARED gradient, g², not g (a negative g would make √G "
+            "undefined)": G + g,
+            "that is the old G: add g² to it": G,
+            "that is G + |g|: square the gradient": G + np.abs(g)}) or "G' = G + g², element by element"
+        return f"the new G: {g_diff} — {hint}."
+    if not np.all(np.isfinite(got_t)):
+        bad = int(np.flatnonzero(~np.isfinite(got_t))[0])
+        return (f"θ[{bad}] became {got_t[bad]} for a {w.unit} with G = {G[bad]:g} and g = "
+                f"{g[bad]:g}: {w.unseen} has √G = 0, and 0/0 is nan — add eps to the "
+                "denominator (√G' + eps).")
+    if same(want_t, got[0]) or same(adagrad(theta, g, G, lr, eps, inside=True)[0], got[0]):
+        return None
+    with np.errstate(all="ignore"):
+        step = lr * g / (np.sqrt(want_G) + eps)
+        mistakes = {
+            f"it uses another eps than the one passed in (eps = {eps:g}): use the argument, "
+            "not a constant such as 1e-8": lambda t: any(same(adagrad(theta, g, G, lr, e, i)[0], t)
+                                          for e in (1e-6, 1e-7, 1e-8, 1e-10, 0.0)
+                                          for i in (False, True) if e != eps),
+            "it divides by G' + eps: take the square root, √G' + eps":
+                theta - lr * g / (want_G + eps),
+            "it divides by the OLD G: add g² to G first, then divide by √G'":
+                theta - lr * g / (np.sqrt(G) + eps),
+            f"it is plain SGD with one global rate: divide each {w.unit}'s step by its own √G' + eps":
+                theta - lr * g,
+            "it moves uphill: the update is θ − lr·g/(√G' + eps)": theta + step,
+            f"lr is missing: multiply the step by lr (= {lr:g})": theta - step / lr,
+        }
+        hint = explain(got[0], mistakes)
+        if hint is None:
+            c = factor_of(step, theta - as_array(got[0]).astype(float))
+            if c is not None:
+                hint = (f"its step is {c:.4g} × lr·g/(√G' + eps): use the lr passed in "
+                        f"({lr:g}), not a constant")
+    return (f"the new θ is wrong — {hint}." if hint else
+            f"the new θ: {differs(want_t, got[0])}; expected θ − lr·g/(√G' + eps).")
