@@ -6,11 +6,11 @@ Only the runtime is imported eagerly, so worker processes start fast.
 from importlib import import_module
 from typing import Any
 
-from .runtime import (Cluster, WorkerError, WorkerTimeout, device, launch, progress,
-                      shared_cluster)
+from .runtime import (Cluster, WorkerError, WorkerTimeout, device, launch, launch_with,
+                      progress, rank_size, shared_cluster)
 
-__all__ = ["Cluster", "WorkerError", "WorkerTimeout", "launch", "shared_cluster", "device",
-           "progress"]
+__all__ = ["Cluster", "WorkerError", "WorkerTimeout", "launch", "launch_with", "rank_size",
+           "shared_cluster", "device", "progress"]
 
 
 def __getattr__(name: str) -> Any:
