@@ -10,6 +10,8 @@ exercise, so nbval accepts the failure a stub produces; cells tagged
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 import sys
 import time
@@ -44,8 +46,16 @@ def stub_source(source: str) -> str:
     return "\n".join(out)
 
 
-def make_exercise(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The exercise twin of a solution notebook, without outputs."""
+def exercise_version(nb: nbformat.NotebookNode) -> str:
+    """A short hash of what grading depends on: the code cells' sources and tags."""
+    code = [[c.source, c.get("metadata", {}).get("tags", [])] for c in nb.cells
+            if c.cell_type == "code"]
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()[:12]
+
+
+def make_exercise(solution: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
+    """The exercise twin of a solution notebook, without outputs; its metadata ``ddl_lab``
+    names the exercise (``name``, e.g. "06_ring_allreduce") and its version, for grading."""
     nb = copy.deepcopy(solution)
     cells = []
     for cell in nb.cells:
@@ -61,6 +71,7 @@ def make_exercise(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
             cell.metadata["tags"] = tags
         cells.append(cell)
     nb.cells = cells
+    nb.metadata["ddl_lab"] = {"exercise": name, "version": exercise_version(nb)}
     return nb
 
 
@@ -77,7 +88,7 @@ def make_exercises(root: Path = ROOT, check: bool = False) -> list[Path]:
     """Write exercises/ from solutions/; with ``check``, only list the stale ones."""
     stale = []
     for sol, ex in exercise_pairs(root):
-        text = render(make_exercise(nbformat.read(sol, as_version=4)))
+        text = render(make_exercise(nbformat.read(sol, as_version=4), sol.stem))
         if not ex.exists() or ex.read_text() != text:
             stale.append(ex)
             if not check:
