@@ -5,11 +5,17 @@ from typing import Any, Callable
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 
+from . import _record
+
 DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
 
 
 class CheckFailed(AssertionError):
     """A graded check did not pass; the message says what is wrong and where."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        _record.failed(str(self))                   # for `ddl-lab grade`; no-op otherwise
 
     def _render_traceback_(self) -> list[str]:      # IPython: show the message, not a wall
         return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
@@ -18,6 +24,7 @@ class CheckFailed(AssertionError):
 def passed(task: str, detail: str) -> None:
     """Print the pass line of a task."""
     print(f"✔ {task}: passed — {detail}")
+    _record.write(task, True, detail)
 
 
 def fail(message: str) -> None:
