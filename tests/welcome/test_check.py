@@ -1,8 +1,10 @@
-"""Lesson 00's checks accept the solution and reject the stub and plausible mistakes."""
+"""Lesson 00's checks: right answers in several styles pass; the stub, hard-coded world
+sizes, closed forms and other real mistakes fail with a message naming the fault."""
 import pytest
 import torch
 import torch.distributed as dist
 
+import ddl_lab.welcome
 from ddl_lab import check
 from ddl_lab.check import CheckFailed, _core
 
@@ -16,33 +18,58 @@ def stub():
     raise NotImplementedError("replace this line with your code")
 
 
-# task 1: my_rank
-def test_rank_solution_passes(capsys):
-    check.welcome_rank(dist.get_rank)
-    assert "✔ welcome_rank: passed" in capsys.readouterr().out
+# ------------------------------------------------------------------ task 1: my_rank
+
+def test_rank_solution_passes(solution, capsys):
+    check.rank(solution("00_welcome", "my_rank"))
+    assert "✔ rank: passed" in capsys.readouterr().out
+
+
+def test_rank_accepts_a_tensor_style_answer(cell, capsys):
+    ns = cell("""
+def my_rank():
+    return torch.tensor(dist.get_rank())
+""", torch=torch, dist=dist)
+    check.rank(ns["my_rank"])
+    assert "✔ rank: passed" in capsys.readouterr().out
 
 
 def test_rank_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.welcome_rank(stub)
+        check.rank(stub)
+
+
+def world_size_mod_4():
+    return dist.get_rank() % 4
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (dist.get_world_size, "that is the world size"),
-    (lambda: dist.get_rank() + 1, "Ranks start at 0"),
-    (lambda: 0, r"rank 1 returned 0, expected 1"),
-    (lambda: str(dist.get_rank()), "return the rank as a plain int"),
+    (dist.get_world_size, "that is the world size, not the rank"),
+    (lambda: dist.get_rank() + 1, "They start at 0"),
+    (lambda: 0, "every rank returned the same number"),
+    (lambda: str(dist.get_rank()), "return the value as a plain int"),
+    (lambda: None, "returned None: the function has no `return`"),
+    (world_size_mod_4, "right for 3 ranks but not for 5 ranks: does the code assume one "
+                       "world size"),
 ])
 def test_rank_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.welcome_rank(wrong)
+        check.rank(wrong)
 
 
-# task 2: sum_of_ranks
-def solution():
-    t = torch.tensor([dist.get_rank()])
-    dist.all_reduce(t)
-    return int(t.item())
+def test_learner_exception_names_the_rank():
+    def broken():
+        return 1 // (dist.get_rank() - 1)
+    with pytest.raises(CheckFailed, match="broken failed on rank 1 of 3: ZeroDivisionError"):
+        check.rank(broken)
+
+
+# ------------------------------------------------------------ task 2: my_sum_of_ranks
+
+def float_tensor_style():
+    t = torch.zeros(1, dtype=torch.float64) + dist.get_rank()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return round(float(t))
 
 
 def no_allreduce():
@@ -65,6 +92,31 @@ def hard_coded_for_four_ranks():
     return 6
 
 
+def closed_form():
+    n = dist.get_world_size()
+    return n * (n - 1) // 2
+
+
+def two_allreduces():
+    t = torch.tensor([dist.get_rank()])
+    dist.all_reduce(t)
+    u = torch.tensor([0])
+    dist.all_reduce(u)
+    return int(t.item())
+
+
+def reduces_the_world_size_share():     # right sum, but the tensor does not hold the rank
+    n = dist.get_world_size()
+    t = torch.tensor([(n - 1) / 2.0])
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def forgets_return():
+    t = torch.tensor([dist.get_rank()])
+    dist.all_reduce(t)
+
+
 def only_rank_zero_reduces():            # the others never join: a deadlock
     t = torch.tensor([dist.get_rank()])
     if dist.get_rank() == 0:
@@ -72,37 +124,68 @@ def only_rank_zero_reduces():            # the others never join: a deadlock
     return int(t.item())
 
 
-def test_allreduce_solution_passes(capsys):
-    check.welcome_allreduce(solution)
-    assert "✔ welcome_allreduce: passed" in capsys.readouterr().out
+def test_sum_solution_passes(solution, capsys):
+    check.sum_of_ranks(solution("00_welcome", "my_sum_of_ranks"))
+    assert "✔ sum_of_ranks: passed" in capsys.readouterr().out
 
 
-def test_allreduce_stub_is_not_implemented_yet():
+def test_sum_accepts_a_float_tensor_and_a_0d_tensor_from_a_cell(cell, capsys):
+    check.sum_of_ranks(float_tensor_style)
+    ns = cell("""
+import torch.distributed as D
+from torch.distributed import get_rank
+def my_sum_of_ranks():
+    t = torch.tensor(get_rank())
+    D.all_reduce(t)
+    return t.item()
+""", torch=torch)
+    check.sum_of_ranks(ns["my_sum_of_ranks"])
+    assert capsys.readouterr().out.count("✔ sum_of_ranks: passed") == 2
+
+
+def test_sum_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.welcome_allreduce(stub)
+        check.sum_of_ranks(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (no_allreduce, "did you call dist.all_reduce"),
-    (max_instead_of_sum, "ReduceOp.SUM, not MAX"),
+    (max_instead_of_sum, "op=MAX: use the default op, ReduceOp.SUM"),
     (counted_from_one, "ranks start at 0"),
-    (hard_coded_for_four_ranks, r"with 3 ranks, rank 0 returned 6, expected 0\+1\+…\+2 = 3"),
+    (hard_coded_for_four_ranks, r"with 3 ranks, the ranks returned \[6, 6, 6\], expected"),
+    (closed_form, "without calling dist.all_reduce \\(a closed form"),
+    (two_allreduces, r"called dist.all_reduce \[2, 2, 2\] times"),
+    (reduces_the_world_size_share, "each rank's tensor should hold its own rank"),
+    (forgets_return, "returned None: the function has no `return`"),
+    (ddl_lab.welcome.sum_of_ranks, "the package's own implementation of this task"),
 ])
-def test_allreduce_wrong_answers_are_explained(wrong, hint):
+def test_sum_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.welcome_allreduce(wrong)
+        check.sum_of_ranks(wrong)
+
+
+def test_sum_refuses_a_call_to_the_package(cell):
+    ns = cell("""
+from ddl_lab import welcome
+def my_sum_of_ranks():
+    return welcome.sum_of_ranks()
+""")
+    with pytest.raises(CheckFailed, match=r"calls ddl_lab.welcome.sum_of_ranks.*write it"):
+        check.sum_of_ranks(ns["my_sum_of_ranks"])
 
 
 def test_a_deadlock_is_a_timeout_message_not_a_hang():
     with pytest.raises(CheckFailed, match=r"timed out after 4 s.*rank\(s\) \[0\].*deadlock"):
-        check.welcome_allreduce(only_rank_zero_reduces)
+        check.sum_of_ranks(only_rank_zero_reduces)
 
 
-def test_learner_exception_names_the_rank():
-    def broken():
-        return 1 // (dist.get_rank() - 1)
-    with pytest.raises(CheckFailed, match="broken failed on rank 1 of 4: ZeroDivisionError"):
-        check.welcome_rank(broken)
+def test_verdicts_are_the_same_20_times(solution):
+    right, wrong = solution("00_welcome", "my_sum_of_ranks"), hard_coded_for_four_ranks
+    for _ in range(20):
+        check.sum_of_ranks(right)
+        check.rank(dist.get_rank)
+        with pytest.raises(CheckFailed, match="with 3 ranks, the ranks returned"):
+            check.sum_of_ranks(wrong)
 
 
 def test_check_failed_renders_as_one_line_in_ipython():
