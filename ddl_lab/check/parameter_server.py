@@ -198,7 +198,8 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
                                                                     np.ndarray, np.ndarray]:
     """One replica (this process) reads θ once and pushes 6 gradients against that version
     (staleness 0..5) to a real shard using the learner's rate."""
-    from ddl_lab.parameter_server.server import ParameterServer, staleness_lr as reference
+    from ddl_lab.parameter_server.rules import _staleness_lr as reference
+    from ddl_lab.parameter_server.server import ParameterServer
     rng = np.random.default_rng(5)
     theta0, grads = rng.normal(size=5), rng.normal(size=(6, 5))
     with ParameterServer(theta0, shards=1, rule="sgd", lr=lr, staleness_aware=True,

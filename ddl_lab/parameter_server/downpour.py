@@ -4,7 +4,7 @@ DistBelief (Dean et al., 2012) trains one model with many *replicas*, each on it
 part of the data. A replica fetches θ from the shards every ``n_fetch`` steps, computes
 gradients on its mini-batches, and pushes the accumulated gradient every ``n_push``
 steps — asynchronously: nobody waits for anybody. ``run`` does it for real: the shards
-(``parameter_server.py``) and every replica are separate processes talking over
+(``server.py``) and every replica are separate processes talking over
 loopback sockets; the driver (this process) samples θ to draw the loss against wall
 time, starts replicas late (warm start), kills one if asked, and collects what every
 replica did (a ``Timeline``) and the staleness of every update the shards applied.
@@ -12,12 +12,12 @@ replica did (a ``Timeline``) and the staleness of every update the shards applie
 ``Setup`` holds the knobs: consistency (``bsp``/``ssp``/``async``), Adagrad on the
 shards, a straggler (``slow``), staleness on purpose (``delay``), Zhang et al.'s
 staleness-aware rate, and EASGD (``algorithm='easgd'``). The model is a small MLP on
-the 8×8 digits in numpy (``Problem``), so a replica process starts in a fraction of a
-second.
+the 8×8 digits in numpy (``problem.py``). The loops a lesson prints are the short ones of
+``textbook.py``; the ones here also record a timeline, a delay and local steps. Pictures:
+``plots.py``.
 """
 from __future__ import annotations
 
-import functools
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -26,117 +26,16 @@ from typing import Any, Callable
 import numpy as np
 from multiprocess.connection import wait
 
-from ddl_lab.parameter_server.server import (MODES, ParameterServer, ParameterServerError, Pulled,
-                               ServerReport, ShardClient, Roles, from_driver, tell_driver)
+from ddl_lab.parameter_server.errors import ParameterServerError
+from ddl_lab.parameter_server.problem import Problem, compute_gradient, digits_problem, one_blas_thread
+from ddl_lab.parameter_server.roles import Roles, from_driver, tell_driver
+from ddl_lab.parameter_server.rules import MODES
+from ddl_lab.parameter_server.server import ParameterServer, ServerReport
+from ddl_lab.parameter_server.wire import Pulled, ShardClient
 from ddl_lab.timeline import Timeline
 
 __all__ = ["Problem", "digits_problem", "Setup", "DownpourRun", "downpour_replica",
-           "easgd_replica", "compute_gradient", "replica_main", "run", "compare", "plot_loss", "plot_timelines",
-           "plot_staleness", "plot_time_split", "plot_consistency", "plot_run", "time_to_target_table",
-           "one_blas_thread"]
-
-
-# ------------------------------------------------------------------ the model
-
-@dataclass
-class Problem:
-    """An MLP x → tanh(x W1 + b1) W2 + b2 with softmax cross-entropy, in numpy (lesson 07).
-
-    ``hidden=0`` is softmax regression. θ is one flat float64 vector (W1, b1, W2, b2), the
-    form the shards slice. ``X_test``/``y_test`` (optional) give a test accuracy.
-    ``example_cost`` (seconds per example) is how long the model *would* take: a replica
-    pads its numpy compute with sleep up to that, so a step costs what a bigger network's
-    would (0: just the numpy MLP, whose 0.1 ms steps leave messaging dominant).
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    hidden: int = 32
-    classes: int = 10
-    X_test: np.ndarray | None = None
-    y_test: np.ndarray | None = None
-    example_cost: float = 0.0
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def shapes(self) -> list[tuple[int, ...]]:
-        d = self.X.shape[1]
-        if self.hidden == 0:
-            return [(d, self.classes), (self.classes,)]
-        return [(d, self.hidden), (self.hidden,), (self.hidden, self.classes), (self.classes,)]
-
-    @property
-    def n_params(self) -> int:
-        return int(sum(np.prod(s) for s in self.shapes()))
-
-    def unpack(self, theta: np.ndarray) -> list[np.ndarray]:
-        out, offset = [], 0
-        for shape in self.shapes():
-            k = int(np.prod(shape))
-            out.append(theta[offset:offset + k].reshape(shape))
-            offset += k
-        return out
-
-    def init(self, seed: int = 0) -> np.ndarray:
-        """Weights ~ N(0, 1/fan_in), biases 0."""
-        rng = np.random.default_rng(seed)
-        parts = []
-        for shape in self.shapes():
-            parts.append(rng.normal(0.0, shape[0] ** -0.5, shape).ravel() if len(shape) == 2
-                         else np.zeros(shape))
-        return np.concatenate(parts)
-
-    def _forward(self, theta: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        params = self.unpack(theta)
-        h = X if self.hidden == 0 else np.tanh(X @ params[0] + params[1])
-        z = h @ params[-2] + params[-1]
-        z = z - z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return h, p / p.sum(axis=1, keepdims=True)
-
-    def loss_grad(self, theta: np.ndarray, rows: np.ndarray | None = None
-                  ) -> tuple[float, np.ndarray]:
-        """Mean cross-entropy over ``rows`` (all if None) and its gradient."""
-        X, y = (self.X, self.y) if rows is None else (self.X[rows], self.y[rows])
-        h, p = self._forward(theta, X)
-        n = len(y)
-        loss = float(-np.log(p[np.arange(n), y] + 1e-12).mean())
-        dz = p
-        dz[np.arange(n), y] -= 1.0
-        dz /= n
-        params = self.unpack(theta)
-        grads = [h.T @ dz, dz.sum(axis=0)]
-        if self.hidden:
-            dh = (dz @ params[2].T) * (1.0 - h * h)
-            grads = [X.T @ dh, dh.sum(axis=0)] + grads
-        return loss, np.concatenate([g.ravel() for g in grads])
-
-    def loss(self, theta: np.ndarray, rows: np.ndarray | None = None) -> float:
-        """Mean cross-entropy over ``rows`` (all training examples if None)."""
-        X, y = (self.X, self.y) if rows is None else (self.X[rows], self.y[rows])
-        with np.errstate(all="ignore"):
-            _, p = self._forward(theta, X)
-        return float(-np.log(p[np.arange(len(y)), y] + 1e-12).mean())
-
-    def accuracy(self, theta: np.ndarray) -> float:
-        """Test accuracy (training accuracy if there is no test set)."""
-        X, y = (self.X, self.y) if self.X_test is None else (self.X_test, self.y_test)
-        with np.errstate(all="ignore"):
-            return float((self._forward(theta, X)[1].argmax(axis=1) == y).mean())
-
-
-@functools.lru_cache(maxsize=8)
-def digits_problem(hidden: int = 32, seed: int = 0, example_cost: float = 50e-6) -> Problem:
-    """The 8×8 digits (1347 training, 450 test images) and an MLP with ``hidden`` units;
-    each example costs ``example_cost`` seconds of compute (cached: scikit-learn loads
-    slowly)."""
-    from ddl_lab.ml.data import digits
-    if example_cost < 0:
-        raise ValueError(f"example_cost must be >= 0 seconds, got {example_cost!r}")
-    train, test = digits(seed=seed)
-    return Problem(train.X.astype(np.float64), train.y, hidden, 10,
-                   test.X.astype(np.float64), test.y, example_cost)
+           "easgd_replica", "replica_main", "run", "compare", "time_to_target_table"]
 
 
 # ------------------------------------------------------------------ the knobs
@@ -176,7 +75,7 @@ class Setup:
         timeout: the longest any single wait may take.
         gate, push, rate: the learner's SSP gate, push handler, staleness rate.
         replica: a replica loop to run instead of ``downpour_replica`` (same signature;
-            it may be written in a notebook cell).
+            it may be written in a notebook cell; it may return its stats or None).
     """
 
     replicas: int = 4
@@ -292,25 +191,6 @@ def _slowdown(setup: Setup, rid: int, rng: np.random.Generator) -> float:
     return setup.slowness()[rid] * (10.0 if hiccup else 1.0)
 
 
-def compute_gradient(problem: Problem, theta: np.ndarray, rows: np.ndarray, tl: Timeline,
-                     slow: float = 1.0) -> tuple[float, np.ndarray]:
-    """Loss and gradient on ``rows``, taking as long as the problem's model would: the numpy
-    compute, padded with sleep to len(rows)·example_cost, then slow× that on a slower
-    machine. Recorded as a 'compute' span and a 'straggle' span."""
-    t0 = time.perf_counter()
-    loss, grad = problem.loss_grad(theta, rows)
-    real = time.perf_counter() - t0
-    cost = max(real, len(rows) * problem.example_cost)
-    if cost > real:
-        time.sleep(cost - real)
-    t1 = time.perf_counter()
-    tl.add("compute", t0, t1)
-    if slow > 1.0:
-        time.sleep((slow - 1.0) * cost)
-        tl.add("straggle", t1, time.perf_counter())
-    return loss, grad
-
-
 def downpour_replica(client: ShardClient, problem: Problem, setup: Setup, rid: int,
                      tl: Timeline) -> dict:
     """One Downpour SGD replica (Dean et al. 2012): fetch θ every n_fetch steps, push the
@@ -394,7 +274,7 @@ def replica_main(parent: Any, rid: int, addresses: list, ranges: list, authkey: 
         stats = loop(client, problem, setup, rid, tl)
     finally:
         client.close()
-    return {**stats, "timeline": tl}
+    return {**(stats or {}), "timeline": tl}
 
 
 # ------------------------------------------------------------------ a run
@@ -484,19 +364,6 @@ def run(problem: Problem, setup: Setup | None = None, **changes: Any) -> Downpou
             reps.close()
 
 
-_BLAS: Any = None
-
-
-def one_blas_thread() -> Any:
-    """A context in which this process's numpy uses one BLAS thread: the driver's own
-    evaluations would otherwise fight the replica processes for the cores."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1)
-
-
 def _drive(problem: Problem, setup: Setup, ps: ParameterServer, reps: Roles) -> DownpourRun:
     """The driver's loop: start and kill replicas on time, watch the loss, end the run."""
     monitor = ps.connect("monitor")
@@ -578,156 +445,6 @@ def compare(problem: Problem, setups: dict[str, Setup | dict], base: Setup | Non
         runs[label] = r
     return runs
 
-
-# ------------------------------------------------------------------ pictures
-
-def plot_loss(runs: dict[str, Any], ax=None, target: float | None = None, x: str = "time"):
-    """Training loss of several runs against wall time (``x='time'``) or updates applied
-    (``x='updates'``); kills marked ×, warm-start joins dotted."""
-    import matplotlib.pyplot as plt
-    if x not in ("time", "updates"):
-        raise ValueError(f"x must be 'time' or 'updates', got {x!r}")
-    ax = ax or plt.gca()
-    for i, (label, r) in enumerate(runs.items()):
-        color = f"C{i}"
-        xs = r.t if x == "time" else r.versions
-        ax.plot(xs, r.loss, color=color, lw=1.5, label=label)
-        if x != "time":
-            continue
-        for rep, at in getattr(r, "killed", {}).items():
-            y = np.interp(at, r.t, r.loss)
-            ax.plot([at], [y], "x", color=color, ms=10, mew=2)
-            ax.annotate(f"replica {rep} killed", (at, y), textcoords="offset points",
-                        xytext=(5, 8), fontsize=8, color=color)
-        for rep, at in getattr(r, "started", {}).items():
-            if at > 0.01:
-                ax.axvline(at, color=color, ls=":", lw=1)
-    if target is not None:
-        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("wall time (s)" if x == "time" else "updates applied by the shards")
-    ax.set_ylabel("training loss")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
-
-
-def _window(r: DownpourRun, window: float) -> tuple[list[Timeline], float]:
-    """The replicas' spans during ``window`` seconds from the moment the last replica
-    started computing (before that, replicas connect and join), and that origin."""
-    from ddl_lab.timeline import Span
-    tls = r.timelines()
-    firsts = [min(s.start for s in tl.spans if s.kind == "compute") for tl in tls
-              if any(s.kind == "compute" for s in tl.spans)]
-    origin = max(firsts, default=r.t0)
-    end = origin + window
-    return [Timeline(tl.rank, [Span(s.kind, max(s.start, origin), min(s.end, end), s.step)
-                               for s in tl.spans if s.start < end and s.end > origin])
-            for tl in tls], origin
-
-
-def plot_timelines(runs: dict[str, DownpourRun], window: float = 0.15, axes=None):
-    """One timeline panel per run: what each replica did during the first ``window``
-    seconds (computing, talking to the shards, waiting at the gate, straggling)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    from ddl_lab.timeline import COLORS, plot_timeline
-    if axes is None:
-        fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.3 * len(runs) + 1.2),
-                                 squeeze=False, sharex=True)
-        axes = axes[:, 0]
-        fig.subplots_adjust(hspace=0.45)
-    for k, (ax, (label, r)) in enumerate(zip(axes, runs.items())):
-        cut, origin = _window(r, window)
-        if not any(tl.spans for tl in cut):
-            raise ValueError(f"{label}: no replica recorded anything (did every replica die?)")
-        plot_timeline(cut, ax=ax, t0=origin)
-        ax.set_title(label, fontsize=9, loc="left")
-        ax.set_yticks(range(r.setup.replicas),
-                      [f"replica {i}" + (f" ×{f:g}" if f > 1 else "")
-                       for i, f in enumerate(r.setup.slowness())], fontsize=8)
-        ax.set_xlim(0, window)
-        ax.get_legend().remove()
-        if k < len(runs) - 1:
-            ax.set_xlabel("")
-    seen = {s.kind for r in runs.values() for tl in r.timelines() for s in tl.spans}
-    axes[-1].legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items() if k in seen],
-                    loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=len(seen),
-                    fontsize=8, frameon=False)
-    return axes
-
-
-def plot_staleness(runs: dict[str, DownpourRun], ax=None):
-    """How stale the applied gradients were, per run (0 = computed on the current θ)."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    top = max(int(r.staleness.max(initial=0)) for r in runs.values())
-    bins = np.arange(top + 2) - 0.5
-    for i, (label, r) in enumerate(runs.items()):
-        st = r.staleness
-        ax.hist(st, bins=bins, histtype="step", lw=2, color=f"C{i}",
-                weights=np.full(len(st), 1.0 / max(len(st), 1)),
-                label=f"{label}: mean {st.mean():.1f}, max {st.max(initial=0)}")
-    ax.set_xlabel("staleness τ of an applied gradient (updates since its pull)")
-    ax.set_ylabel("fraction of updates")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
-
-
-def plot_time_split(runs: dict[str, DownpourRun], ax=None, legend: bool = True):
-    """Where each replica's time went, per run: computing, talking, waiting, straggling."""
-    import matplotlib.pyplot as plt
-    from ddl_lab.timeline import COLORS
-    ax = ax or plt.gca()
-    kinds = ["compute", "communicate", "wait", "straggle"]
-    ticks, labels, y = [], [], 0.0
-    for label, r in runs.items():
-        for i, tl in enumerate(r.timelines()):
-            totals, left = tl.totals(), 0.0
-            for kind in kinds:
-                ax.barh(y, totals.get(kind, 0.0), left=left, color=COLORS[kind],
-                        label=kind if not ticks else None)
-                left += totals.get(kind, 0.0)
-            ticks.append(y)
-            labels.append(f"{label} · replica {i}" if label else f"replica {i}")
-            y += 1.0
-        y += 0.6
-    ax.set_yticks(ticks, labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds")
-    if legend:
-        ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
-                  frameon=False)
-    ax.grid(True, axis="x", alpha=0.3)
-    return ax
-
-
-def plot_consistency(runs: dict[str, DownpourRun], target: float | None = None,
-                     window: float = 0.15):
-    """Lesson 07's main picture: each run's replica timeline (left), the loss against
-    wall time and the staleness histogram (right)."""
-    import matplotlib.pyplot as plt
-    fig = plt.figure(figsize=(12, 1.3 * len(runs) + 2.6))
-    grid = fig.add_gridspec(len(runs), 2, width_ratios=[1.25, 1], hspace=0.55, wspace=0.25)
-    plot_timelines(runs, window, axes=[fig.add_subplot(grid[i, 0]) for i in range(len(runs))])
-    half = max(1, len(runs) // 2)
-    plot_loss(runs, fig.add_subplot(grid[:half, 1]), target)
-    plot_staleness(runs, fig.add_subplot(grid[half:, 1]))
-    return fig
-
-
-def plot_run(r: DownpourRun, window: float = 0.1):
-    """One run at a glance: the replicas' timeline, the loss against wall time, and where
-    each replica's time went."""
-    import matplotlib.pyplot as plt
-    fig = plt.figure(figsize=(12, 5.4))
-    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.2], hspace=0.75, wspace=0.3)
-    label = r.label or r.setup.describe()
-    plot_timelines({label: r}, window, axes=[fig.add_subplot(grid[0, :])])
-    plot_loss({label: r}, fig.add_subplot(grid[1, 0]))
-    plot_time_split({"": r}, fig.add_subplot(grid[1, 1]), legend=False)
-    return fig
 
 
 def time_to_target_table(runs: dict[str, DownpourRun], target: float) -> str:

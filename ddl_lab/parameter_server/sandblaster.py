@@ -23,14 +23,16 @@ from typing import Any
 import numpy as np
 from multiprocess.connection import wait
 
-from ddl_lab.parameter_server.downpour import DownpourRun, Problem, Setup, compute_gradient, one_blas_thread
+from ddl_lab.parameter_server.downpour import DownpourRun, Setup
 from ddl_lab.parameter_server.downpour import run as downpour_run
-from ddl_lab.parameter_server.server import (ParameterServer, ParameterServerError, Roles, ServerReport,
-                               ShardClient, from_driver, tell_driver)
+from ddl_lab.parameter_server.errors import ParameterServerError
+from ddl_lab.parameter_server.problem import Problem, compute_gradient, one_blas_thread
+from ddl_lab.parameter_server.roles import Roles, from_driver, tell_driver
+from ddl_lab.parameter_server.server import ParameterServer, ServerReport
+from ddl_lab.parameter_server.wire import ShardClient
 from ddl_lab.timeline import Timeline
 
-__all__ = ["SandblasterRun", "Coordinator", "sandblaster_replica", "run", "distbelief",
-           "plot_distbelief", "plot_batch_times"]
+__all__ = ["SandblasterRun", "Coordinator", "sandblaster_replica", "run", "distbelief"]
 
 
 _BACKUP_AFTER = 1.2        # a slice running longer than this × the median task gets a backup
@@ -325,42 +327,3 @@ def distbelief(problem: Problem, replicas: int = 4, shards: int = 2, steps: int 
     for label, r in runs.items():
         r.label = label
     return runs
-
-
-def plot_distbelief(runs: dict[str, Any], axes=None):
-    """Training loss and test accuracy against wall time, and the loss against the
-    examples whose gradient was computed (the work done)."""
-    import matplotlib.pyplot as plt
-    if axes is None:
-        _, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for i, (label, r) in enumerate(runs.items()):
-        examples = r.examples if isinstance(r, SandblasterRun) else r.examples_seen
-        style = dict(color=f"C{i}", lw=1.6, label=label,
-                     marker="." if isinstance(r, SandblasterRun) else None)
-        axes[0].plot(r.t, r.loss, **style)
-        axes[1].plot(r.t, r.accuracy, **style)
-        axes[2].plot(examples, r.loss, **style)
-    axes[0].set(xlabel="wall time (s)", ylabel="training loss", yscale="log")
-    axes[1].set(xlabel="wall time (s)", ylabel="test accuracy", ylim=(0.8, 1.0))
-    axes[2].set(xlabel="examples whose gradient was computed", ylabel="training loss",
-                yscale="log")
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-    axes[1].legend(fontsize=8, loc="lower right")
-    plt.gcf().tight_layout()
-    return axes
-
-
-def plot_batch_times(runs: dict[str, SandblasterRun], ax=None):
-    """Seconds per full-batch gradient, with and without backup tasks."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    for i, (label, r) in enumerate(runs.items()):
-        secs = [1e3 * b["seconds"] for b in r.batches]
-        ax.plot(np.arange(1, len(secs) + 1), secs, ".-", color=f"C{i}",
-                label=f"{label}: median {np.median(secs):.1f} ms")
-    ax.set_xlabel("batch (one full gradient)")
-    ax.set_ylabel("ms")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax

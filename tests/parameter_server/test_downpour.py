@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ddl_lab.parameter_server import downpour as D
-from ddl_lab.parameter_server.server import ParameterServerError, ShardDied
+from ddl_lab.parameter_server.errors import ParameterServerError, ShardDied
 
 
 @pytest.fixture(scope="module")

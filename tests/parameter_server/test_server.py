@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 from multiprocess import AuthenticationError
 
-from ddl_lab.parameter_server import server as P
+from ddl_lab.parameter_server import errors, rules, server as P
+from ddl_lab.parameter_server.roles import Roles
+from ddl_lab.parameter_server.shard import Shard
+from ddl_lab.parameter_server.wire import ShardClient
 from ddl_lab.ml.optim import Adagrad
 
 
@@ -16,33 +19,33 @@ def grads(n, k, seed=0):
 # ------------------------------------------------------------------ rules and gates
 
 def test_shard_ranges_are_equal_slices_covering_everything():
-    assert P.shard_ranges(10, 3) == [(0, 3), (3, 7), (7, 10)]
-    sizes = [hi - lo for lo, hi in P.shard_ranges(2410, 4)]
+    assert rules.shard_ranges(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    sizes = [hi - lo for lo, hi in rules.shard_ranges(2410, 4)]
     assert sum(sizes) == 2410 and max(sizes) - min(sizes) <= 1
     with pytest.raises(ValueError, match="at most 3"):
-        P.shard_ranges(3, 4)
+        rules.shard_ranges(3, 4)
     with pytest.raises(ValueError, match="positive integer"):
-        P.shard_ranges(10, 0)
+        rules.shard_ranges(10, 0)
 
 
 @pytest.mark.parametrize("clock, clocks, s, wait", [
     (3, [3, 3], 0, False), (4, [4, 3], 0, True), (5, [5, 2], 3, False), (6, [6, 2], 3, True),
     (2, [7, 2], 3, False)])
 def test_ssp_gate(clock, clocks, s, wait):
-    assert P.ssp_must_wait(clock, clocks, s) is wait
+    assert rules._ssp_must_wait(clock, clocks, s) is wait
 
 
 def test_adagrad_push_is_lesson_01s_adagrad_applied_per_shard():
     theta, G = np.ones(6), np.zeros(6)
     rule, ref = Adagrad(0.1, eps=1e-8), np.ones(6)
     for g in grads(6, 5):
-        theta, G = P.adagrad_push(theta, g, G, 0.1, 1e-8)
+        theta, G = rules._adagrad_push(theta, g, G, 0.1, 1e-8)
         ref = rule.step(ref, g)
     np.testing.assert_allclose(theta, ref)
 
 
 def test_staleness_lr_divides_by_staleness_and_keeps_fresh_gradients_whole():
-    assert [P.staleness_lr(0.5, t) for t in (0, 1, 2, 32)] == [0.5, 0.5, 0.25, 0.5 / 32]
+    assert [rules._staleness_lr(0.5, t) for t in (0, 1, 2, 32)] == [0.5, 0.5, 0.25, 0.5 / 32]
 
 
 # ------------------------------------------------------------------ one shard, in-process
@@ -52,7 +55,7 @@ def params(replies, who):
 
 
 def test_async_push_applies_sgd_and_records_staleness():
-    shard = P.Shard(0, np.zeros(3), rule="sgd", lr=0.5)
+    shard = Shard(0, np.zeros(3), rule="sgd", lr=0.5)
     shard.handle("a", ("join",))
     (_, reply), = shard.handle("a", ("pull",))
     assert reply[0] == "params" and reply[2] == 0
@@ -63,7 +66,7 @@ def test_async_push_applies_sgd_and_records_staleness():
 
 
 def test_ssp_holds_a_pull_more_than_s_clocks_ahead_until_the_slowest_pushes():
-    shard = P.Shard(0, np.zeros(2), mode="ssp", s=1)
+    shard = Shard(0, np.zeros(2), mode="ssp", s=1)
     shard.handle("fast", ("join",))
     shard.handle("slow", ("join",))
     for _ in range(2):
@@ -75,7 +78,7 @@ def test_ssp_holds_a_pull_more_than_s_clocks_ahead_until_the_slowest_pushes():
 
 
 def test_bsp_applies_a_clock_when_every_replica_pushed_and_all_of_it_is_fresh():
-    shard = P.Shard(0, np.zeros(2), mode="bsp", rule="sgd", lr=1.0)
+    shard = Shard(0, np.zeros(2), mode="bsp", rule="sgd", lr=1.0)
     for who in "abc":
         shard.handle(who, ("join",))
     shard.handle("a", ("push", np.ones(2), 0))
@@ -87,7 +90,7 @@ def test_bsp_applies_a_clock_when_every_replica_pushed_and_all_of_it_is_fresh():
 
 
 def test_a_lost_replica_is_reported_and_no_longer_holds_the_barrier():
-    shard = P.Shard(0, np.zeros(2), mode="bsp")
+    shard = Shard(0, np.zeros(2), mode="bsp")
     shard.handle("a", ("join",))
     shard.handle("b", ("join",))
     shard.handle("a", ("push", np.ones(2), 0))
@@ -100,7 +103,7 @@ def test_a_lost_replica_is_reported_and_no_longer_holds_the_barrier():
 
 
 def test_a_late_joiner_starts_at_the_slowest_clock():
-    shard = P.Shard(0, np.zeros(1), mode="ssp", s=0)
+    shard = Shard(0, np.zeros(1), mode="ssp", s=0)
     shard.handle("a", ("join",))
     for _ in range(5):
         shard.handle("a", ("push", np.zeros(1), shard.version))
@@ -110,7 +113,7 @@ def test_a_late_joiner_starts_at_the_slowest_clock():
 
 
 def test_stop_answers_waiting_and_later_pulls():
-    shard = P.Shard(0, np.zeros(1), mode="bsp")
+    shard = Shard(0, np.zeros(1), mode="bsp")
     shard.handle("a", ("join",))
     shard.handle("b", ("join",))
     shard.handle("a", ("push", np.zeros(1), 0))
@@ -120,7 +123,7 @@ def test_stop_answers_waiting_and_later_pulls():
 
 
 def test_staleness_aware_rate_is_recorded_per_update():
-    shard = P.Shard(0, np.zeros(1), rule="sgd", lr=0.8, staleness_aware=True)
+    shard = Shard(0, np.zeros(1), rule="sgd", lr=0.8, staleness_aware=True)
     for _ in range(5):
         shard.handle("a", ("push", np.ones(1), 0))
     np.testing.assert_allclose(shard.report()["lr"], [0.8, 0.8, 0.4, 0.8 / 3, 0.2])
@@ -128,7 +131,7 @@ def test_staleness_aware_rate_is_recorded_per_update():
 
 
 def test_sandblaster_vector_ops_and_slices_counted_once():
-    shard = P.Shard(0, np.array([1.0, 2.0]))
+    shard = Shard(0, np.array([1.0, 2.0]))
     shard.handle("c", ("ops", None, 0, [("new_batch", 1)]))
     assert shard.handle("c", ("ops", 1, 2, [("dot", "g_new", "theta")])) == []   # deferred
     shard.handle("r0", ("accumulate", 1, 0, np.array([1.0, 0.0])))
@@ -147,14 +150,14 @@ def test_sandblaster_vector_ops_and_slices_counted_once():
     (dict(mode="ssp", s=-1), "integer >= 0"), (dict(lr=-1.0), "lr must be >= 0")])
 def test_bad_settings_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        P.Shard(0, np.zeros(2), **kwargs)
+        Shard(0, np.zeros(2), **kwargs)
 
 
 def test_bad_pushes_and_gates_are_explained():
-    shard = P.Shard(0, np.zeros(3))
+    shard = Shard(0, np.zeros(3))
     with pytest.raises(ValueError, match="pushed 2 values, but this shard holds 3"):
         shard.handle("a", ("push", np.zeros(2), 0))
-    odd = P.Shard(0, np.zeros(1), mode="ssp", gate=lambda c, cs, s: "no")
+    odd = Shard(0, np.zeros(1), mode="ssp", gate=lambda c, cs, s: "no")
     odd.handle("a", ("join",))
     with pytest.raises(TypeError, match="must return True .* or False"):
         odd.handle("a", ("pull",))
@@ -164,7 +167,7 @@ def test_bad_pushes_and_gates_are_explained():
 
 def test_two_shard_processes_match_one_in_process_shard():
     theta0, gs = np.arange(7.0), grads(7, 6)
-    ref = P.Shard(0, theta0, rule="adagrad", lr=0.1)
+    ref = Shard(0, theta0, rule="adagrad", lr=0.1)
     with P.ParameterServer(theta0, shards=2, rule="adagrad", lr=0.1, timeout=10) as ps:
         client = ps.connect(0)
         assert client.join() == 0
@@ -200,9 +203,9 @@ def test_a_dead_shard_is_an_error_not_a_hang():
         client.join()
         ps.kill_shard(1)
         t = time.perf_counter()
-        with pytest.raises(P.ShardLost, match="shard 1 closed the connection"):
+        with pytest.raises(errors.ShardLost, match="shard 1 closed the connection"):
             client.pull()
-        with pytest.raises(P.ShardDied, match=r"shard 1 died \(exit code -15, SIGTERM\).*"
+        with pytest.raises(errors.ShardDied, match=r"shard 1 died \(exit code -15, SIGTERM\).*"
                                               r"parameters 2\.\.3"):
             ps.check(ps.roles.events(2.0))
         assert time.perf_counter() - t < 3.0
@@ -221,7 +224,7 @@ def test_a_pull_held_by_the_gate_times_out_instead_of_hanging():
 def test_a_client_without_the_key_is_refused():
     with P.ParameterServer(np.zeros(2), shards=1, timeout=5) as ps:
         with pytest.raises(AuthenticationError):
-            P.ShardClient(ps.addresses, ps.ranges, b"not the key", "intruder", 5)
+            ShardClient(ps.addresses, ps.ranges, b"not the key", "intruder", 5)
         assert ps.connect("ok").snapshot()[1] == (0,)     # the shard still serves
 
 
@@ -229,11 +232,11 @@ def test_a_failing_role_reports_its_traceback_and_the_pool_recovers():
     def broken(parent):
         raise RuntimeError("replica could not read its data")
 
-    roles = P.Roles(1, "replica")
+    roles = Roles(1, "replica")
     try:
         roles.start(0, broken)
-        with pytest.raises(P.ParameterServerError, match="replica 0 failed: RuntimeError: "
-                                                        "replica could not read its data"):
+        with pytest.raises(errors.ParameterServerError, match="replica 0 failed: RuntimeError: "
+                                                             "replica could not read its data"):
             roles.expect(0, "ready", 30)
     finally:
         roles.close()
