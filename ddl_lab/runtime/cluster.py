@@ -37,7 +37,7 @@ from .worker import worker_main
 
 _CTX = mp.get_context("spawn")
 _ERROR_GRACE_S = 3.0       # after one rank fails, how long the others get to answer
-_WHERE_S = 1.0             # after a timeout, how long the ranks get to say where they are
+_WHERE_S = 2.0             # after a timeout, the most the ranks get to say where they are
 _NO_LIMIT_S = 24 * 3600.0  # the collectives' timeout when runs have no limit
 _LIVE: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
 
@@ -298,7 +298,7 @@ class Cluster:
         return False
 
     def _where(self, ranks: list[int]) -> dict[int, Where]:
-        """Ask the ranks' watcher threads where their main thread is (at most ~1 s)."""
+        """Ask the ranks' watcher threads where their main thread is (at most _WHERE_S)."""
         asked: dict[Connection, int] = {}
         for r in ranks:
             try:
