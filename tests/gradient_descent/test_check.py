@@ -1,9 +1,15 @@
-"""Lesson 01's checks accept the solutions and reject the stub and plausible mistakes."""
+"""Lesson 01's checks: right answers in several styles pass (vectorised and looped, numpy
+and torch, float32 and float64); the stub, hard-coded hyper-parameters, mutated inputs and
+the other mistakes learners make fail with a message naming the fault."""
 import numpy as np
 import pytest
+import torch
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.ml import models, optim
+
+NB = "01_gradient_descent"
 
 
 def stub(*args, **kwargs):
@@ -12,18 +18,38 @@ def stub(*args, **kwargs):
 
 # ------------------------------------------------------------ task 1: batch gradient
 
-def gradient(theta, X, y):
+def gradient_loop(theta, X, y):
+    g = np.zeros_like(theta)
+    for xi, yi in zip(X, y):
+        g += (xi @ theta - yi) * xi
+    return g / len(y)
+
+
+def gradient_torch(theta, X, y):
+    X, y, theta = (torch.from_numpy(a) for a in (X, y, theta))
+    return torch.einsum("nd,n->d", X, X @ theta - y) / len(y)
+
+
+def gradient_float64(theta, X, y):
+    X, y, theta = X.astype(np.float64), y.astype(np.float64), theta.astype(np.float64)
     return X.T @ (X @ theta - y) / len(y)
 
 
-def test_gradient_solution_passes(capsys):
-    check.gd_batch_gradient(gradient)
-    assert "✔ gd_batch_gradient: passed" in capsys.readouterr().out
+def gradient_mutates_y(theta, X, y):
+    y -= X @ theta
+    return -X.T @ y / len(y)
+
+
+@pytest.mark.parametrize("right", [gradient_loop, gradient_torch, gradient_float64])
+def test_gradient_right_answers_pass(right, solution, capsys):
+    check.batch_gradient(solution(NB, "my_batch_gradient"))
+    check.batch_gradient(right)
+    assert capsys.readouterr().out.count("✔ batch_gradient: passed") == 2
 
 
 def test_gradient_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.gd_batch_gradient(stub)
+        check.batch_gradient(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -33,11 +59,20 @@ def test_gradient_stub_is_not_implemented_yet():
     (lambda th, X, y: 2 * X.T @ (X @ th - y) / len(y), "the ½ in J cancels the 2"),
     (lambda th, X, y: X.T @ (y - X @ th) / len(y), "the sign is flipped"),
     (lambda th, X, y: float(np.mean(X @ th - y)), "a single number"),
-    (lambda th, X, y: X.T @ (X @ th) / len(y), "element 0 is"),
+    (lambda th, X, y: X.T @ (X @ th) / len(y), "the targets y are missing"),
+    (lambda th, X, y: X.T @ (X @ th - y) / 7, r"your gradient is [\d.]+ × the right one"),
+    (lambda th, X, y: None, "returned None: the function has no `return`"),
+    (gradient_mutates_y, "changed its argument `y` in place"),
+    (models.linreg_grad, "the package's own implementation"),
 ])
 def test_gradient_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.gd_batch_gradient(wrong)
+        check.batch_gradient(wrong)
+
+
+def test_gradient_hard_coded_n_passes_one_case_and_fails_the_next_replayably():
+    with pytest.raises(CheckFailed, match=r"case 1 \(n=1, d=4.*check.batch_gradient\(…, seed=3\)"):
+        check.batch_gradient(lambda th, X, y: X.T @ (X @ th - y) / 7, seed=3)    # n = 7 in case 0
 
 
 # ------------------------------------------------------------ task 2: mini-batch epoch
@@ -51,10 +86,12 @@ def epoch(theta, X, y, grad, lr, batch_size, rng):
 
 
 def epoch_in_place(theta, X, y, grad, lr, batch_size, rng):       # the seed's `+=` form
-    order = rng.permutation(len(y))
-    for i in range(0, len(y), batch_size):
-        batch = order[i:i + batch_size]
-        theta -= lr * grad(theta, X[batch], y[batch])
+    idx = np.arange(len(y))
+    rng.shuffle(idx)
+    starts = list(range(0, len(y), batch_size))
+    for lo in starts:
+        hi = min(lo + batch_size, len(y))
+        theta -= lr * grad(theta, X[idx[lo:hi]], y[idx[lo:hi]])
     return theta
 
 
@@ -68,8 +105,21 @@ def fixed_seed(theta, X, y, grad, lr, batch_size, rng):
     return epoch(theta, X, y, grad, lr, batch_size, np.random.default_rng(0))
 
 
+def global_random(theta, X, y, grad, lr, batch_size, rng):
+    order = np.random.permutation(len(y))
+    for i in range(0, len(y), batch_size):
+        theta = theta - lr * grad(theta, X[order[i:i + batch_size]], y[order[i:i + batch_size]])
+    return theta
+
+
 def shuffled_separately(theta, X, y, grad, lr, batch_size, rng):
     X, y = X[rng.permutation(len(y))], y[rng.permutation(len(y))]
+    return no_shuffle(theta, X, y, grad, lr, batch_size, rng)
+
+
+def shuffles_the_data_in_place(theta, X, y, grad, lr, batch_size, rng):
+    order = rng.permutation(len(y))
+    X[:], y[:] = X[order], y[order]
     return no_shuffle(theta, X, y, grad, lr, batch_size, rng)
 
 
@@ -104,6 +154,10 @@ def uphill(theta, X, y, grad, lr, batch_size, rng):
     return theta
 
 
+def ignores_lr(theta, X, y, grad, lr, batch_size, rng):
+    return epoch(theta, X, y, grad, 0.01, batch_size, rng)
+
+
 def forgets_to_return(theta, X, y, grad, lr, batch_size, rng):
     epoch(theta, X, y, grad, lr, batch_size, rng)
 
@@ -113,70 +167,97 @@ def wrong_argument_order(theta, X, y, grad, lr, batch_size, rng):
     return theta - lr * grad(X[order], y[order], theta)
 
 
-@pytest.mark.parametrize("solution", [epoch, epoch_in_place])
-def test_epoch_solution_passes(solution, capsys):
-    check.gd_minibatch_epoch(solution)
-    assert "✔ gd_minibatch_epoch: passed" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [epoch, epoch_in_place])
+def test_epoch_right_answers_pass(right, solution, capsys):
+    check.minibatch_sgd_epoch(solution(NB, "my_minibatch_sgd_epoch"))
+    check.minibatch_sgd_epoch(right)
+    assert capsys.readouterr().out.count("✔ minibatch_sgd_epoch: passed") == 2
 
 
 def test_epoch_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.gd_minibatch_epoch(stub)
+        check.minibatch_sgd_epoch(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (no_shuffle, "visited in their stored order"),
-    (fixed_seed, "same order"),
+    (fixed_seed, "generators in different states gave the same order"),
+    (global_random, "shuffle with the rng you are given, not np.random"),
     (shuffled_separately, "X and y were shuffled separately"),
+    (shuffles_the_data_in_place, "changed its argument `X` in place"),
     (with_replacement, r"used \d times in one epoch.*from ONE permutation"),
     (drops_last, "the last, smaller batch was dropped"),
     (stale_theta, "every gradient was taken at the starting θ"),
     (uphill, "moved uphill"),
+    (ignores_lr, r"the step was [\d.]+ × lr·g: use the lr you are given"),
     (forgets_to_return, "returned None"),
     (wrong_argument_order, r"call it as grad\(theta, X_batch, y_batch\)"),
+    (optim.minibatch_sgd_epoch, "the package's own implementation"),
 ])
 def test_epoch_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.gd_minibatch_epoch(wrong)
+        check.minibatch_sgd_epoch(wrong)
 
 
 # ------------------------------------------------------------ task 3: Adagrad step
-
-def adagrad(theta, g, G, lr, eps):
-    G = G + g ** 2
-    return theta - lr * g / (np.sqrt(G) + eps), G
-
 
 def adagrad_eps_inside(theta, g, G, lr, eps):
     G = G + g ** 2
     return theta - lr * g / np.sqrt(G + eps), G
 
 
-@pytest.mark.parametrize("solution", [adagrad, adagrad_eps_inside])
-def test_adagrad_solution_passes(solution, capsys):
-    check.gd_adagrad_step(solution)
-    assert "✔ gd_adagrad_step: passed" in capsys.readouterr().out
+def adagrad_torch_list(theta, g, G, lr, eps):
+    t, g, G = (torch.from_numpy(a) for a in (theta, g, G))
+    G = G + g * g
+    return [t - lr * g / (G.sqrt() + eps), G]
+
+
+def adagrad_copies_then_in_place(theta, g, G, lr, eps):
+    theta, G = theta.copy(), G.copy()
+    G += g * g
+    theta -= lr * g / (np.sqrt(G) + eps)
+    return theta, G
+
+
+def adagrad_mutates_G(theta, g, G, lr, eps):
+    G += g * g
+    return theta - lr * g / (np.sqrt(G) + eps), G
+
+
+@pytest.mark.parametrize("right", [adagrad_eps_inside, adagrad_torch_list,
+                                   adagrad_copies_then_in_place])
+def test_adagrad_right_answers_pass(right, solution, capsys):
+    check.adagrad_step(solution(NB, "my_adagrad_step"))
+    check.adagrad_step(right)
+    assert capsys.readouterr().out.count("✔ adagrad_step: passed") == 2
 
 
 def test_adagrad_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.gd_adagrad_step(stub)
+        check.adagrad_step(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (lambda th, g, G, lr, eps: (th - lr * g / (G + g ** 2 + eps), G + g ** 2), "without the square root"),
+    (lambda th, g, G, lr, eps: (th - lr * g / (G + g ** 2 + eps), G + g ** 2), "take the square root"),
     (lambda th, g, G, lr, eps: (th - lr * g / np.sqrt(G + g ** 2), G + g ** 2), "add eps to the denominator"),
     (lambda th, g, G, lr, eps: (th - lr * g / (np.sqrt(G) + eps), G + g ** 2), "OLD G"),
-    (lambda th, g, G, lr, eps: (th - lr * g / (np.abs(g) + eps), g ** 2), "G must accumulate"),
+    (lambda th, g, G, lr, eps: (th - lr * g / (np.abs(g) + eps), g ** 2), "not just this one's g²"),
     (lambda th, g, G, lr, eps: (th - lr * g / (np.sqrt(G + g) + eps), G + g), "SQUARED gradient"),
-    (lambda th, g, G, lr, eps: (th - lr * g, G + g ** 2), "one global rate"),
+    (lambda th, g, G, lr, eps: (th - lr * g, G + g ** 2), "plain SGD with one global rate"),
     (lambda th, g, G, lr, eps: (th + lr * g / (np.sqrt(G + g ** 2) + eps), G + g ** 2), "uphill"),
     (lambda th, g, G, lr, eps: th - lr * g / (np.sqrt(G + g ** 2) + eps), "return a pair"),
+    (lambda th, g, G, lr, eps: None, "returned None"),
     (lambda th, g, G, lr, eps: (th, G), "that is the old G"),
+    (lambda th, g, G, lr, eps: (th - lr * g / (np.sqrt(G + g ** 2) + 1e-8), G + g ** 2),
+     "another eps than the one passed in"),
+    (lambda th, g, G, lr, eps: (th - 0.1 * g / (np.sqrt(G + g ** 2) + eps), G + g ** 2),
+     r"its step is [\d.]+ × lr·g/\(√G' \+ eps\): use the lr passed in"),
+    (adagrad_mutates_G, "changed its argument `G` in place"),
+    (lambda th, g, G, lr, eps: optim.Adagrad(lr, eps).step(th, g), "package's own implementation"),
 ])
 def test_adagrad_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.gd_adagrad_step(wrong)
+        check.adagrad_step(wrong)
 
 
 # ------------------------------------------------------------ task 4: learning rate
@@ -185,26 +266,48 @@ def one_over_L(X):
     return 1.0 / np.linalg.eigvalsh(X.T @ X / len(X)).max()
 
 
-def test_learning_rate_solution_passes(capsys):
-    check.gd_learning_rate(one_over_L)
-    assert "✔ gd_learning_rate: passed" in capsys.readouterr().out
+def by_power_iteration(X):
+    v = np.ones(X.shape[1])
+    for _ in range(100):
+        v = X.T @ (X @ v) / len(X)
+        v /= np.linalg.norm(v)
+    return 1.0 / float(v @ (X.T @ (X @ v)) / len(X))
+
+
+def by_spectral_norm(X):
+    return len(X) / np.linalg.norm(X, 2) ** 2
+
+
+def standardises_in_place(X):
+    X /= X.std(axis=0)
+    return 1.0
+
+
+@pytest.mark.parametrize("right", [by_power_iteration, by_spectral_norm])
+def test_learning_rate_right_answers_pass(right, solution, capsys):
+    check.learning_rate(solution(NB, "my_learning_rate"))
+    check.learning_rate(right)
+    assert capsys.readouterr().out.count("✔ learning_rate: passed") == 2
 
 
 def test_learning_rate_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.gd_learning_rate(stub)
+        check.learning_rate(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (lambda X: 0.1, "γ = 0.1 diverges for features ×10.* the same γ for every X"),
-    (lambda X: 0.01, "too slow.* the same γ for every X"),
+    (lambda X: 0.1, r"γ = 0.1 diverges.*the same γ for every X"),
+    (lambda X: 0.01, "the same γ for every X"),
     (lambda X: one_over_L(X) if X.std() > 0.5 else 1.0,
-     "has not converged within 50 steps for features ×0.1.*too slow. Try γ = 1/L"),
+     r"has not converged within 50 steps.*scale=0.1.*too slow. Try γ = 1/L"),
     (lambda X: 2 * one_over_L(X), "diverges|close to 2/L"),
     (lambda X: 0.3 * one_over_L(X), "far below 1/L: too slow"),
     (lambda X: -one_over_L(X), "must be > 0"),
     (lambda X: "fast", "return a number"),
+    (lambda X: None, "returned None"),
+    (standardises_in_place, "changed its argument `X` in place"),
+    (lambda X: 1 / optim.lipschitz(X), "package's own implementation"),
 ])
 def test_learning_rate_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.gd_learning_rate(wrong)
+        check.learning_rate(wrong)
