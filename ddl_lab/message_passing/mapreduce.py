@@ -25,7 +25,7 @@ from ddl_lab.message_passing.comm import Comm, comm_run
 from ddl_lab.runtime import shared_cluster
 
 __all__ = ["SPARK_2010", "write_splits", "read_split", "IterativeRun", "mapreduce_gd",
-           "in_memory_gd", "compare_iterative", "plot_iteration_times"]
+           "in_memory_gd", "compare_iterative"]
 
 # Zaharia et al., "Spark: Cluster Computing with Working Sets", HotCloud 2010: logistic
 # regression on 29 GB, 20 machines; seconds per iteration.
@@ -163,23 +163,3 @@ def compare_iterative(X: np.ndarray, y: np.ndarray, k: int = 4, iterations: int 
                 in_memory_gd(folder, k, iterations, lr))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def plot_iteration_times(mr: IterativeRun, mem: IterativeRun) -> object:
-    """Left: milliseconds per iteration, both ways. Right: total time as iterations grow."""
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.3))
-    for run, color in ((mr, "tab:red"), (mem, "tab:green")):
-        its = np.arange(1, len(run.seconds) + 1)
-        a.plot(its, 1e3 * np.array(run.seconds), "o-", color=color, ms=3, label=run.name)
-        b.plot(its, np.cumsum(run.seconds), "o-", color=color, ms=3)
-    a.set_yscale("log")
-    a.set_xlabel("iteration")
-    a.set_ylabel("ms per iteration")
-    a.legend(fontsize=7)
-    a.set_title("time per iteration", fontsize=10)
-    b.set_xlabel("iterations")
-    b.set_ylabel("seconds in total")
-    b.set_title("total time as iterations grow", fontsize=10)
-    fig.tight_layout()
-    return fig

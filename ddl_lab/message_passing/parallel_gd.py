@@ -19,19 +19,7 @@ import numpy as np
 from ddl_lab.message_passing.comm import Comm, comm_run
 from ddl_lab.ml.models import linreg_loss
 
-__all__ = ["shard_gradient_sum", "parallel_gradient", "parallel_gd", "GDResult",
-           "split_sizes", "run_parallel_gd", "batch_gd_losses", "plot_parallel_gd"]
-
-
-def shard_gradient_sum(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Σ_{i∈S} (x_i·θ − y_i) x_i over one shard: a sum, not a mean."""
-    return X.T @ (X @ theta - y)
-
-
-def parallel_gradient(comm: Comm, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
-                      m: int) -> np.ndarray:
-    """∇J(θ) on every rank: sum over this rank's shard, add over ranks, divide by m once."""
-    return comm.allreduce(shard_gradient_sum(theta, X, y)) / m
+__all__ = ["parallel_gd", "GDResult", "split_sizes", "run_parallel_gd", "batch_gd_losses"]
 
 
 @dataclass
@@ -101,29 +89,3 @@ def batch_gd_losses(X: np.ndarray, y: np.ndarray, steps: int,
         losses.append(linreg_loss(theta, X, y))
         theta = theta - lr * X.T @ (X @ theta - y) / len(y)
     return theta, losses
-
-
-def plot_parallel_gd(results: list[GDResult], single_losses: list[float]) -> object:
-    """Left: the loss of k workers on top of one process. Right: each rank's time
-    computing vs communicating (lesson 04)."""
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.3))
-    k = len(results)
-    a.semilogy(single_losses, lw=4, color="0.8", label="1 process (batch GD)")
-    a.semilogy(results[0].losses, "--", color="tab:blue", label=f"{k} workers (message passing)")
-    a.set_xlabel("step")
-    a.set_ylabel("J(θ)")
-    a.legend()
-    a.set_title("the same loss, step for step", fontsize=10)
-    ranks = np.arange(k)
-    comp = [1e3 * r.compute_s for r in results]
-    comm = [1e3 * r.comm_s for r in results]
-    b.barh(ranks, comp, color="tab:blue", label="sum over own shard")
-    b.barh(ranks, comm, left=comp, color="tab:orange", label="reduce + bcast")
-    b.set_yticks(ranks, [f"rank {r}" for r in ranks])
-    b.invert_yaxis()
-    b.set_xlabel("ms over the whole run")
-    b.legend(fontsize=8)
-    b.set_title("where each worker's time went", fontsize=10)
-    fig.tight_layout()
-    return fig

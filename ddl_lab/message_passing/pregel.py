@@ -28,9 +28,8 @@ import numpy as np
 from ddl_lab.message_passing.comm import Comm, comm_run
 
 __all__ = ["Graph", "web_graph", "pagerank_step", "pagerank_power", "pagerank_exact",
-           "Vertex", "Context",
-           "run_pregel", "PregelRun", "pregel", "pagerank_vertex", "pregel_pagerank",
-           "plot_pagerank_convergence", "plot_partitioned_graph"]
+           "Vertex", "Context", "add_aggregates", "my_vertices", "run_pregel", "PregelRun",
+           "pregel", "pregel_pagerank"]
 
 
 @dataclass
@@ -153,12 +152,25 @@ class Context:
         return self._previous.get(name, default)
 
 
+def add_aggregates(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """Two workers' aggregators added up, name by name (an allreduce's op)."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
 def _add_stats(a: tuple, b: tuple) -> tuple:
     """Add (active, sent, crossing, aggregators) of two workers."""
-    aggs = dict(a[3])
-    for k, v in b[3].items():
-        aggs[k] = aggs.get(k, 0.0) + v
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2], aggs
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2], add_aggregates(a[3], b[3])
+
+
+def my_vertices(graph: Graph, rank: int, k: int) -> list[Vertex]:
+    """The vertices worker ``rank`` of k owns (v ≡ rank mod k), each with its out-edges."""
+    order = np.argsort(graph.src, kind="stable")
+    starts = np.searchsorted(graph.src[order], np.arange(graph.n + 1))
+    return [Vertex(int(v), 1.0 / graph.n, graph.dst[order[starts[v]:starts[v + 1]]])
+            for v in range(rank, graph.n, k)]
 
 
 def run_pregel(comm: Comm, graph: Graph, compute: Callable, max_supersteps: int = 50,
@@ -172,10 +184,7 @@ def run_pregel(comm: Comm, graph: Graph, compute: Callable, max_supersteps: int 
     """
     k, n = comm.size, graph.n
     ids = np.arange(comm.rank, n, k)
-    order = np.argsort(graph.src, kind="stable")
-    starts = np.searchsorted(graph.src[order], np.arange(n + 1))
-    vertices = [Vertex(int(v), 1.0 / n, graph.dst[order[starts[v]:starts[v + 1]]])
-                for v in ids]
+    vertices = my_vertices(graph, comm.rank, k)
     inbox: dict[int, list] = {}
     aggregated: dict[str, float] = {}
     snapshots, history = [], []
@@ -237,9 +246,10 @@ def pregel(graph: Graph, world_size: int, compute: Callable, max_supersteps: int
                      time.perf_counter() - t0)
 
 
-def pagerank_vertex(vertex: Vertex, messages: list[float], ctx: Context,
-                    damping: float = 0.85, tol: float = 1e-10) -> None:
-    """PageRank, thinking like a vertex (Pregel's own example, with dangling vertices).
+def _pagerank_vertex(vertex: Vertex, messages: list[float], ctx: Context,
+                     damping: float = 0.85, tol: float = 1e-10) -> None:
+    """PageRank, thinking like a vertex (Pregel's own example, with dangling vertices;
+    exercise 04's last task, hence the private name).
 
     Superstep 0 only sends the initial value. Once the total change of the previous
     superstep is below ``tol``, every vertex votes to halt and the run ends.
@@ -265,63 +275,5 @@ def pregel_pagerank(graph: Graph, world_size: int = 4, damping: float = 0.85,
     """PageRank of ``graph`` in supersteps on ``world_size`` workers (lesson 04)."""
     if not 0 < damping < 1:
         raise ValueError(f"damping must be between 0 and 1, got {damping!r}")
-    return pregel(graph, world_size, functools.partial(pagerank_vertex, damping=damping,
-                                                       tol=tol), max_supersteps)
-
-
-# --------------------------------------------------------------------- pictures
-
-def plot_pagerank_convergence(run: PregelRun, iterates: list[np.ndarray],
-                              exact: np.ndarray) -> object:
-    """Left: L1 distance to the exact PageRank after each superstep (Pregel) and each power
-    iteration (one process). Right: active vertices and messages per superstep."""
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.3))
-    power = [np.abs(r - exact).sum() for r in iterates]
-    ours = [np.abs(r - exact).sum() for r in run.snapshots]
-    a.semilogy(range(len(power)), power, lw=4, color="0.8", label="power iteration, 1 process")
-    a.semilogy(range(len(ours)), ours, "o", ms=3, color="tab:blue",
-               label=f"Pregel supersteps, {run.workers} workers")
-    a.set_xlabel("superstep / iteration")
-    a.set_ylabel("L1 distance to PageRank")
-    a.legend(fontsize=8)
-    a.set_title("PageRank converging superstep by superstep", fontsize=10)
-    steps = [h["superstep"] for h in run.history]
-    b.bar(steps, [h["messages"] for h in run.history], color="tab:orange",
-          label="messages sent by vertices")
-    b.bar(steps, [h["crossing"] for h in run.history], color="tab:red",
-          label="… crossing workers, after combining")
-    b.plot(steps, [h["active"] for h in run.history], "k.-", label="active vertices")
-    b.set_xlabel("superstep")
-    b.set_ylim(0, 1.45 * max(h["messages"] for h in run.history))
-    b.legend(fontsize=8, loc="upper right", ncol=2)
-    b.set_title("work per superstep (all vote to halt at the end)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def plot_partitioned_graph(graph: Graph, values: np.ndarray, workers: int,
-                           ax: Any = None) -> Any:
-    """Vertices on a circle grouped by worker (v mod k), sized by PageRank; edges that
-    cross workers (they become messages on the wire) in red."""
-    import matplotlib.pyplot as plt
-    from matplotlib.collections import LineCollection
-    if ax is None:
-        ax = plt.subplots(figsize=(5, 5))[1]
-    order = np.concatenate([np.arange(w, graph.n, workers) for w in range(workers)])
-    angle = np.empty(graph.n)
-    angle[order] = 2 * np.pi * np.arange(graph.n) / graph.n
-    xy = np.column_stack([np.cos(angle), np.sin(angle)])
-    cross = (graph.src % workers) != (graph.dst % workers)
-    for mask, color, alpha in ((~cross, "0.4", 0.3), (cross, "tab:red", 0.15)):
-        segments = np.stack([xy[graph.src[mask]], xy[graph.dst[mask]]], axis=1)
-        ax.add_collection(LineCollection(segments, colors=color, linewidths=0.5,
-                                         alpha=alpha))
-    colors = plt.get_cmap("tab10")(np.arange(graph.n) % workers % 10)
-    ax.scatter(xy[:, 0], xy[:, 1], s=4000 * values / values.max() * 0.05 + 4,
-               c=colors, edgecolors="k", linewidths=0.3, zorder=3)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title(f"{graph.n} pages on {workers} workers (colour); size = PageRank; "
-                 f"{cross.mean():.0%} of links cross workers", fontsize=9)
-    return ax
+    return pregel(graph, world_size, functools.partial(_pagerank_vertex, damping=damping,
+                                                        tol=tol), max_supersteps)

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from ddl_lab.message_passing.comm import (ANY_SOURCE, CommError, _decode, _encode, _handshake,
-                                     collectives_side_by_side, comm_run, comm_trace, connect,
-                                     plot_collectives, plot_side_by_side)
+from ddl_lab.message_passing.comm import ANY_SOURCE, CommError, comm_run, comm_trace, connect
+from ddl_lab.message_passing.plots import figure_collectives, plot_side_by_side
+from ddl_lab.message_passing.side_by_side import collectives_side_by_side
+from ddl_lab.message_passing.wire import decode, encode, handshake
 
 matplotlib.use("Agg")
 
@@ -56,12 +57,12 @@ def test_point_to_point_matches_tags_and_keeps_arrays_uncopied():
                                   lambda: torch.arange(1000.0, dtype=torch.float64)])
 def test_arrays_and_tensors_cross_the_wire_without_copies(make):
     x = make()
-    codec, parts = _encode({"payload": x})
+    codec, parts = encode({"payload": x})
     address = x.data_ptr() if isinstance(x, torch.Tensor) else x.ctypes.data
     sent = [p for p in parts[1:] if p.nbytes == 8000]
     assert len(sent) == 1 and _address(sent[0]) == address        # sent from x's memory
     received = [bytearray(p) for p in parts]                      # what recv_into fills
-    y = _decode(codec, received)["payload"]
+    y = decode(codec, received)["payload"]
     assert type(y) is type(x) and (y == x).all()
     y_address = y.data_ptr() if isinstance(y, torch.Tensor) else y.ctypes.data
     assert y_address == _address(memoryview(received[1]))         # lives in that buffer
@@ -140,7 +141,7 @@ def test_trace_records_who_sent_what_to_whom():
     assert all(8000 <= m.nbytes < 8400 and m.arrived >= m.sent for m in b)
     assert sorted(m.src for m in trace.select("gather")) == [1, 2]
     assert len(trace.select("allreduce")) == 4                     # reduce + bcast
-    fig = plot_collectives(trace, 3)
+    fig = figure_collectives(trace, 3)
     assert len(fig.axes) == 3
 
 
@@ -234,14 +235,14 @@ def test_a_peer_with_the_wrong_key_is_refused():
 
     def accept():
         try:
-            _handshake(a, b"right key", 0, accepting=True)
+            handshake(a, b"right key", 0, accepting=True)
         except Exception as e:
             errors.append(e)
 
     t = threading.Thread(target=accept)
     t.start()
     with pytest.raises(Exception):
-        _handshake(b, b"wrong key", 1, accepting=False)
+        handshake(b, b"wrong key", 1, accepting=False)
     t.join(5)
     a.close()
     b.close()

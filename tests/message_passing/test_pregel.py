@@ -3,9 +3,9 @@ import matplotlib
 import numpy as np
 import pytest
 
+from ddl_lab.message_passing.plots import figure_pagerank_convergence, plot_partitioned_graph
 from ddl_lab.message_passing.pregel import (Graph, pagerank_exact, pagerank_power, pagerank_step,
-                            plot_pagerank_convergence, plot_partitioned_graph, pregel,
-                            pregel_pagerank, web_graph)
+                                            pregel, pregel_pagerank, web_graph)
 
 matplotlib.use("Agg")
 
@@ -45,7 +45,7 @@ def test_pregel_pagerank_equals_power_iteration_superstep_by_superstep(graph):
     assert last["active"] == 0 and last["messages"] == 0          # everyone voted to halt
     assert run.history[0]["messages"] == len(graph.src)
     assert 0 < run.history[0]["crossing"] < len(graph.src)       # combined before sending
-    assert len(plot_pagerank_convergence(run, iterates, pagerank_exact(graph)).axes) == 2
+    assert len(figure_pagerank_convergence(run, iterates, pagerank_exact(graph)).axes) == 2
     plot_partitioned_graph(graph, run.values, 3)
 
 
