@@ -1,7 +1,7 @@
 """Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks.
 
-Both run the learner's function on real workers with 3 and with 5 ranks (odd, and not the
-4 the lesson uses, so a hard-coded world size shows)."""
+Both run the learner's function on real workers with 2 and with 3 ranks (not the 4 the
+lesson uses, so a hard-coded world size shows; small, so a cold start stays cheap)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,7 +11,7 @@ from ._diagnose import only_right_for, refuse_package_copy
 
 __all__ = ["rank", "sum_of_ranks"]
 
-WORLD_SIZES = (3, 5)
+WORLD_SIZES = (2, 3)
 
 
 def _refuse_copies(fn: Callable, task: str) -> None:
@@ -127,6 +127,10 @@ def _allreduce_fault(name: str, calls: list[list], n: int) -> str | None:
     if any(k != 1 for k in counts):
         return (f"with {n} ranks, the ranks called dist.all_reduce {counts} times: one "
                 "all_reduce of a tensor holding the rank is enough.")
+    ops = sorted({c[0][1] for c in calls if not c[0][1].endswith("SUM")})
+    if ops:
+        return (f"with {n} ranks the all_reduce used op={ops[0]}, which happens to give the "
+                "sum here: use the default op, ReduceOp.SUM.")
     held = [c[0][0] for c in calls]
     if any(not before or any(x != r for x in before) for r, before in enumerate(held)):
         return (f"with {n} ranks, the tensors given to dist.all_reduce held {held} on ranks "

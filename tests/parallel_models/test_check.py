@@ -1,98 +1,157 @@
-"""Lesson 02's checks accept the solution and reject the stub and plausible wrong answers."""
-import textwrap
-
+"""Lesson 02's checks: right answers in several styles pass; races, serial "threads",
+dropped remainders and locks in the wrong place fail with a message naming the fault —
+the same verdict every run (the checks force the interleavings; no scheduling luck)."""
 import pytest
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.parallel_models import threads
+
+NB = "02_parallel_models"
+IMPORTS = "import threading\nimport numpy as np\nfrom concurrent.futures import ThreadPoolExecutor\n"
 
 
-def notebook_function(source: str, name: str):
-    """Define a function as a notebook cell does: in __main__, by value for dill."""
-    ns = {"__name__": "__main__"}
-    exec(textwrap.dedent("import threading\nimport numpy as np\n" + source), ns)
-    return ns[name]
+@pytest.fixture
+def define(cell):
+    """A function defined as a notebook cell does (in __main__, travels by value)."""
+    return lambda source, name: cell(IMPORTS + source)[name]
 
 
 STUB = "def {name}(*args):\n    raise NotImplementedError('replace this line with your code')"
 
-SUM = """
-def threaded_sum(x, num_threads):
+TEAM = """
+def my_threaded_sum(x, num_threads):
     n = len(x)
     partials = [0.0] * num_threads
     def work(t):
-        partials[t] = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+        lo, hi = t * n // num_threads, (t + 1) * n // num_threads
+        BODY
     team = [threading.Thread(target=work, args=(t,)) for t in range(num_threads)]
     for th in team:
         th.start()
     for th in team:
         th.join()
-    return float(sum(partials))
+    return RESULT
 """
 
 
-def test_threaded_sum_accepts_the_solution(capsys):
-    check.threaded_sum(notebook_function(SUM, "threaded_sum"))
-    assert "✔ threaded_sum: passed" in capsys.readouterr().out
+def team(body="partials[t] = x[lo:hi].sum()", result="float(sum(partials))", setup=""):
+    src = TEAM.replace("BODY", body).replace("RESULT", result)
+    return src.replace("    partials = [0.0] * num_threads\n",
+                       "    partials = [0.0] * num_threads\n" + setup)
 
 
-def test_threaded_sum_rejects_the_stub():
+POOL = """
+def my_threaded_sum(x, num_threads):
+    blocks = np.array_split(x, num_threads)
+    with ThreadPoolExecutor(max_workers=num_threads) as pool:
+        return float(sum(pool.map(lambda b: sum(b), blocks)))
+"""
+
+CALLER_WORKS_TOO = """
+def my_threaded_sum(x, num_threads):
+    n, partials = len(x), [0.0] * num_threads
+    def work(t):
+        partials[t] = np.sum(x[t * n // num_threads:(t + 1) * n // num_threads])
+    team = [threading.Thread(target=work, args=(t,)) for t in range(1, num_threads)]
+    for th in team:
+        th.start()
+    work(0)                                  # the calling thread is thread 0
+    for th in team:
+        th.join()
+    return np.float64(sum(partials))
+"""
+
+SERIAL = "def my_threaded_sum(x, num_threads):\n    return float(x.sum())"
+
+START_JOIN_SAME_LOOP = """
+def my_threaded_sum(x, num_threads):
+    n, partials = len(x), [0.0] * num_threads
+    def work(t):
+        partials[t] = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+    for t in range(num_threads):
+        th = threading.Thread(target=work, args=(t,))
+        th.start()
+        th.join()
+    return sum(partials)
+"""
+
+SORTS_X = """
+def my_threaded_sum(x, num_threads):
+    x.sort()                                 # "small numbers first, for accuracy"
+    return sum(x[t * len(x) // num_threads:(t + 1) * len(x) // num_threads].sum()
+               for t in range(num_threads))
+"""
+
+
+@pytest.mark.parametrize("source", [POOL, CALLER_WORKS_TOO, team(body="partials[t] = float(sum(x[lo:hi]))")])
+def test_threaded_sum_right_answers_pass(source, define, solution, capsys):
+    check.threaded_sum(solution(NB, "my_threaded_sum"))
+    check.threaded_sum(define(source, "my_threaded_sum"))
+    assert capsys.readouterr().out.count("✔ threaded_sum: passed") == 2
+
+
+def test_threaded_sum_rejects_the_stub(define):
     with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.threaded_sum(notebook_function(STUB.format(name="threaded_sum"), "threaded_sum"))
+        check.threaded_sum(define(STUB.format(name="my_threaded_sum"), "my_threaded_sum"))
 
 
-@pytest.mark.parametrize("update", ["total[0] += x[lo:hi].sum()", "total[0] = total[0] + x[lo:hi].sum()"])
-def test_threaded_sum_catches_the_lost_update(update):
-    racy = SUM.replace("partials = [0.0] * num_threads", "total = np.zeros(1)").replace(
-        "partials[t] = x[t * n // num_threads:(t + 1) * n // num_threads].sum()",
-        "lo, hi = t * n // num_threads, (t + 1) * n // num_threads\n        " + update).replace(
-        "return float(sum(partials))", "return float(total[0])")
-    for _ in range(3):                       # reliably, not once in a while
+RACY = team(setup="    total = np.zeros(1)\n", body="total[0] += x[lo:hi].sum()", result="float(total[0])")
+
+
+@pytest.mark.parametrize("source, hint", [
+    (RACY, "lost update"),
+    (team(setup="    total = np.zeros(1)\n",
+          body="total[0] = total[0] + x[lo:hi].sum()", result="float(total[0])"), "lost update"),
+    (SERIAL, "started 0 thread"),
+    (START_JOIN_SAME_LOOP, "each thread was joined before the next one was started"),
+    (team(setup="    lock, total = threading.Lock(), np.zeros(1)\n",
+          body="with lock:\n            total[0] += x[lo:hi].sum()", result="float(total[0])"),
+     "a lock held around the whole sum"),
+    (team(body="partials[t] = x[t * (n // num_threads):(t + 1) * (n // num_threads)].sum()"),
+     r"the last \d element\(s\) are missing"),
+    (team(body="partials[t] = x[lo:hi - 1].sum()"), "the last element of every block is missing"),
+    (team(result="None"), "returned None"),
+    (SORTS_X, "changed its argument `x` in place"),
+])
+def test_threaded_sum_wrong_answers_are_named(source, hint, define):
+    with pytest.raises(CheckFailed, match=hint):
+        check.threaded_sum(define(source, "my_threaded_sum"))
+
+
+def test_threaded_sum_refuses_the_package_s_parallel_for(define):
+    src = ("from ddl_lab.parallel_models.threads import parallel_for\n"
+           "def my_threaded_sum(x, num_threads):\n"
+           "    return parallel_for(lambda i: x[i], len(x), num_threads, reduction='+').value\n")
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.threaded_sum(define(src, "my_threaded_sum"))
+
+
+def test_threaded_sum_verdicts_are_the_same_20_times(define, solution):
+    right, racy = solution(NB, "my_threaded_sum"), define(RACY, "my_threaded_sum")
+    for _ in range(20):
+        check.threaded_sum(right)
         with pytest.raises(CheckFailed, match="lost update"):
-            check.threaded_sum(notebook_function(racy, "threaded_sum"))
+            check.threaded_sum(racy)
 
 
-def test_threaded_sum_rejects_no_threads_and_wrong_blocks():
-    serial = "def threaded_sum(x, num_threads):\n    return float(x.sum())"
-    with pytest.raises(CheckFailed, match="started 0 thread"):
-        check.threaded_sum(notebook_function(serial, "threaded_sum"))
-    gap = SUM.replace("x[t * n // num_threads:(t + 1) * n // num_threads]",
-                      "x[t * n // num_threads:(t + 1) * n // num_threads - 1]")
-    with pytest.raises(CheckFailed, match="cover x exactly once"):
-        check.threaded_sum(notebook_function(gap, "threaded_sum"))
-
+# ------------------------------------------------------------------ task 2: next_chunk
 
 CHUNK = """
-def next_chunk(next_iter, lock, chunk, stop):
-    with lock:
-        lo = int(next_iter[0])
+def my_next_chunk(next_iter, lock, chunk, stop):
+    lock.acquire()
+    try:
+        lo = next_iter[0].item()
         if lo >= stop:
             return None
-        hi = min(lo + chunk, stop)
-        next_iter[0] = hi
+        next_iter[0] = hi = min(lo + chunk, stop)
+    finally:
+        lock.release()
     return range(lo, hi)
 """
 
-
-def test_dynamic_chunk_accepts_the_solution(capsys):
-    check.dynamic_chunk(notebook_function(CHUNK, "next_chunk"))
-    assert "✔ dynamic_chunk: passed" in capsys.readouterr().out
-
-
-def test_dynamic_chunk_rejects_the_stub():
-    with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.dynamic_chunk(notebook_function(STUB.format(name="next_chunk"), "next_chunk"))
-
-
-def test_dynamic_chunk_rejects_a_dispenser_without_the_lock():
-    nolock = CHUNK.replace("    with lock:\n", "    if True:\n")
-    with pytest.raises(CheckFailed, match="never took the lock"):
-        check.dynamic_chunk(notebook_function(nolock, "next_chunk"))
-
-
-def test_dynamic_chunk_catches_the_race_of_a_read_outside_the_lock():
-    half = """
-def next_chunk(next_iter, lock, chunk, stop):
+READ_OUTSIDE = """
+def my_next_chunk(next_iter, lock, chunk, stop):
     lo = int(next_iter[0])
     if lo >= stop:
         return None
@@ -101,12 +160,70 @@ def next_chunk(next_iter, lock, chunk, stop):
         next_iter[0] = hi
     return range(lo, hi)
 """
-    for _ in range(2):                       # reliably, on real processes
-        with pytest.raises(CheckFailed, match="race: 2 processes claimed"):
-            check.dynamic_chunk(notebook_function(half, "next_chunk"))
+
+WRITE_OUTSIDE = """
+def my_next_chunk(next_iter, lock, chunk, stop):
+    with lock:
+        lo = int(next_iter[0])
+    if lo >= stop:
+        return None
+    hi = min(lo + chunk, stop)
+    next_iter[0] = hi
+    return range(lo, hi)
+"""
+
+NOT_RELEASED_ON_NONE = """
+def my_next_chunk(next_iter, lock, chunk, stop):
+    lock.acquire()
+    lo = int(next_iter[0])
+    if lo >= stop:
+        return None
+    next_iter[0] = hi = min(lo + chunk, stop)
+    lock.release()
+    return range(lo, hi)
+"""
 
 
-def test_dynamic_chunk_rejects_a_last_chunk_past_stop():
-    past = CHUNK.replace("hi = min(lo + chunk, stop)", "hi = lo + chunk")
-    with pytest.raises(CheckFailed, match=r"range\(8, 10\)"):
-        check.dynamic_chunk(notebook_function(past, "next_chunk"))
+def solution_with(old, new):
+    return CHUNK.replace(old, new)
+
+
+def test_next_chunk_right_answers_pass(define, solution, capsys):
+    check.next_chunk(solution(NB, "my_next_chunk"))
+    check.next_chunk(define(CHUNK, "my_next_chunk"))
+    assert capsys.readouterr().out.count("✔ next_chunk: passed") == 2
+
+
+def test_next_chunk_rejects_the_stub(define):
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check.next_chunk(define(STUB.format(name="my_next_chunk"), "my_next_chunk"))
+
+
+@pytest.mark.parametrize("source, hint", [
+    (solution_with("lock.acquire()", "pass").replace("lock.release()", "pass"),
+     "took the lock 0 times"),
+    (READ_OUTSIDE, "race: .* read next_iter\\[0\\] BEFORE taking the lock"),
+    (WRITE_OUTSIDE, "race: .* wrote next_iter\\[0\\] AFTER releasing the lock"),
+    (solution_with("min(lo + chunk, stop)", "lo + chunk"), "the last chunk must stop at `stop`"),
+    (solution_with("return range(lo, hi)", "return (lo, hi)"), "return a range object"),
+    (solution_with("        if lo >= stop:\n            return None\n", ""), "return None"),
+    (NOT_RELEASED_ON_NONE, "returned while still holding the lock"),
+])
+def test_next_chunk_wrong_answers_are_named(source, hint, define):
+    with pytest.raises(CheckFailed, match=hint):
+        check.next_chunk(define(source, "my_next_chunk"))
+
+
+def test_next_chunk_refuses_the_package_s_dispenser():
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.next_chunk(threads.next_chunk)
+
+
+def test_next_chunk_verdicts_are_the_same_20_times(define, solution):
+    """The race of a read outside the lock is caught by forcing the interleaving, not by
+    hoping two processes collide; the right answer passes on real processes every time."""
+    right, half = solution(NB, "my_next_chunk"), define(READ_OUTSIDE, "my_next_chunk")
+    for _ in range(20):
+        check.next_chunk(right)
+        with pytest.raises(CheckFailed, match="BEFORE taking the lock"):
+            check.next_chunk(half)
