@@ -1,4 +1,5 @@
-"""Command line: ``python -m ddl_lab execute lessons`` and ``python -m ddl_lab make-exercises``."""
+"""Command line: ``python -m ddl_lab execute lessons``, ``python -m ddl_lab make-exercises``,
+and the instructor's ``grade`` and ``nbgrader-export`` (``ddl_lab/tools/grading/cli.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ddl_lab.tools import notebooks
+from ddl_lab.tools.grading import cli as grading
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--out", default=None, help="where executed copies go (build/<folder>)")
     mk = sub.add_parser("make-exercises", help="generate exercises/ from solutions/")
     mk.add_argument("--check", action="store_true", help="only report stale exercises")
+    grading.add_commands(sub)
     a = ap.parse_args(argv)
+    if a.cmd in grading.COMMANDS:
+        return grading.run(a)
     if a.cmd == "execute":
         path = Path(a.path)
         out = Path(a.out) if a.out else Path("build") / (path.stem if path.is_file() else path.name)

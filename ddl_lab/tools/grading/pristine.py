@@ -1,0 +1,57 @@
+"""The notebook that is actually run to grade a submission: the learner's code cells with
+the course's own (pristine) check cells put back in their places (``ddl-lab grade``).
+
+Whatever the learner did to a check cell — deleted it, edited it, commented it out,
+untagged it, replaced it by ``print("✔ passed")`` — the graded run holds the check cell of
+exercises/ instead. Each pristine check cell goes where the submission's cell of the same
+id sits; if that cell is gone, just before the first cell that comes after it in the
+exercise; else at the end. Markdown and the learner's copies of check cells are left out.
+"""
+from __future__ import annotations
+
+import nbformat
+
+from .discover import Exercise
+
+ROLE = "ddl_lab_grade"          # cell metadata key: {"check": k} marks pristine check k
+PREAMBLE = "from ddl_lab import check  # ddl-lab grade: the course's own checks\n"
+
+
+def pristine_cell(ex: Exercise, k: int) -> nbformat.NotebookNode:
+    check = ex.checks[k]
+    return nbformat.v4.new_code_cell(PREAMBLE + check.source,
+                                     metadata={ROLE: {"check": k, "tasks": check.tasks}})
+
+
+def check_index(cell: nbformat.NotebookNode) -> int | None:
+    """k for the pristine check cell k of a grading notebook, None for a learner's cell."""
+    role = cell.get("metadata", {}).get(ROLE)
+    return role.get("check") if isinstance(role, dict) else None
+
+
+def grading_notebook(sub: nbformat.NotebookNode, ex: Exercise) -> nbformat.NotebookNode:
+    """The learner's code cells of ``sub`` in order, with ``ex``'s graded check cells."""
+    slot = {c.cell_id: c.index for c in ex.checks}
+    check_ids = {c.get("id") for c in ex.nb.cells if "check" in c.metadata.get("tags", [])}
+    cells: list[tuple[int | None, nbformat.NotebookNode]] = []    # (exercise position, cell)
+    placed: set[int] = set()
+    for cell in sub.cells:
+        cid = cell.get("id")
+        if cid in slot and slot[cid] not in placed:
+            placed.add(slot[cid])
+            cells.append((ex.positions[cid], pristine_cell(ex, slot[cid])))
+        elif cell.cell_type == "code" and cid not in check_ids \
+                and "check" not in cell.get("metadata", {}).get("tags", []):
+            learner = nbformat.v4.new_code_cell(cell.source)
+            learner.id = cid or learner.id
+            cells.append((ex.positions.get(cid), learner))
+    for check in ex.checks:
+        if check.index in placed:
+            continue
+        where = ex.positions[check.cell_id]
+        at = next((i for i, (pos, _) in enumerate(cells) if pos is not None and pos > where),
+                  len(cells))
+        cells.insert(at, (where, pristine_cell(ex, check.index)))
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": ex.nb.metadata.get("kernelspec", {})})
+    nb.cells = [c for _, c in cells]
+    return nb

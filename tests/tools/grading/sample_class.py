@@ -1,0 +1,149 @@
+"""A sample class for ``ddl-lab grade``, generated from solutions/ and exercises/ at test time.
+
+``learner_notebook(stem, ...)`` is the course's exercise as a learner hands it in: the
+stubs replaced by the solution's code (or by given code), cells added, check cells
+tampered with. ``write_class(folder)`` writes the class the grading tests use and returns
+what each learner must get.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[3]
+MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def exercise(stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "exercises" / f"{stem}.ipynb", as_version=4)
+
+
+def tasks_of(stem: str) -> list[tuple[str, str]]:
+    """``(task, function)`` for every graded check cell ``check.<task>(<function>)``."""
+    return [m for c in exercise(stem).cells if "check" in c.metadata.get("tags", [])
+            for m in re.findall(r"\bcheck\.(\w+)\((\w+)\)", c.source)]
+
+
+def solved(stem: str) -> nbformat.NotebookNode:
+    """The exercise with every stub replaced by the solution's code (markers removed)."""
+    nb = exercise(stem)
+    sol = {c.id: c for c in nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", 4).cells}
+    for c in nb.cells:
+        if c.cell_type == "code" and "NotImplementedError" in c.source and c.id in sol:
+            c.source = MARKER.sub("", sol[c.id].source)
+    return nb
+
+
+def defining_cell(nb: nbformat.NotebookNode, function: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.cell_type == "code" and f"def {function}(" in c.source)
+
+
+def replace_function(nb: nbformat.NotebookNode, function: str, source: str) -> None:
+    """The learner wrote ``source`` (a whole ``def``) in ``function``'s cell."""
+    defining_cell(nb, function).source = source
+
+
+def add_cell_after(nb: nbformat.NotebookNode, function: str, source: str) -> None:
+    """A cell of the learner's own, right after the cell defining ``function``."""
+    at = nb.cells.index(defining_cell(nb, function)) + 1
+    nb.cells.insert(at, nbformat.v4.new_code_cell(source))
+
+
+def check_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if "check" in c.metadata.get("tags", [])
+            and re.search(r"\bcheck\.\w+\(", c.source)]
+
+
+GD, RING = "01_gradient_descent", "06_ring_allreduce"
+ADAGRAD_FORGETS_HISTORY = '''def {}(theta, g, G, lr, eps):
+    G = g * g                       # forgot to accumulate: G + g²
+    return theta - lr * g / (np.sqrt(G) + eps), G'''
+RING_WITH_ALLREDUCE = '''def {}(tensor):
+    dist.all_reduce(tensor)         # the one thing the exercise forbids
+    return tensor'''
+LEAVES_A_CLUSTER = '''import subprocess
+from ddl_lab import Cluster
+mine = Cluster(2, timeout=30).__enter__()          # started, never closed
+print(mine.run(lambda: 1))
+helper = subprocess.Popen(["sleep", "600.5"], start_new_session=True)  # escapes the group
+for _ in range(100):
+    print("x" * 1_000_000)                          # 100 MB of output'''
+
+
+def write_class(folder: Path) -> dict[str, dict]:
+    """Write the sample class into ``folder``; return, per learner, the points expected per
+    task (``{task: points}``) and phrases their notes must contain."""
+    gd, ring = [t for t, _ in tasks_of(GD)], [t for t, _ in tasks_of(RING)]
+    fn = dict(tasks_of(GD) + tasks_of(RING))
+    everything = {t: 1 for t in gd + ring}
+    want: dict[str, dict] = {}
+
+    def hand_in(learner: str, nb, name: str, points: dict, notes=()):
+        path = folder / learner / name if name else folder / f"{learner}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
+        entry = want.setdefault(learner, {"points": {}, "notes": []})
+        entry["points"].update(points)
+        entry["notes"] += list(notes)
+
+    # all right, in a folder of their own with both exercises
+    hand_in("alice", solved(GD), f"{GD}.ipynb", {t: 1 for t in gd})
+    hand_in("alice", solved(RING), "my ring.ipynb", {t: 1 for t in ring})
+    # partially wrong: a renamed function, a wrong Adagrad; a ring made of dist.all_reduce
+    bob = solved(GD)
+    first = fn[gd[0]]
+    defining_cell(bob, first).source = defining_cell(bob, first).source.replace(
+        f"def {first}(", "def renamed_by_bob(")
+    replace_function(bob, fn[gd[2]], ADAGRAD_FORGETS_HISTORY.format(fn[gd[2]]))
+    hand_in("bob", bob, f"{GD}.ipynb", {**{t: 1 for t in gd}, gd[0]: 0, gd[2]: 0})
+    bob_ring = solved(RING)
+    replace_function(bob_ring, fn[ring[1]], RING_WITH_ALLREDUCE.format(fn[ring[1]]))
+    hand_in("bob", bob_ring, f"{RING}.ipynb", {ring[0]: 1, ring[1]: 0})
+    # untouched stubs
+    hand_in("carol", exercise(GD), "", {t: 0 for t in gd})
+    # a hang in a cell of the learner's own: interrupted at the per-cell limit, then graded
+    dave = solved(GD)
+    add_cell_after(dave, fn[gd[0]], "while True:      # watching the loss forever\n    pass")
+    hand_in("dave", dave, "", {t: 1 for t in gd}, ["per-cell limit"])
+    # the kernel dies between the two tasks: the first is graded, the second is lost
+    erin = solved(RING)
+    erin.cells.insert(erin.cells.index(check_cells(erin)[0]) + 1,
+                      nbformat.v4.new_code_cell("import os\nos._exit(3)"))
+    hand_in("erin", erin, "", {ring[0]: 1, ring[1]: 0}, ["kernel died", "exit code 3"])
+    # stubs, with the check cells tampered with and a fake pass line
+    frank = exercise(GD)
+    checks = check_cells(frank)
+    checks[0].source = f'print("✔ {gd[0]}: passed — all good")'
+    checks[1].source = "# " + checks[1].source.replace("\n", "\n# ")
+    checks[2].metadata["tags"] = []
+    checks[2].source = "pass"
+    frank.cells.remove(checks[3])
+    frank.cells.append(nbformat.v4.new_code_cell(     # a right answer, in a cell of his own
+        f"check.{gd[3]}(lambda X: 1 / np.linalg.eigvalsh(X.T @ X / len(X))[-1])"))
+    hand_in("frank", frank, "", {t: 0 for t in gd})
+    # not a notebook at all
+    folder.joinpath("grace.ipynb").write_text(nbformat.writes(solved(GD))[:700])
+    want["grace"] = {"points": {}, "notes": ["not a readable notebook"]}
+    folder.joinpath("kim.ipynb").write_text("")
+    want["kim"] = {"points": {}, "notes": ["an empty file"]}
+    # the exercise of another lesson
+    hand_in("heidi", exercise("03_hogwild"), "", {}, ["is exercise 03_hogwild", "wrong exercise"])
+    # a cluster and a process in a session of its own left running, 100 MB of output
+    ivan = solved(GD)
+    add_cell_after(ivan, fn[gd[0]], LEAVES_A_CLUSTER)
+    hand_in("ivan", ivan, f"{GD}.ipynb", {t: 1 for t in gd})
+    # a stale copy: an older version of the exercise, its check cell as it was then
+    judy = solved(GD)
+    judy.metadata["ddl_lab"]["version"] = "0" * 12
+    check_cells(judy)[0].source += "  # v1: checked 3 cases"
+    hand_in("judy", judy, "", {t: 1 for t in gd}, ["older version"])
+    # a segfault right after the imports
+    leo = solved(GD)
+    leo.cells.insert(2, nbformat.v4.new_code_cell("import ctypes\nctypes.string_at(0)"))
+    hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
+    for entry in want.values():
+        entry["columns"] = everything
+    return want
