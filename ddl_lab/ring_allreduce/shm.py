@@ -35,10 +35,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddl_lab.ring_allreduce.engine import chunk_bounds
+from ddl_lab.ring_allreduce.engine import best_of, chunk_bounds, time_allreduce
 
 __all__ = ["ShmAllreduce", "shm_allreduce", "close_shm", "memcpy_floor", "time_shm_buffer",
-           "compare_allreduce", "plot_allreduce_comparison"]
+           "compare_allreduce"]
 
 _ALIGN = 64                          # bytes: each slot starts on a cache line
 
@@ -321,31 +321,11 @@ def compare_allreduce(cluster, nbytes: int, segments: int = 1,
                       repeats: int = 3) -> dict[str, float]:
     """Seconds (best of ``repeats``, each on its slowest rank) of every way to allreduce
     ``nbytes`` of float32 on ``cluster``, and the memory floor (lesson 06, benchmark)."""
-    from ddl_lab.ring_allreduce.engine import best_of as slowest, time_allreduce
     ring = f"hand ring, {segments} segment{'s' if segments > 1 else ''}"
-    return {"dist.all_reduce (gloo)": slowest(cluster.run(time_allreduce, "dist.all_reduce",
+    return {"dist.all_reduce (gloo)": best_of(cluster.run(time_allreduce, "dist.all_reduce",
                                                           nbytes, repeats)),
-            ring: slowest(cluster.run(time_allreduce, "ring", nbytes, repeats,
+            ring: best_of(cluster.run(time_allreduce, "ring", nbytes, repeats,
                                       segments=segments)),
-            "shared memory": slowest(cluster.run(time_allreduce, shm_allreduce, nbytes, repeats)),
-            "shared buffer (no copies)": slowest(cluster.run(time_shm_buffer, nbytes, repeats)),
-            "memcpy floor": slowest(cluster.run(memcpy_floor, nbytes, repeats))}
-
-
-def plot_allreduce_comparison(times: dict[str, float], nbytes: int, world_size: int, ax=None):
-    """Bandwidth S/t of each allreduce against the memcpy floor (lesson 06)."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    names = list(times)
-    gbps = [nbytes / times[k] / 1e9 for k in names]
-    colors = ["tab:gray" if k.startswith("dist") else "tab:blue" if "ring" in k else
-              "black" if "floor" in k else "tab:green" for k in names]
-    bars = ax.barh(names, gbps, color=colors)
-    for bar, k in zip(bars, names):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f" {1e3 * times[k]:.1f} ms", va="center", fontsize=8)
-    ax.invert_yaxis()
-    ax.set(xlabel="bandwidth S / t (GB/s)", xlim=(0, max(gbps) * 1.25),
-           title=f"allreduce of {nbytes / 2**20:.0f} MiB on {world_size} ranks")
-    ax.grid(True, axis="x", alpha=0.3)
-    return ax
+            "shared memory": best_of(cluster.run(time_allreduce, shm_allreduce, nbytes, repeats)),
+            "shared buffer (no copies)": best_of(cluster.run(time_shm_buffer, nbytes, repeats)),
+            "memcpy floor": best_of(cluster.run(memcpy_floor, nbytes, repeats))}

@@ -6,12 +6,6 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab.ring_allreduce import shm as S
-from ddl_lab.runtime import shared_cluster
-
-
-@pytest.fixture(scope="module")
-def cluster3():
-    return shared_cluster(3)
 
 
 def _sums():
