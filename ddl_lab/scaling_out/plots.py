@@ -1,0 +1,157 @@
+"""Lesson 10's pictures: DDP vs synchronous SGD, two hosts on a wire, an elastic restart,
+federated averaging, and the when-it-pays calculator."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyBboxPatch
+
+from ddl_lab.data_parallel.engine import step_times
+
+from .calculator import Fit, step_time
+from .elastic import ElasticRun
+from .federated import FedRun
+
+__all__ = ["figure_ddp", "plot_two_hosts", "plot_elastic", "figure_federated",
+           "plot_calculator", "plot_seed_case"]
+
+
+def figure_ddp(results: dict):
+    """Loss per step and time per step of each entry (label → the ranks' ``Run``s)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [3, 2]})
+    styles = ["-", "--", ":", "-."]
+    for i, (label, runs) in enumerate(results.items()):
+        a.plot(range(1, len(runs[0].loss) + 1), runs[0].loss, styles[i % 4], lw=2 - 0.3 * i,
+               label=label)
+    a.set(xlabel="step", ylabel="rank 0's mini-batch loss", title="same data, same seed")
+    a.legend(fontsize=8)
+    labels = list(results)
+    ms = [float(np.median(step_times(results[k]))) * 1e3 for k in labels]
+    bars = b.barh(range(len(labels)), ms, color=[f"C{i}" for i in range(len(labels))])
+    for bar, k in zip(bars, labels):
+        rounds = results[k][0].rounds / max(len(results[k][0].loss), 1)
+        b.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+               f" {bar.get_width():.2f} ms · {rounds:g} allreduce/step", va="center", fontsize=8)
+    b.set_yticks(range(len(labels)), labels, fontsize=8)
+    b.set(xlabel="median time per step (ms, slowest rank)", xlim=(0, max(ms) * 1.9))
+    b.invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def plot_two_hosts(ranks: Sequence[dict], traffic: dict[str, dict[str, int]], ax=None):
+    """Two hosts as boxes with their ranks, joined by the veth pair; bytes on the wire."""
+    ax = ax or plt.subplots(figsize=(9, 3.2))[1]
+    hosts = sorted(traffic)
+    by_host: dict[str, list[dict]] = {}
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        by_host.setdefault(r["addr"], []).append(r)
+    for i, (addr, rs) in enumerate(sorted(by_host.items())):
+        x0 = 0.02 + 0.58 * i
+        ax.add_patch(FancyBboxPatch((x0, 0.1), 0.38, 0.78, boxstyle="round,pad=0.01",
+                                    fc="#eef3fb", ec="#4a6fa5"))
+        ax.text(x0 + 0.19, 0.8, f"host {'AB'[i]} · {addr}\n{hosts[i] if i < len(hosts) else ''}",
+                ha="center", va="center", fontsize=8)
+        for j, r in enumerate(rs):
+            ax.add_patch(plt.Circle((x0 + 0.1 + 0.18 * j, 0.42), 0.07, fc=f"C{r['rank']}",
+                                    alpha=0.8))
+            ax.text(x0 + 0.1 + 0.18 * j, 0.42, f"rank {r['rank']}", ha="center",
+                    va="center", fontsize=8, color="white")
+            ax.text(x0 + 0.1 + 0.18 * j, 0.22, f"RANK={r['env']['RANK']}\nLOCAL_RANK="
+                    f"{r['env']['LOCAL_RANK']}", ha="center", fontsize=7)
+    if len(hosts) == 2:
+        a, b = (traffic[h] for h in hosts)
+        ax.annotate("", (0.6, 0.55), (0.4, 0.55), arrowprops={"arrowstyle": "->", "lw": 2})
+        ax.annotate("", (0.4, 0.45), (0.6, 0.45), arrowprops={"arrowstyle": "->", "lw": 2})
+        ax.text(0.5, 0.62, f"{a['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
+        ax.text(0.5, 0.33, f"{b['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
+        ax.text(0.5, 0.92, "veth pair (the 'cable')", ha="center", fontsize=8)
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.axis("off")
+    return ax
+
+
+def plot_elastic(run: ElasticRun, reference: ElasticRun | None = None, ax=None):
+    """Loss against steps, one colour per attempt; checkpoints, the kill and the resume."""
+    ax = ax or plt.subplots(figsize=(9, 3.4))[1]
+    if reference is not None:
+        steps = [(e["step"], e["loss"]) for e in reference.log if e["event"] == "step"]
+        ax.plot(*zip(*steps), color="0.75", lw=5, label="uninterrupted run", zorder=0)
+    for a in run.attempts():
+        pts = [(e["step"], e["loss"]) for e in run.log
+               if e["event"] == "step" and e["attempt"] == a["attempt"]]
+        if pts:
+            ax.plot(*zip(*pts), "o-", ms=3, label=f"attempt {a['attempt']} "
+                    f"({a['world']} workers)")
+    for s in sorted(set(run.checkpoints())):
+        ax.axvline(s, color="0.6", lw=0.8, ls=":")
+    att = run.attempts()
+    for prev, nxt in zip(att, att[1:]):
+        ax.axvline(prev["last"], color="red", lw=1.5)
+        ax.annotate(f"killed after step {prev['last']}", (prev["last"], 0.92),
+                    xycoords=("data", "axes fraction"), color="red", fontsize=8, ha="right")
+        ax.annotate(f"resumed from checkpoint {nxt['start']}", (nxt["start"], 0.08),
+                    xycoords=("data", "axes fraction"), color="green", fontsize=8)
+    ax.set(xlabel="step (dotted: checkpoints)", ylabel="loss of the global mini-batch",
+           yscale="log", title="an elastic restart")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def figure_federated(runs: Sequence[FedRun], central: FedRun | None = None):
+    """Test accuracy against rounds and against bytes; client drift against rounds."""
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.5))
+    for r in runs:
+        a.plot(r.rounds, r.accuracy, label=r.label)
+        b.plot(np.array(r.bytes) / 1e6, r.accuracy, label=r.label)
+        c.plot(r.rounds[1:], r.drift, label=r.label)
+    if central is not None:
+        for ax in (a, b):
+            ax.axhline(central.accuracy[-1], color="k", ls="--", lw=1,
+                       label=f"centralised, {len(central.accuracy) - 1} epochs")
+        b.axvline(central.bytes[-1] / 1e6, color="k", ls=":", lw=1, label="the data itself")
+    a.set(xlabel="round", ylabel="test accuracy", title="accuracy vs rounds", ylim=(0, 1))
+    b.set(xlabel="MB between server and clients", title="accuracy vs bytes", xscale="symlog",
+          ylim=(0, 1))
+    c.set(xlabel="round", ylabel="RMS ‖w_k − w‖", title="client drift")
+    a.legend(fontsize=7)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_calculator(f: Fit, batch: int, measured: dict[int, float] | None = None,
+                    max_workers: int = 8, ax=None):
+    """Predicted seconds per step against workers (compute + communication stacked) and
+    the measured points."""
+    ax = ax or plt.subplots(figsize=(7, 3.6))[1]
+    ns = np.arange(1, max_workers + 1)
+    pred = [step_time(int(n), batch, f) for n in ns]
+    comp = np.array([p["compute"] for p in pred]) * 1e3
+    comm = np.array([p["communicate"] for p in pred]) * 1e3
+    ax.bar(ns, comp, color="C0", alpha=0.6, label="predicted compute")
+    ax.bar(ns, comm, bottom=comp, color="C3", alpha=0.6, label="predicted allreduce")
+    if measured:
+        ax.plot(list(measured), [v * 1e3 for v in measured.values()], "ko", ms=7,
+                label="measured")
+    ax.set(xlabel="workers n", ylabel="ms per step", xticks=ns,
+           title=f"{f.params:,} parameters, global batch {batch}, {f.cores} cores")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_seed_case(rows: Sequence[dict], ax=None):
+    """Speedup against workers for each link speed (seed 002's 16M / 17B case)."""
+    ax = ax or plt.subplots(figsize=(6.5, 3.6))[1]
+    for gbit in sorted({r["link_gbit"] for r in rows}):
+        rs = [r for r in rows if r["link_gbit"] == gbit]
+        ax.plot([r["workers"] for r in rs], [r["speedup"] for r in rs], "o-",
+                label=f"{gbit:g} Gbit/s")
+    n = [r["workers"] for r in rows]
+    ax.plot(sorted(set(n)), sorted(set(n)), "k:", lw=1, label="perfect")
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup per epoch",
+           title="16 M parameters, 17 B examples")
+    ax.legend(fontsize=8)
+    return ax
