@@ -269,8 +269,8 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
         _claims_in_turn(my_next_chunk, name, case)
     for pause in ("acquire", "release"):
         _forced_interleaving(my_next_chunk, name, pause)
-    with _shared_file(16) as path:
-        out = run_on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, _FileLock(path),
+    with shared_file(16) as path:
+        out = run_on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, FileLock(path),
                              3, stop, learner_fn=my_next_chunk)
     claims = [np.asarray(c).reshape(-1, 2) for c in out]
     seen = np.zeros(stop, dtype=np.int64)
@@ -361,7 +361,7 @@ def _quiet(fn: Callable, *args: Any) -> Any:
 # ------------------------------------------------------------------ real processes
 
 @contextmanager
-def _shared_file(nbytes: int) -> Iterator[str]:
+def shared_file(nbytes: int) -> Iterator[str]:
     """A zeroed file in shared memory (/dev/shm where there is one) that warm workers map
     by its path; removed afterwards. Lessons 02 and 03 put counters, θ and locks in it."""
     folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -374,7 +374,7 @@ def _shared_file(nbytes: int) -> Iterator[str]:
         os.unlink(path)
 
 
-class _FileLock:
+class FileLock:
     """A lock that processes share by a file's path (``fcntl.flock``), so warm workers
     started before it existed can take it. It counts its acquisitions in the file's first
     8 bytes, and waiting longer than ``timeout`` raises instead of hanging."""
@@ -390,7 +390,7 @@ class _FileLock:
     def __setstate__(self, state: tuple[str, float]) -> None:
         self.__init__(*state)
 
-    def __enter__(self) -> "_FileLock":
+    def __enter__(self) -> "FileLock":
         self.acquire()
         return self
 
@@ -423,7 +423,7 @@ class _FileLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
-def _claim_on_worker(fn: Callable, path: str, lock: _FileLock, chunk: int,
+def _claim_on_worker(fn: Callable, path: str, lock: FileLock, chunk: int,
                      stop: int) -> np.ndarray:
     """On a warm worker: claim chunks with the learner's dispenser until it says None."""
     counter = np.memmap(path, np.int64, "r+", offset=8, shape=(1,))
