@@ -26,7 +26,6 @@ CONFIG = """\
 c = get_config()  # noqa: F821 (nbgrader provides it)
 # The course's stub, so that generate_assignment gives the notebooks of exercises/.
 c.ClearSolutions.code_stub = {{"python": {stub}}}
-c.CourseDirectory.db_assignments = {assignments}
 """
 
 
@@ -77,6 +76,5 @@ def export(course: Path, out: Path, exercises: list[str] | None = None) -> list[
         written.append(path)
     stub = STUB.format(indent="")
     config = out / "nbgrader_config.py"
-    config.write_text(CONFIG.format(stub=json.dumps(stub),
-                                    assignments=json.dumps([{"name": s} for s in chosen])))
+    config.write_text(CONFIG.format(stub=json.dumps(stub)))
     return written + [config]

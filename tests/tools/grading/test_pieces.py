@@ -11,7 +11,7 @@ from ddl_lab.__main__ import main
 from ddl_lab.check import _record
 from ddl_lab.tools.grading.discover import (Submission, course_exercises, identify,
                                             load_exercise)
-from ddl_lab.tools.grading.execute import read_jsonl, run_submission
+from ddl_lab.tools.grading.execute import RECORD_ENV, read_jsonl, run_submission
 from ddl_lab.tools.grading.pristine import PREAMBLE, check_index, grading_notebook
 from ddl_lab.tools.grading.record import verdicts
 from ddl_lab.tools.notebooks import make_exercises
@@ -36,6 +36,7 @@ def test_checks_record_their_verdicts_named_from_the_stack(record, solution):
     lines = read_jsonl(record)
     assert [(r["task"], r["passed"]) for r in lines] == [(task, False), (task, True)]
     assert "returned 0" in lines[0]["message"]
+    assert RECORD_ENV == _record.ENV
 
 
 def test_nothing_is_recorded_unless_grading_asks(tmp_path, monkeypatch, solution):

@@ -1,0 +1,121 @@
+"""nbgrader, for real: ``ddl-lab nbgrader-export`` gives a course folder from which
+``nbgrader generate_assignment`` makes the notebooks of exercises/, and ``nbgrader autograde``
+scores submissions as ``ddl-lab grade`` does.
+
+nbgrader (the ``instructor`` extra of pyproject.toml) is installed on first use into
+build/nbgrader-env, a virtual environment beside the course's that sees the course's
+packages through a .pth file: the learner's environment stays without nbgrader and its
+JupyterLab extension. The test is skipped, saying why, only where that install fails.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ddl_lab.__main__ import main
+from ddl_lab.tools.grading import Limits, grade
+from ddl_lab.tools.notebooks import exercise_pairs, make_exercise
+
+from .sample_class import GD, ROOT, tasks_of, write_class
+
+pytestmark = pytest.mark.slow
+ENV = ROOT / "build" / "nbgrader-env"
+SCORES = """
+import json, sys
+from nbgrader.api import Gradebook
+with Gradebook("sqlite:///gradebook.db") as gb:
+    out = {s: {g.name: [g.score, g.max_score] for g in
+               gb.find_submission_notebook(sys.argv[1], sys.argv[1], s).grades}
+           for s in sys.argv[2:]}
+print(json.dumps(out))
+"""
+
+
+def nbgrader_env() -> Path:
+    """build/nbgrader-env/bin with nbgrader in it, installed on first use."""
+    bin_ = ENV / "bin"
+    if (bin_ / "nbgrader").exists():
+        return bin_
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = spec["project"]["optional-dependencies"]["instructor"]
+    shutil.rmtree(ENV, ignore_errors=True)
+    steps = [[sys._base_executable, "-m", "venv", str(ENV)]]
+    made = subprocess.run(steps[0], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"no virtual environment for nbgrader ({made.stderr.strip()[-300:]})")
+    site = subprocess.run([str(bin_ / "python"), "-c", "import sysconfig; print("
+                           "sysconfig.get_paths()['purelib'])"], capture_output=True, text=True)
+    Path(site.stdout.strip(), "ddl_lab_course.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    pip = subprocess.run([str(bin_ / "python"), "-m", "pip", "install", "-q", *wanted],
+                         capture_output=True, text=True, timeout=600)
+    if pip.returncode or not (bin_ / "nbgrader").exists():
+        shutil.rmtree(ENV, ignore_errors=True)
+        pytest.skip(f"nbgrader could not be installed with pip ({pip.stderr.strip()[-300:]}); "
+                    "`pip install -e '.[instructor]'` needs PyPI")
+    return bin_
+
+
+def nbgrader(bin_: Path, course: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([str(bin_ / "nbgrader"), *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def same_cells(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> list[str]:
+    """How two notebooks differ in what a learner sees: cells, sources, tags, metadata."""
+    diff = [] if len(a.cells) == len(b.cells) else [f"{len(a.cells)} vs {len(b.cells)} cells"]
+    for i, (x, y) in enumerate(zip(a.cells, b.cells)):
+        if (x.cell_type, x.source, x.metadata.get("tags")) != \
+                (y.cell_type, y.source, y.metadata.get("tags")):
+            diff.append(f"cell {i}: {x.source[:60]!r} vs {y.source[:60]!r}")
+    if a.metadata.get("ddl_lab") != b.metadata.get("ddl_lab"):
+        diff.append("notebook metadata ddl_lab differs")
+    return diff
+
+
+def test_nbgrader_makes_the_exercises_and_scores_as_ddl_lab_grade(tmp_path):
+    bin_ = nbgrader_env()
+    course = tmp_path / "course"
+    assert main(["nbgrader-export", str(course)]) == 0
+    made = nbgrader(bin_, course, "generate_assignment", "*", "--force")
+    assert made.returncode == 0, made.stderr[-2000:]
+    for sol, ex in exercise_pairs():        # exercises/ as `make exercises` writes them
+        released = nbformat.read(course / "release" / ex.stem / ex.name, as_version=4)
+        exercise = make_exercise(nbformat.read(sol, as_version=4), sol.stem)
+        assert not same_cells(released, exercise), ex.name
+
+    # three learners of the sample class, handed in through nbgrader's released notebook
+    want = write_class(tmp_path / "class")
+    release = nbformat.read(course / "release" / GD / f"{GD}.ipynb", as_version=4)
+    learners = {"alice": f"alice/{GD}.ipynb", "bob": f"bob/{GD}.ipynb", "carol": "carol.ipynb"}
+    for name, path in learners.items():
+        theirs = {c.id: c.source for c in
+                  nbformat.read(tmp_path / "class" / path, as_version=4).cells}
+        nb = nbformat.from_dict(json.loads(json.dumps(release)))
+        for cell in nb.cells:
+            cell.source = theirs.get(cell.id, cell.source)
+        for where in (course / "submitted" / name / GD / f"{GD}.ipynb",
+                      tmp_path / "handed_in" / f"{name}.ipynb"):
+            where.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, where)
+    graded = nbgrader(bin_, course, "autograde", GD, "--create", "--force")
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    scores = subprocess.run([str(bin_ / "python"), "-c", SCORES, GD, *learners], cwd=course,
+                            capture_output=True, text=True, check=True)
+    by_nbgrader = json.loads(scores.stdout.strip().splitlines()[-1])
+
+    rows = grade(tmp_path / "handed_in", tmp_path / "out", [GD], Limits(300, 120, 2),
+                 progress=False)
+    for row in rows:
+        ours = {v.task: v.points for v in row.verdicts}
+        theirs = {task: score for task, (score, _) in by_nbgrader[row.name].items()}
+        expected = {t: p for t, p in want[row.name]["points"].items() if t in ours}
+        assert ours == theirs == expected and len(ours) == len(tasks_of(GD)), row.name
