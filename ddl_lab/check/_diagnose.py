@@ -272,6 +272,17 @@ def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str |
     return None
 
 
+def package_functions(package: str, *names: str) -> list[Any]:
+    """Every function called one of ``names`` in ``package`` or its modules (wherever the
+    package keeps it today), for ``refuse_package_copy``."""
+    import importlib
+    import pkgutil
+    root = importlib.import_module(package)
+    modules = [root] + [importlib.import_module(f"{package}.{m.name}")
+                        for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
+    return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
+
+
 def _ident(obj: Any) -> tuple[str, str] | None:
     mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     return (mod, qual) if isinstance(mod, str) and mod.startswith("ddl_lab") and qual else None
@@ -296,12 +307,25 @@ def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
                 getattr(obj, "__module__", "") or "").startswith("ddl_lab"):
             names = _code_names(code)
             glb = getattr(obj, "__globals__", {})
-            mods = [glb[n] for n in names if isinstance(glb.get(n), types.ModuleType)]
+            cells = {v: c.cell_contents for v, c in zip(code.co_freevars, obj.__closure__ or ())
+                     if _filled(c)}
+            mods = [m for m in [glb.get(n) for n in names] + list(cells.values())
+                    if isinstance(m, types.ModuleType)]
+            mods += [_module(n) for n in names if n.startswith("ddl_lab.")]   # local imports
             inner += [glb.get(n) for n in names]
             inner += [getattr(m, n, None) for m in mods for n in names]
-            inner += [c.cell_contents for c in (obj.__closure__ or ()) if _filled(c)]
+            inner += list(cells.values())
             inner += list(obj.__defaults__ or ())
         todo += [(o, d + 1) for o in inner if o is not None]
+
+
+def _module(name: str) -> Any:
+    """The ddl_lab module a function imports inside its body (``from ddl_lab.x import f``)."""
+    import importlib
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _code_names(code: types.CodeType) -> set[str]:
