@@ -1,37 +1,60 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
 gradient over shards, one Pregel superstep of PageRank. Each runs the learner's function
-on real worker processes that talk through ``ddl_lab.message_passing.comm``."""
+on real worker processes that talk through ``ddl_lab.message_passing.comm``, on seeded
+cases with 4 and 3 ranks and several roots; a failure quotes its case.
+
+A receive from ANY_SOURCE may return the messages in any order; on the gather's root
+the check makes it return them latest rank first, so an answer that relies on arrival
+order fails every time, not when the scheduler happens to reorder them."""
 from __future__ import annotations
 
-import operator
-import time
+import functools
 from typing import Any, Callable
 
 import numpy as np
 
 from . import _core
-from ._core import fail, first_difference, passed, run_on_workers
-from ddl_lab.message_passing.comm import _comm_main
-from ddl_lab.message_passing.pregel import Graph, pagerank_step, run_pregel, web_graph
+from ._core import CheckFailed, fail, passed, run_on_workers
+from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
+                        refuse_package_copy, returned_none)
+from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, _comm_main
 
-__all__ = ["gather_from_p2p", "scatter_from_p2p", "parallel_gradient", "pagerank_superstep"]
+__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute"]
 
-WORLD = 4
-_STAGGER_S = 0.05       # gather: higher ranks send first, so arrival order != rank order
+WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 shows
 
 
-def _on_workers(learner: Callable, worker: Callable, *args: Any,
-                world_size: int = WORLD) -> tuple[list, list[dict]]:
-    """Run ``worker(comm, *args)`` on real workers; (results, per-rank message records).
+def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
+    """Run ``worker(comm, *args)`` on n real workers; (results, per-rank message records).
 
     Each wait inside the communicator times out after a quarter of the check's time, so a
-    deadlock is reported by the ranks themselves (who waited for whom, which tag).
-    """
+    deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
     __tracebackhide__ = True
     total = _core.DEFAULT_TIMEOUT
-    out = run_on_workers(_comm_main, world_size, worker, args, {}, total / 4, total / 2,
+    out = run_on_workers(_comm_main, n, worker, args, {}, total / 4, total / 2,
                          learner_fn=learner, timeout=total)
     return [r for r, _ in out], [rec for _, rec in out]
+
+
+def _run_cases(cases: Cases, one: Callable[[Any], None]) -> list[str]:
+    """Run ``one(case)`` for every case; a failure gets its case, and the cases that passed
+    when they differ from it only in the world size or the root."""
+    __tracebackhide__ = True
+    right: list[Any] = []
+    for case in cases:
+        try:
+            one(case)
+        except CheckFailed as e:
+            n, root = case.params["n"], case.params.get("root")
+            other_n = [f"{c.params['n']} ranks" for c in right if c.params["n"] != n]
+            same_n = [f"root {c.params['root']}" for c in right
+                      if c.params["n"] == n and c.params.get("root") not in (None, root)]
+            hint = (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
+                    only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n
+                    else "")
+            raise CheckFailed(f"{e} [{case}]{hint}") from None
+        right.append(case)
+    return sorted({f"{c.params['n']} ranks" for c in right}, reverse=True)
 
 
 def _only_send_recv(name: str, records: list[dict]) -> None:
@@ -41,61 +64,120 @@ def _only_send_recv(name: str, records: list[dict]) -> None:
              "comm.recv only.")
 
 
+def _refuse(fn: Callable, task: str, *where: tuple[str, str]) -> None:
+    __tracebackhide__ = True
+    import importlib
+    impls = [getattr(importlib.import_module(f"ddl_lab.message_passing.{m}"), n, None)
+             for m, n in where]
+    message = refuse_package_copy(fn, task, *[f for f in impls if f is not None])
+    if message:
+        fail(message)
+
+
+def _root_case(rng: np.random.Generator) -> dict[str, Any]:
+    n = int(rng.choice(WORLD_SIZES))
+    return {"n": n, "root": int(rng.integers(0, n))}
+
+
 # ------------------------------------------------------------------ task 1: gather
 
-def _gather_worker(comm: Any, my_gather: Callable, root: int) -> Any:
-    if comm.rank != root:
-        time.sleep(_STAGGER_S * (comm.size - 1 - comm.rank))
-    return my_gather(comm, _gather_value(comm.rank), root)
+class _LatestFirst:
+    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` returns the
+    message of the highest rank not yet received from — an order MPI allows."""
+
+    def __init__(self, comm: Any):
+        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             timeout: float | None = None) -> Any:
+        if source == ANY_SOURCE and self._left:
+            source = max(self._left)
+        self._left.discard(source)
+        return self._comm.recv(source, tag, timeout)
 
 
-def _gather_value(rank: int) -> dict:
-    return {"from rank": rank, "data": list(range(rank + 1))}
+def _gather_value(rank: int, case_index: int) -> dict:
+    rng = np.random.default_rng([case_index, rank])
+    return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
 
 
-def gather_from_p2p(my_gather: Callable, world_size: int = WORLD) -> None:
+def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
+    mine = comm if comm.rank != root else _LatestFirst(comm)
+    return my_gather(mine, _gather_value(comm.rank, case_index), root)
+
+
+def _same_values(got: list, want: list) -> bool:
+    return len(got) == len(want) and all(
+        isinstance(g, dict) and g.get("from rank") == w["from rank"]
+        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
+
+
+def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
-    the root, every rank's value in rank order, and None on the other ranks."""
+    the root, every rank's value in rank order, and None on the other ranks; each other
+    rank sends the root one message."""
     __tracebackhide__ = True
-    want = [_gather_value(r) for r in range(world_size)]
-    for root in (0, 2):
-        got, records = _on_workers(my_gather, _gather_worker, my_gather, root,
-                                   world_size=world_size)
-        _only_send_recv("my_gather", records)
-        res = got[root]
-        if not isinstance(res, (list, tuple)):
-            fail(f"with root={root}, the root returned {res!r} ({type(res).__name__}); it "
-                 f"should return the list of all {world_size} values, in rank order.")
-        senders = [v.get("from rank") if isinstance(v, dict) else v for v in res]
-        if len(res) != world_size:
-            hint = (" The root's own value is missing: put `value` itself at index root."
-                    if len(res) == world_size - 1 and root not in senders else "")
-            fail(f"with root={root}, the root returned {len(res)} values from ranks "
-                 f"{senders}, expected {world_size}, one per rank.{hint}")
-        if list(res) != want:
-            if sorted(map(str, senders)) == sorted(map(str, range(world_size))):
-                fail(f"with root={root}, the root's list holds the values of ranks "
-                     f"{senders}, in that order; expected ranks {list(range(world_size))}. "
-                     "Did you receive with ANY_SOURCE and append in arrival order? "
-                     "Messages arrive in any order: receive from each rank in turn "
-                     "(source=r) so that index r holds rank r's value.")
-            fail(f"with root={root}, the root returned {res!r}; expected {want!r}.")
-        for r, v in enumerate(got):
-            if r != root and v is not None:
-                fail(f"with root={root}, rank {r} returned {v!r}; only the root returns the "
-                     "list, every other rank returns None (as comm.gather does).")
-    passed("gather_from_p2p", f"on {world_size} workers with roots 0 and 2, the root got "
-           "every rank's value in rank order although they arrived in reverse")
+    name = getattr(my_gather, "__name__", "my_gather")
+    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 3}, {"n": 3, "root": 2}]
+
+    def one(case: Any) -> None:
+        n, root = case.params["n"], case.params["root"]
+        got, records = _on_workers(my_gather, _gather_worker, n, my_gather, root, case.index)
+        _only_send_recv(name, records)
+        want = [_gather_value(r, case.index) for r in range(n)]
+        _judge_gather(name, got, want, root, n, records)
+
+    right = _run_cases(Cases("gather", seed, fixed, draws=1, draw=_root_case), one)
+    passed("gather", f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
+           "got every rank's value in rank order (its ANY_SOURCE receives answered latest "
+           "rank first), from one message per other rank")
+
+
+def _judge_gather(name: str, got: list, want: list, root: int, n: int,
+                  records: list[dict]) -> None:
+    __tracebackhide__ = True
+    res = got[root]
+    if not isinstance(res, (list, tuple)):
+        fail(returned_none(res, f"{name} on the root (rank {root})", f"the list of all {n} "
+                           "values") or f"the root returned {res!r:.60} "
+             f"({type(res).__name__}); it should return the list of all {n} values, in rank "
+             "order.")
+    senders = [v.get("from rank") if isinstance(v, dict) else v for v in res]
+    if len(res) != n:
+        hint = (" The root's own value is missing: put `value` itself at index root."
+                if len(res) == n - 1 and root not in senders else "")
+        fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
+             f"per rank.{hint}")
+    if not _same_values(list(res), want):
+        if sorted(map(str, senders)) == sorted(map(str, range(n))):
+            fail(f"the root's list holds the values of ranks {senders}, in that order; "
+                 f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
+                 "any order (here the ANY_SOURCE receives got the latest rank first): receive "
+                 "from each rank in turn (source=r), so that index r holds rank r's value.")
+        fail(f"the root returned {res!r:.200}; expected {want!r:.200}.")
+    for r, v in enumerate(got):
+        if r != root and v is not None:
+            fail(f"rank {r} returned {v!r:.60}; only the root returns the list, every other "
+                 "rank returns None (as comm.gather does).")
+    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
+    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
+        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
+             f"exactly {n - 1}: one from each other rank to the root.")
 
 
 # ----------------------------------------------------------------- task 2: scatter
 
-def _scatter_chunks(size: int) -> list:
-    return [{"for rank": r, "data": np.arange(3) + 10 * r} for r in range(size)]
+def _scatter_chunks(n: int, case_index: int) -> list:
+    rng = np.random.default_rng([case_index, 99])
+    return [{"for rank": r, "data": rng.normal(size=int(rng.integers(300, 2000)))}
+            for r in range(n)]
 
 
-def _scatter_worker(comm: Any, my_scatter: Callable, root: int) -> Any:
-    chunks = _scatter_chunks(comm.size) if comm.rank == root else None
+def _scatter_worker(comm: Any, my_scatter: Callable, root: int, case_index: int) -> Any:
+    chunks = _scatter_chunks(comm.size, case_index) if comm.rank == root else None
     return my_scatter(comm, chunks, root)
 
 
@@ -107,157 +189,224 @@ def _which_chunk(value: Any, chunks: list) -> int | None:
     return None
 
 
-def scatter_from_p2p(my_scatter: Callable, world_size: int = WORLD) -> None:
+def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
-    returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None)."""
+    returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
+    sends each other rank its own item only — one message, about that item's size."""
     __tracebackhide__ = True
-    chunks = _scatter_chunks(world_size)
-    for root in (0, 1):
-        got, records = _on_workers(my_scatter, _scatter_worker, my_scatter, root,
-                                   world_size=world_size)
-        _only_send_recv("my_scatter", records)
-        for r, v in enumerate(got):
-            j = _which_chunk(v, chunks)
-            if j == r:
-                continue
-            if isinstance(v, (list, tuple)) and len(v) == world_size:
-                fail(f"with root={root}, rank {r} returned the whole list of {world_size} "
-                     f"chunks; each rank returns only its own item, chunks[{r}].")
-            if j is not None:
-                fail(f"with root={root}, rank {r} returned chunks[{j}], the chunk meant for "
-                     f"rank {j}; expected chunks[{r}]." + (
-                         " The root keeps its own chunk without sending it." if r == root
-                         else ""))
-            fail(f"with root={root}, rank {r} returned {v!r}; expected chunks[{r}] = "
-                 f"{chunks[r]!r}.")
-        sent = sum(len(rec["sent"]) for rec in records)
-        if sent > world_size:
-            fail(f"with root={root}, {sent} messages were sent; a scatter needs one per "
-                 f"rank other than the root ({world_size - 1}).")
-    passed("scatter_from_p2p", f"on {world_size} workers with roots 0 and 1, every rank got "
-           f"its own chunk, with {world_size - 1} messages from the root")
+    name = getattr(my_scatter, "__name__", "my_scatter")
+    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 2}, {"n": 3, "root": 1}]
+
+    def one(case: Any) -> None:
+        n, root = case.params["n"], case.params["root"]
+        got, records = _on_workers(my_scatter, _scatter_worker, n, my_scatter, root,
+                                   case.index)
+        _only_send_recv(name, records)
+        _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
+
+    right = _run_cases(Cases("scatter", seed, fixed, draws=1, draw=_root_case), one)
+    passed("scatter", f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
+           "rank got its own chunk, the root sending each other rank one message of that "
+           "chunk's size")
+
+
+def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: int) -> None:
+    __tracebackhide__ = True
+    for r, v in enumerate(got):
+        j = _which_chunk(v, chunks)
+        if j == r:
+            continue
+        if isinstance(v, (list, tuple)) and len(v) == n:
+            fail(f"rank {r} returned the whole list of {n} chunks; each rank returns only its "
+                 f"own item, chunks[{r}].")
+        if j is not None:
+            fail(f"rank {r} returned chunks[{j}], the chunk meant for rank {j}; expected "
+                 f"chunks[{r}]." + (" The root keeps its own chunk without sending it."
+                                    if r == root else ""))
+        fail(f"rank {r} returned {v!r:.80}; expected chunks[{r}] = {{'for rank': {r}, "
+             f"'data': array of {len(chunks[r]['data'])} numbers}}.")
+    sent = {(rec["rank"], s[0]): s[4] for rec in records for s in rec["sent"]}
+    pairs = [(rec["rank"], s[0]) for rec in records for s in rec["sent"]]
+    if sorted(pairs) != sorted((root, r) for r in range(n) if r != root):
+        fail(f"{len(pairs)} messages were sent ({pairs[:8]} as (from, to)); a scatter needs "
+             f"exactly {n - 1}: one from the root to each other rank.")
+    for r in range(n):
+        if r != root:
+            own = chunks[r]["data"].nbytes
+            if sent[(root, r)] > 1.25 * own + 512:
+                fail(f"the root sent rank {r} {sent[(root, r)]:,} bytes, "
+                     f"{sent[(root, r)] / own:.1f}× the size of chunks[{r}] ({own:,} bytes): "
+                     f"send each rank only its own item (chunks[{r}]), not the whole list — "
+                     "that is what makes a scatter cheaper than a broadcast.")
 
 
 # ------------------------------------------------------- task 3: parallel gradient
 
-_SIZES = [40, 70, 25, 65]      # unequal on purpose: averaging twice then shows
+def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
+    n = int(rng.choice(WORLD_SIZES))
+    return {"n": n, "sizes": [int(s) for s in rng.integers(0, 60, size=n)],
+            "d": int(rng.integers(1, 7)), "dtype": str(rng.choice(["float64", "float32"]))}
 
 
-def _gradient_data() -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-    rng = np.random.default_rng(4)
-    m, d = sum(_SIZES), 5
-    X = rng.normal(size=(m, d))
-    y = X @ rng.normal(size=d) + 0.3 * rng.normal(size=m)
-    cuts = np.cumsum(_SIZES)[:-1]
-    return rng.normal(size=d), list(zip(np.split(X, cuts), np.split(y, cuts)))
+def _gradient_data(case: Any) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    sizes, d, rng = case.params["sizes"], case.params["d"], case.rng
+    X = rng.normal(size=(sum(sizes), d)) * 10 ** rng.uniform(-1, 1, size=d)
+    y = X @ rng.normal(size=d) + 0.3 * rng.normal(size=len(X))
+    cuts = np.cumsum(sizes)[:-1]
+    dt = case.params["dtype"]
+    return (rng.normal(size=d).astype(dt),
+            [(a.astype(dt), b.astype(dt)) for a, b in zip(np.split(X, cuts), np.split(y, cuts))])
 
 
-def _gradient_worker(comm: Any, parallel_gradient: Callable, theta: np.ndarray,
-                     shards: list) -> Any:
+def _gradient_worker(comm: Any, fn: Callable, theta: np.ndarray, shards: list) -> Any:
     X, y = shards[comm.rank]
     m = sum(len(ys) for _, ys in shards)
-    return parallel_gradient(comm, theta.copy(), X, y, m)
+    inputs = Snapshot(theta=theta, X=X, y=y)
+    out = fn(comm, theta, X, y, m)
+    return out, inputs.changed(getattr(fn, "__name__", "my_parallel_gradient"))
 
 
-def parallel_gradient(parallel_gradient: Callable) -> None:
-    """Lesson 04, task 3: ``parallel_gradient(comm, theta, X, y, m)`` returns on every rank
-    the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard."""
+def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
+    rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
+    (shards of different sizes, an empty one too), leaving its inputs unchanged."""
     __tracebackhide__ = True
-    theta, shards = _gradient_data()
-    got, _ = _on_workers(parallel_gradient, _gradient_worker, parallel_gradient, theta, shards)
-    k, m = len(shards), sum(_SIZES)
-    sums = [X.T @ (X @ theta - y) for X, y in shards]
+    _refuse(my_parallel_gradient, "parallel_gradient", ("parallel_gd", "parallel_gd"),
+            ("textbook", "parallel_gd"))
+    fixed = [{"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
+             {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
+             {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}]
+
+    def one(case: Any) -> None:
+        theta, shards = _gradient_data(case)
+        got, _ = _on_workers(my_parallel_gradient, _gradient_worker, case.params["n"],
+                             my_parallel_gradient, theta, shards)
+        _judge_gradient(my_parallel_gradient, got, theta, shards, case.params["sizes"])
+
+    right = _run_cases(Cases("parallel_gradient", seed, fixed, draws=1, draw=_gradient_case),
+                       one)
+    passed("parallel_gradient", f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
+           "m examples, from shards of unequal sizes (an empty one too), float64 and float32")
+
+
+def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
+                    sizes: list[int]) -> None:
+    __tracebackhide__ = True
+    name = getattr(fn, "__name__", "my_parallel_gradient")
+    k, m = len(shards), sum(sizes)
+    t64 = theta.astype(np.float64)
+    sums = [X.T.astype(np.float64) @ (X.astype(np.float64) @ t64 - y) for X, y in shards]
     want = sum(sums) / m
-    wrong = {
-        "each rank returned only its own shard's gradient: add the shards' sums over all "
-        "ranks (comm.allreduce) before dividing": None,
-        f"that is Σ_j (mean over shard j) / k: you averaged twice — each rank divided by its "
-        f"shard size, then the sum was divided by k = {k}. With shards of different sizes "
-        f"({_SIZES}) that weighs examples unequally: add the per-example gradients, add the "
-        "ranks' sums, divide by m once": sum(s / n for s, n in zip(sums, _SIZES)) / k,
-        "that is the sum of the shards' means: each rank divided by its own shard size. "
-        "Add the raw sums and divide by the total m once": sum(s / n for s, n in
-                                                                   zip(sums, _SIZES)),
-        f"that is ∇J divided by k = {k} as well: the 1/m already averages over all "
-        "examples, do not divide by the number of workers too": want / k,
-        f"that is the sum over all m = {m} examples, not divided by m": want * m,
-        "that is ∇J divided by m twice": want / m,
-    }
-    for r, g in enumerate(got):
-        try:
-            g = np.asarray(g, dtype=float)
-        except (TypeError, ValueError):
-            fail(f"rank {r} returned {type(g).__name__}; return a numpy array of shape "
-                 f"{want.shape}.")
-        diff = first_difference(want, g, rtol=1e-6, atol=1e-9)
-        if diff is None:
+    with np.errstate(all="ignore"):
+        means = [s / n for s, n in zip(sums, sizes)]
+        wrong = {
+            f"that is Σ_j (mean over shard j) / k: you averaged twice — each rank divided by "
+            f"its shard size, then the sum was divided by k = {k}. With shards of different "
+            f"sizes ({sizes}) that weighs examples unequally: add the per-example gradients, "
+            "add the ranks' sums, divide by m once": sum(means) / k,
+            "that is the sum of the shards' means: each rank divided by its own shard size. "
+            "Add the raw sums and divide by the total m once": sum(means),
+            f"that is ∇J divided by k = {k} as well: the 1/m already averages over all "
+            "examples, do not divide by the number of workers too": want / k,
+            f"that is the sum over all m = {m} examples, not divided by m": want * m,
+            "that is ∇J divided by m twice": want / m,
+        }
+    for r, (g, mutated) in enumerate(got):
+        if mutated:
+            fail(f"on rank {r}: {mutated}")
+        if differs(want.astype(theta.dtype), g) is None:
             continue
-        for why, value in wrong.items():
-            mine = [sums[r], sums[r] / _SIZES[r], sums[r] / m] if value is None else [value]
-            if g.shape == want.shape and any(np.allclose(g, v, rtol=1e-6, atol=1e-9)
-                                             for v in mine):
-                fail(f"rank {r} returned a wrong gradient: {why}. ({diff})")
-        fail(f"rank {r} returned a wrong gradient: {diff}.")
-    passed("parallel_gradient", f"every one of {k} ranks holds ∇J(θ) over all m = {m} "
-           f"examples, from shards of sizes {_SIZES}")
+        if as_array(g) is None:
+            fail(returned_none(g, f"{name} on rank {r}", f"the gradient, an array of shape "
+                               f"{want.shape}, on every rank") or
+                 f"rank {r} returned {type(g).__name__}; return an array of shape {want.shape}.")
+        if r > 0 and differs(want.astype(theta.dtype), got[0][0]) is None:
+            fail(f"rank 0 holds ∇J but rank {r} returned {np.round(as_array(g), 4).tolist()}: "
+                 "every rank needs the gradient for its own step — allreduce the sums, or "
+                 "reduce then bcast.")
+        hint = explain(g, wrong) or explain(g, {
+            "each rank returned only its own shard's gradient: add the shards' sums over all "
+            "ranks (comm.allreduce) before dividing": lambda v: any(
+                differs(c, v) is None for c in (sums[r], means[r], sums[r] / m))})
+        fail(f"rank {r} returned a wrong gradient: {hint or differs(want, g)}.")
 
 
 # ------------------------------------------------------------ task 4: PageRank
 
-def _check_graph() -> Graph:
-    return web_graph(n=24, avg_degree=3.0, dangling=0.2, seed=3)
+def _pagerank_case(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
+            "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
+            "damping": round(float(rng.uniform(0.5, 0.95)), 3),
+            "supersteps": int(rng.integers(3, 6))}
 
 
-def pagerank_superstep(pagerank_compute: Callable, supersteps: int = 4,
-                       damping: float = 0.85) -> None:
-    """Lesson 04, task 4: the vertex program ``pagerank_compute(vertex, messages, ctx)``
-    makes each Pregel superstep s produce power iterate s of PageRank."""
+def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
+    damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
+    damping d, graph and number of workers."""
     __tracebackhide__ = True
-    graph = _check_graph()
-    parts, _ = _on_workers(pagerank_compute, run_pregel, graph, pagerank_compute,
-                           supersteps, operator.add)
-    values = np.full((supersteps, graph.n), np.nan)
-    for p in parts:
-        if len(p["snapshots"]):
-            values[:len(p["snapshots"]), p["ids"]] = p["snapshots"]
-    dangling = int((graph.out_degree() == 0).sum())
+    _refuse(my_pagerank_compute, "pagerank_compute", ("pregel", "_pagerank_vertex"),
+            ("pregel", "pregel_pagerank"))
+    fixed = [{"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
+             {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
+             {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}]
+
+    def one(case: Any) -> None:
+        _pagerank_one(my_pagerank_compute, case)
+
+    right = _run_cases(Cases("pagerank_compute", seed, fixed, draws=1, draw=_pagerank_case),
+                       one)
+    passed("pagerank_compute", f"on {' and '.join(right)}, every superstep matches power "
+           "iteration on graphs of 17–39 pages with dangling pages, damping 0.6–0.9")
+
+
+def _pagerank_one(fn: Callable, case: Any) -> None:
+    __tracebackhide__ = True
+    from ddl_lab.message_passing.pregel import pagerank_step, run_pregel, web_graph
+    p = case.params
+    graph = web_graph(n=p["pages"], avg_degree=3.0, dangling=p["dangling"],
+                      seed=int(case.rng.integers(1000)))
+    d, steps = p["damping"], p["supersteps"]
+    program = functools.partial(fn, damping=d)
+    parts, _ = _on_workers(fn, run_pregel, p["n"], graph, program, steps)
+    values = np.full((steps, graph.n), np.nan)
+    for part in parts:
+        if len(part["snapshots"]):
+            values[:len(part["snapshots"]), part["ids"]] = part["snapshots"]
     expected = [np.full(graph.n, 1.0 / graph.n)]
-    for _ in range(supersteps - 1):
-        expected.append(pagerank_step(graph, expected[-1], damping))
-    for s in range(supersteps):
+    for _ in range(steps - 1):
+        expected.append(pagerank_step(graph, expected[-1], d))
+    for s in range(steps):
         got, want = values[s], expected[s]
-        diff = first_difference(want, got, rtol=1e-9, atol=1e-12)
+        diff = differs(want, got)
         if diff is None:
             continue
         where = f"after superstep {s}, the values differ from power iterate {s}: {diff}"
         if np.isnan(got).any():
             fail(f"the run stopped after {int(np.isnan(values[:, 0]).argmax())} supersteps "
-                 f"instead of {supersteps}: did every vertex vote to halt? Vote to halt "
-                 "only when the work is done (the check runs a fixed number of supersteps).")
+                 f"instead of {steps}: did every vertex vote to halt? Vote to halt only when "
+                 "the work is done (the check runs a fixed number of supersteps).")
         if s == 0:
             fail(f"{where}. In superstep 0 no messages have arrived yet: keep the initial "
                  "value 1/n and only send it (value / number of out-edges) along the edges.")
-        prev = expected[s - 1]
-        hints = {
+        prev, out = expected[s - 1], graph.out_degree()
+        hint = explain(got, {
+            f"the damping passed in is ignored (d = {d}): your values are those of d = 0.85 — "
+            "use the `damping` argument": pagerank_step(graph, prev, 0.85) if d != 0.85 else None,
             "the (1 − d)/n term is missing (the random jump to any page)":
-                pagerank_step(graph, prev, damping, teleport=False),
+                pagerank_step(graph, prev, d, teleport=False),
             "the rank of the dangling vertices (no out-edges) is lost: in each superstep "
             "they must ctx.aggregate('dangling', value), and every vertex adds "
-            "d · ctx.aggregated('dangling') / n":
-                pagerank_step(graph, prev, damping, dangling=False),
+            "d · ctx.aggregated('dangling') / n": pagerank_step(graph, prev, d, dangling=False),
             "both the (1 − d)/n term and the dangling vertices' share are missing":
-                pagerank_step(graph, prev, damping, teleport=False, dangling=False),
+                pagerank_step(graph, prev, d, teleport=False, dangling=False),
             "the damping factor d is not applied (d = 1)": pagerank_step(graph, prev, 1.0),
             "the damping is applied to the messages but not to the dangling share":
-                pagerank_step(graph, prev, damping, dangling=False)
-                + prev[graph.out_degree() == 0].sum() / graph.n,
-        }
-        for why, value in hints.items():
-            if np.allclose(got, value, rtol=1e-9, atol=1e-12):
-                fail(f"{where}. Your values match a superstep where {why}.")
-        fail(f"{where}. The values add up to {got.sum():.6f} (PageRank keeps the total at "
-             "1). new value = (1 − d)/n + d·(sum(messages) + ctx.aggregated('dangling')/n); "
-             "then send value/len(out_edges) to each out-edge, or aggregate it as "
+                pagerank_step(graph, prev, d, dangling=False) + prev[out == 0].sum() / graph.n,
+        })
+        if hint:
+            fail(f"{where}. Your values match a superstep where {hint}.")
+        fail(f"{where}. The values add up to {np.nansum(got):.6f} (PageRank keeps the total "
+             "at 1). new value = (1 − d)/n + d·(sum(messages) + ctx.aggregated('dangling')/n);"
+             " then send value/len(out_edges) to each out-edge, or aggregate it as "
              "'dangling' if there are none.")
-    passed("pagerank_superstep", f"{supersteps} supersteps on {WORLD} workers match power "
-           f"iteration on a {graph.n}-page graph with {dangling} dangling pages")

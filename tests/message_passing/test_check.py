@@ -1,10 +1,16 @@
-"""Lesson 04's checks accept the solutions and reject the stub and plausible mistakes."""
+"""Lesson 04's checks: right answers in several styles pass; arrival-order gathers, whole
+lists scattered, hard-coded world sizes and roots, gradients averaged twice, a damping
+ignored and the other real mistakes fail with a message naming the fault."""
 import numpy as np
 import pytest
+import torch
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed, _core
+from ddl_lab.message_passing import pregel
 from ddl_lab.message_passing.comm import ANY_SOURCE
+
+NB = "04_message_passing"
 
 
 @pytest.fixture(autouse=True)
@@ -18,11 +24,15 @@ def stub(*args, **kwargs):
 
 # ------------------------------------------------------------- task 1: gather
 
-def my_gather(comm, value, root=0):
+def gather_tagged_any_source(comm, value, root=0):       # ANY_SOURCE, placed by sender
     if comm.rank != root:
-        comm.send(value, dest=root)
+        comm.send((comm.rank, value), dest=root)
         return None
-    return [value if r == root else comm.recv(source=r) for r in range(comm.size)]
+    out = {root: value}
+    for _ in range(comm.size - 1):
+        r, v = comm.recv(source=ANY_SOURCE)
+        out[r] = v
+    return [out[r] for r in range(comm.size)]
 
 
 def gather_any_source(comm, value, root=0):
@@ -40,8 +50,36 @@ def gather_without_own(comm, value, root=0):
 
 
 def gather_all_return(comm, value, root=0):
-    out = my_gather(comm, value, root)
-    return out if comm.rank == root else value
+    if comm.rank != root:
+        comm.send(value, dest=root)
+        return value
+    return [value if r == root else comm.recv(source=r) for r in range(comm.size)]
+
+
+def gather_for_four_ranks(comm, value, root=0):
+    if comm.rank != root:
+        comm.send(value, dest=root)
+        return None
+    return [value if r == root else comm.recv(source=r) for r in range(4)]
+
+
+def gather_to_rank_0(comm, value, root=0):
+    if comm.rank != 0:
+        comm.send(value, dest=0)
+        return None
+    return [value] + [comm.recv(source=r) for r in range(1, comm.size)]
+
+
+def gather_and_echo(comm, value, root=0):                # the root sends the list back
+    out = [value if r == root else comm.recv(source=r) for r in range(comm.size)] \
+        if comm.rank == root else comm.send(value, dest=root)
+    if comm.rank == root:
+        for r in range(comm.size):
+            if r != root:
+                comm.send(len(out), dest=r)
+        return out
+    comm.recv(source=root)
+    return None
 
 
 def gather_library(comm, value, root=0):
@@ -55,42 +93,55 @@ def gather_deadlock(comm, value, root=0):
     return [value if r == root else comm.recv(source=r, tag=2) for r in range(comm.size)]
 
 
-def test_gather_solution_passes(capsys):
-    check.gather_from_p2p(my_gather)
-    assert "✔ gather_from_p2p: passed" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [gather_tagged_any_source])
+def test_gather_right_answers_pass(right, solution, capsys):
+    check.gather(solution(NB, "my_gather"))
+    check.gather(right)
+    assert capsys.readouterr().out.count("✔ gather: passed") == 2
 
 
 def test_gather_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.gather_from_p2p(stub)
+        check.gather(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (gather_any_source, "ANY_SOURCE and append in arrival order"),
+    (gather_any_source, "here the ANY_SOURCE receives got the latest rank first"),
     (gather_without_own, "root's own value is missing"),
     (gather_all_return, "every other rank returns None"),
+    (gather_for_four_ranks, "right for 4 ranks but not for 3 ranks"),
+    (gather_to_rank_0, "right for root 0 but not for root 3"),
+    (gather_and_echo, "a gather needs exactly 3: one from each other rank to the root"),
     (gather_library, "used comm.gather"),
 ])
 def test_gather_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.gather_from_p2p(wrong)
+        check.gather(wrong)
 
 
 def test_gather_deadlock_times_out_naming_ranks_and_tag():
     with pytest.raises(CheckFailed) as e:
-        check.gather_from_p2p(gather_deadlock)
+        check.gather(gather_deadlock)
     assert "rank 0 timed out" in str(e.value) and "tag=2" in str(e.value)
+
+
+def test_gather_verdicts_are_the_same_20_times(solution):
+    right = solution(NB, "my_gather")
+    for _ in range(20):
+        check.gather(right)
+        with pytest.raises(CheckFailed, match="ANY_SOURCE receives got the latest rank first"):
+            check.gather(gather_any_source)
 
 
 # ------------------------------------------------------------ task 2: scatter
 
-def my_scatter(comm, chunks, root=0):
-    if comm.rank == root:
-        for r in range(comm.size):
-            if r != root:
-                comm.send(chunks[r], dest=r)
-        return chunks[root]
-    return comm.recv(source=root)
+def scatter_enumerate(comm, chunks, root=0):
+    if comm.rank != root:
+        return comm.recv(source=ANY_SOURCE)
+    for r, chunk in enumerate(chunks):
+        if r != root:
+            comm.send(chunk, r)
+    return chunks[root]
 
 
 def scatter_whole_list(comm, chunks, root=0):
@@ -102,6 +153,15 @@ def scatter_whole_list(comm, chunks, root=0):
     return comm.recv(source=root)
 
 
+def scatter_whole_list_then_index(comm, chunks, root=0):
+    if comm.rank == root:
+        for r in range(comm.size):
+            if r != root:
+                comm.send(chunks, dest=r)
+        return chunks[root]
+    return comm.recv(source=root)[comm.rank]
+
+
 def scatter_off_by_one(comm, chunks, root=0):
     if comm.rank == root:
         for r in range(comm.size):
@@ -111,46 +171,63 @@ def scatter_off_by_one(comm, chunks, root=0):
     return comm.recv(source=root)
 
 
+def scatter_sends_to_itself(comm, chunks, root=0):
+    if comm.rank == root:
+        for r in range(comm.size):
+            comm.send(chunks[r], dest=r)
+    return comm.recv(source=root)
+
+
 def scatter_library(comm, chunks, root=0):
     return comm.scatter(chunks, root)
 
 
-def test_scatter_solution_passes(capsys):
-    check.scatter_from_p2p(my_scatter)
-    assert "✔ scatter_from_p2p: passed" in capsys.readouterr().out
+def test_scatter_right_answers_pass(solution, capsys):
+    check.scatter(solution(NB, "my_scatter"))
+    check.scatter(scatter_enumerate)
+    assert capsys.readouterr().out.count("✔ scatter: passed") == 2
 
 
 def test_scatter_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.scatter_from_p2p(stub)
+        check.scatter(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (scatter_whole_list, "returned the whole list"),
+    (scatter_whole_list_then_index, r"the root sent rank 1 [\d,]+ bytes, [\d.]+× the size of "
+                                    r"chunks\[1\].*not the whole list"),
     (scatter_off_by_one, r"returned chunks\[2\], the chunk meant for rank 2"),
+    (scatter_sends_to_itself, "a scatter needs exactly 3: one from the root to each other"),
     (scatter_library, "used comm.scatter"),
 ])
 def test_scatter_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.scatter_from_p2p(wrong)
+        check.scatter(wrong)
 
 
 # ------------------------------------------------------- task 3: parallel gradient
 
-def parallel_gradient(comm, theta, X, y, m):
-    return comm.allreduce(X.T @ (X @ theta - y)) / m
+def gradient_reduce_bcast_torch(comm, theta, X, y, m):
+    X, y, theta = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (X, y, theta))
+    total = comm.reduce(X.T @ (X @ theta - y), root=0)
+    return comm.bcast(total / m if comm.rank == 0 else None, root=0)
 
 
 def gradient_averaged_twice(comm, theta, X, y, m):
-    return comm.allreduce(X.T @ (X @ theta - y) / len(y)) / comm.size
+    return comm.allreduce(X.T @ (X @ theta - y) / max(len(y), 1)) / comm.size
 
 
 def gradient_local_only(comm, theta, X, y, m):
-    return X.T @ (X @ theta - y) / len(y)
+    return X.T @ (X @ theta - y) / m
 
 
 def gradient_divided_by_k(comm, theta, X, y, m):
     return comm.allreduce(X.T @ (X @ theta - y)) / m / comm.size
+
+
+def gradient_not_divided(comm, theta, X, y, m):
+    return comm.allreduce(X.T @ (X @ theta - y))
 
 
 def gradient_only_on_root(comm, theta, X, y, m):
@@ -158,9 +235,19 @@ def gradient_only_on_root(comm, theta, X, y, m):
     return total / m if comm.rank == 0 else np.zeros_like(theta)
 
 
-def test_gradient_solution_passes(capsys):
-    check.parallel_gradient(parallel_gradient)
-    assert "✔ parallel_gradient: passed" in capsys.readouterr().out
+def gradient_mutates_y(comm, theta, X, y, m):
+    y -= X @ theta
+    return -comm.allreduce(X.T @ y) / m
+
+
+def gradient_forgets_return(comm, theta, X, y, m):
+    comm.allreduce(X.T @ (X @ theta - y)) / m
+
+
+def test_gradient_right_answers_pass(solution, capsys):
+    check.parallel_gradient(solution(NB, "my_parallel_gradient"))
+    check.parallel_gradient(gradient_reduce_bcast_torch)
+    assert capsys.readouterr().out.count("✔ parallel_gradient: passed") == 2
 
 
 def test_gradient_stub_is_not_implemented_yet():
@@ -172,7 +259,10 @@ def test_gradient_stub_is_not_implemented_yet():
     (gradient_averaged_twice, "you averaged twice"),
     (gradient_local_only, "only its own shard's gradient"),
     (gradient_divided_by_k, "do not divide by the number of workers"),
-    (gradient_only_on_root, r"rank 1 returned a wrong gradient: element 0"),
+    (gradient_not_divided, "not divided by m"),
+    (gradient_only_on_root, "rank 0 holds ∇J but rank 1 returned"),
+    (gradient_mutates_y, "changed its argument `y` in place"),
+    (gradient_forgets_return, "returned None"),
 ])
 def test_gradient_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -181,23 +271,12 @@ def test_gradient_wrong_answers_are_explained(wrong, hint):
 
 # ---------------------------------------------------- task 4: a Pregel superstep
 
-def pagerank_compute(vertex, messages, ctx, damping=0.85):
-    n = ctx.num_vertices
-    if ctx.superstep > 0:
-        vertex.value = (1 - damping) / n + damping * (sum(messages)
-                                                      + ctx.aggregated("dangling") / n)
-    if len(vertex.out_edges):
-        for w in vertex.out_edges:
-            ctx.send(w, vertex.value / len(vertex.out_edges))
-    else:
-        ctx.aggregate("dangling", vertex.value)
-
-
-def _variant(teleport=True, dangling=True, damping=0.85, update_at_0=False):
-    def compute(vertex, messages, ctx):
+def _variant(teleport=True, dangling=True, fixed_damping=None, update_at_0=False):
+    def compute(vertex, messages, ctx, damping=0.85):
+        d = damping if fixed_damping is None else fixed_damping
         n = ctx.num_vertices
         if ctx.superstep > 0 or update_at_0:
-            vertex.value = ((1 - damping) / n if teleport else 0.0) + damping * (
+            vertex.value = ((1 - d) / n if teleport else 0.0) + d * (
                 sum(messages) + ctx.aggregated("dangling") / n)
         if len(vertex.out_edges):
             for w in vertex.out_edges:
@@ -207,22 +286,42 @@ def _variant(teleport=True, dangling=True, damping=0.85, update_at_0=False):
     return compute
 
 
-def test_pagerank_solution_passes(capsys):
-    check.pagerank_superstep(pagerank_compute)
-    assert "✔ pagerank_superstep: passed" in capsys.readouterr().out
+def pagerank_numpy_style(vertex, messages, ctx, damping=0.85):
+    n, out = ctx.num_vertices, np.asarray(vertex.out_edges)
+    if ctx.superstep:
+        vertex.value = float((1 - damping) / n + damping * (np.sum(messages)
+                                                            + ctx.aggregated("dangling") / n))
+    if out.size == 0:
+        ctx.aggregate("dangling", vertex.value)
+    share = vertex.value / max(out.size, 1)
+    for w in out.tolist():
+        ctx.send(w, share)
+
+
+def pagerank_without_damping_argument(vertex, messages, ctx):
+    _variant()(vertex, messages, ctx)
+
+
+def test_pagerank_right_answers_pass(solution, capsys):
+    check.pagerank_compute(solution(NB, "my_pagerank_compute"))
+    check.pagerank_compute(pagerank_numpy_style)
+    assert capsys.readouterr().out.count("✔ pagerank_compute: passed") == 2
 
 
 def test_pagerank_stub_is_not_implemented_yet():
     with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.pagerank_superstep(stub)
+        check.pagerank_compute(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (_variant(teleport=False), r"\(1 − d\)/n term is missing"),
     (_variant(dangling=False), "dangling vertices .* is lost"),
-    (_variant(damping=1.0), "damping factor d is not applied"),
+    (_variant(fixed_damping=1.0), "damping factor d is not applied"),
+    (_variant(fixed_damping=0.85), "the damping passed in is ignored"),
     (_variant(update_at_0=True), "In superstep 0 no messages have arrived yet"),
+    (pagerank_without_damping_argument, "unexpected keyword argument 'damping'"),
+    (pregel._pagerank_vertex, "package's own implementation"),
 ])
 def test_pagerank_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.pagerank_superstep(wrong)
+        check.pagerank_compute(wrong)
