@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ddl_lab.data_parallel import engine as D
+from ddl_lab.data_parallel.workloads import Straggler
 from ddl_lab.runtime import Cluster
 
 
@@ -35,7 +36,7 @@ def main() -> None:
                 runs = cluster.run(D.sync_sgd, "digits-cnn", a.steps, a.batch, 0.1)
                 base.append(np.median(D.step_times(runs)))
                 runs = cluster.run(D.sync_sgd, "digits-cnn", a.steps, a.batch, 0.1,
-                                   straggler=D.Straggler(1, a.factor))
+                                   straggler=Straggler(1, a.factor))
                 slow.append(np.median(D.step_times(runs)))
                 waits.append(D.wait_fraction(runs))
                 compute.append([np.median(list(r.timeline.per_step("compute").values()))

@@ -1,14 +1,11 @@
 """Synchronous SGD, parameter averaging, local SGD and DMB on real workers (lesson 05)."""
-import matplotlib
 import numpy as np
 import pytest
 import torch
 
+from ddl_lab.data_parallel import buckets, measure, plots, workloads
 from ddl_lab.data_parallel import engine as D
 from ddl_lab.runtime import shared_cluster
-from ddl_lab.timeline import plot_timeline
-
-matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +15,7 @@ def cluster3():
 
 def test_sync_sgd_is_single_process_sgd(cluster3):
     runs = cluster3.run(D.sync_sgd, "linreg", 12, 48, 0.05, eval_every=4)
-    ref = D.replay_single_process("linreg", 12, 48, 0.05, 3)
+    ref = measure.replay_single_process("linreg", 12, 48, 0.05, 3)
     for r in runs:
         assert torch.allclose(r.params, ref, atol=1e-5)         # every replica, same model
     losses = [e[3] for e in runs[0].evals]
@@ -39,19 +36,23 @@ def test_local_sgd_periods(cluster3):
     assert [e[0] for e in runs[0].evals] == [0, 4, 8, 12] and runs[0].rounds == 3
     assert all(torch.equal(r.params, runs[0].params) for r in runs)   # synced at the end
     assert runs[0].evals[-1][3] < runs[0].evals[0][3] / 2
+    fig = plots.figure_loss_curves({"H = 4": runs})
+    np.testing.assert_array_equal(fig.axes[1].lines[0].get_xdata(), [0, 1, 2, 3])   # rounds
     odd = cluster3.run(D.local_sgd, "linreg", 12, 30, 0.05, sync_every=[2, 3, 11])
     assert [e[0] for e in odd[0].evals] == [0, 2, 3, 11]
     assert not torch.equal(odd[0].params, odd[1].params)           # step 12 was local
 
 
 def test_straggler_makes_everyone_wait(cluster3):
-    runs = cluster3.run(D.sync_sgd, "digits-cnn", 8, 96, 0.1, straggler=D.Straggler(1, 3.0))
+    runs = cluster3.run(D.sync_sgd, "digits-cnn", 8, 96, 0.1,
+                        straggler=workloads.Straggler(1, 3.0))
     compute = [r.timeline.total("compute") for r in runs]
     wait = [r.timeline.total("wait") for r in runs]
     assert compute[1] > 1.5 * max(compute[0], compute[2])
     assert min(wait[0], wait[2]) > wait[1]
-    fig_ax = plot_timeline([r.timeline for r in runs], title="straggler")
-    assert len(fig_ax.get_yticks()) == 3
+    fig = plots.figure_timelines({"straggler": runs}, steps=range(1, 6))
+    assert [ax.get_title() for ax in fig.axes] == ["straggler"]
+    assert len(fig.axes[0].get_yticks()) == 3
     assert len(D.step_times(runs)) == 8 and 0 <= min(D.wait_fraction(runs))
 
 
@@ -67,15 +68,15 @@ def test_distributed_minibatch(cluster3):
 
 
 def test_compute_vs_communication(cluster3):
-    out = cluster3.run(D.compute_vs_communication, "digits-cnn", 16, 2)[0]
+    out = cluster3.run(measure.compute_vs_communication, "digits-cnn", 16, 2)[0]
     assert out["compute"] > 0 and out["communicate"] > 0 and out["params"] == 9930
 
 
 def test_bad_input_says_what_to_do(cluster3):
     with pytest.raises(ValueError, match="factor must be >= 1"):
-        D.Straggler(0, 0.5)
+        workloads.Straggler(0, 0.5)
     with pytest.raises(ValueError, match="unknown workload"):
-        D.build("imagenet")
+        workloads.build("imagenet")
     from ddl_lab.runtime import WorkerError
     with pytest.raises(WorkerError, match="must divide by the world size"):
         cluster3.run(D.sync_sgd, "linreg", 2, 64, 0.1)
@@ -84,7 +85,7 @@ def test_bad_input_says_what_to_do(cluster3):
 def _buckets_match_one_allreduce():
     import torch.distributed as dist
     from ddl_lab.ml.models import flat_grads
-    model, train, _, loss_fn = D.build("digits-mlp")
+    model, train, _, loss_fn = workloads.build("digits-mlp")
     X, y = train.tensors()
     rank = dist.get_rank()
     X, y = X[32 * rank:32 * rank + 32], y[32 * rank:32 * rank + 32]
@@ -92,16 +93,16 @@ def _buckets_match_one_allreduce():
     loss_fn(model(X), y).backward()
     want = flat_grads(model)
     dist.all_reduce(want)
-    buckets = D.GradientBuckets(model, bucket_bytes=1024)
+    bucketed = buckets.GradientBuckets(model, bucket_bytes=1024)
     model.zero_grad()
     loss_fn(model(X), y).backward()
-    buckets.wait()
-    buckets.remove()
-    return len(buckets.buckets), float((flat_grads(model) - want / 3).abs().max())
+    bucketed.wait()
+    bucketed.remove()
+    return len(bucketed.buckets), float((flat_grads(model) - want / 3).abs().max())
 
 
 def test_gradient_buckets_average_like_one_allreduce(cluster3):
     for count, err in cluster3.run(_buckets_match_one_allreduce):
         assert count > 2 and err < 1e-6
-    out = cluster3.run(D.overlap_backward, "digits-mlp", 32, 1024, 1)[0]
+    out = cluster3.run(buckets.overlap_backward, "digits-mlp", 32, 1024, 1)[0]
     assert out["buckets"] > 2 and out["backward only"] > 0

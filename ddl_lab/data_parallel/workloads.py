@@ -1,0 +1,115 @@
+"""What every rank of lesson 05 trains and records: named workloads (the same model on
+every rank), a straggler, the per-rank ``Run`` record, and which examples each step uses.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ddl_lab.ml.data import Dataset, digits, linear_regression
+from ddl_lab.ml.models import MLP, LinearRegression, SmallCNN
+from ddl_lab.ml.training import loss_function
+from ddl_lab.timeline import Timeline
+
+__all__ = ["Workload", "WORKLOADS", "build", "Straggler", "Run", "batch_indices",
+           "local_batch", "sgd_update"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model, its data and its loss, built identically on every rank."""
+
+    model: str          # 'mlp', 'wide-mlp', 'cnn' or 'linreg'
+    data: str           # 'digits' or 'linreg'
+    loss: str           # 'ce' or 'mse'
+
+
+WORKLOADS = {"digits-mlp": Workload("mlp", "digits", "ce"),
+             "digits-cnn": Workload("cnn", "digits", "ce"),
+             "digits-wide-mlp": Workload("wide-mlp", "digits", "ce"),
+             "linreg": Workload("linreg", "linreg", "mse")}
+
+
+def build(workload: str, seed: int = 0) -> tuple[nn.Module, Dataset, Dataset, Callable]:
+    """(model, train set, test set, loss) for a named workload; same model on every rank."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}: use one of {list(WORKLOADS)}")
+    w = WORKLOADS[workload]
+    if w.data == "digits":
+        train, test = digits(seed=seed)
+    else:
+        full = linear_regression(m=2000, d=20, noise=0.1, seed=seed)
+        train, test = full.subset(np.arange(1500)), full.subset(np.arange(1500, 2000))
+    torch.manual_seed(seed)
+    model = {"mlp": lambda: MLP(64, 64, 10), "cnn": lambda: SmallCNN(10),
+             "wide-mlp": lambda: MLP(64, 512, 10),
+             "linreg": lambda: LinearRegression(train.X.shape[1])}[w.model]()
+    return model, train, test, loss_function(w.loss)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """Rank ``rank`` computes ``factor``× slower than the others (``factor`` >= 1)."""
+
+    rank: int
+    factor: float
+
+    def __post_init__(self) -> None:
+        if self.factor < 1:
+            raise ValueError(f"a straggler is slower: factor must be >= 1, got {self.factor}")
+
+    def delay(self, rank: int, seconds: float) -> None:
+        """Sleep so that ``seconds`` of compute on the straggler take ``factor``× as long."""
+        if rank == self.rank and self.factor > 1:
+            time.sleep((self.factor - 1) * seconds)
+
+
+@dataclass
+class Run:
+    """What one rank recorded in a training run (lesson 05).
+
+    ``loss``/``time``: this rank's minibatch loss and training clock (seconds, evaluation
+    excluded) after each step; ``evals``: (step, clock, communication rounds, loss of the
+    global model on the whole training set) at every synchronisation; ``spread``: how far
+    the replicas had drifted apart before each averaging (RMS distance to their mean);
+    ``params``: the final parameters.
+    """
+
+    rank: int
+    loss: list[float] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float, int, float]] = field(default_factory=list)
+    rounds: int = 0
+    served: int = 0
+    spread: list[float] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
+    params: torch.Tensor | None = None
+
+
+
+def batch_indices(shard_size: int, batch: int, steps: int, seed: int, rank: int) -> torch.Tensor:
+    """(steps, batch) example indices into a rank's shard, fixed by (seed, rank)."""
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    return torch.randint(shard_size, (steps, batch), generator=g)
+
+
+def local_batch(batch: int, n: int) -> int:
+    """M/R: each rank's share of the global mini-batch M (which must divide by R)."""
+    if batch % n:
+        raise ValueError(f"the global mini-batch M={batch} must divide by the world size "
+                         f"R={n} (each rank takes M/R examples); try M={batch - batch % n}")
+    return batch // n
+
+
+
+
+@torch.no_grad()
+def sgd_update(model: nn.Module, lr: float) -> None:
+    """Plain SGD, p ← p − lr·∇p (no torch.optim: its first use costs seconds of imports)."""
+    for p in model.parameters():
+        p -= lr * p.grad
