@@ -1,0 +1,221 @@
+"""Checks on real workers at several world sizes, all on one warm cluster (issue 16).
+
+A check draws world sizes 2–5, but starting a cluster per size would cost seconds each.
+So every case runs on the one shared cluster of ``MAX_WORLD`` ranks: ranks 0…n−1 make a
+fresh gloo group of n ranks, which becomes the default group while the learner's code
+runs (``dist.get_world_size()`` is n, ``dist.send(t, 1)`` goes to rank 1, ``all_reduce``
+sums over the n ranks); the other ranks wait. All of a check's cases go to the workers in
+one call and run one after the other; after each, the whole cluster agrees whether it
+failed, and stops there if so.
+
+Each case's group is new, so a message a wrong answer left unreceived cannot leak into the
+next case, and it has a short operation timeout, so a deadlock is reported in seconds. When
+the learner's code raises on one rank, that rank closes the group: its neighbours, blocked
+in a receive from it, fail at once instead of waiting out the cluster's timeout.
+"""
+from __future__ import annotations
+
+import datetime
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
+
+from ._core import DEFAULT_TIMEOUT, stub_message
+
+MAX_WORLD = 5               # the largest world size a check draws; the cluster's size
+OP_TIMEOUT_S = 5.0          # a send/recv/collective that waits longer is a deadlock
+_TIMED_OUT = "Timed out waiting"
+_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+           "connectFullMesh failed")
+
+
+@dataclass
+class Raised:
+    """Worker → parent: the learner's code raised; ``text`` is the whole traceback."""
+    text: str
+
+
+# ------------------------------------------------------------------ on the workers
+
+def _default_group(group: Any) -> None:
+    from torch.distributed import distributed_c10d as c10d
+    c10d._update_default_pg(group)         # the one private hook: make ``group`` the default
+
+
+class _ranks_within:
+    """While active, a send/recv to a rank outside 0…n−1 raises a ValueError (gloo itself
+    would crash the process)."""
+
+    def __init__(self, n: int):
+        from torch._C._distributed_c10d import ProcessGroup
+        self.n, self.pg = n, ProcessGroup
+        self.raw = {m: ProcessGroup.__dict__[m] for m in ("send", "recv")}
+
+    def __enter__(self) -> None:
+        for method in self.raw:
+            setattr(self.pg, method, self._guarded(method, getattr(self.pg, method)))
+
+    def _guarded(self, method: str, call: Callable) -> Callable:
+        n = self.n
+
+        def guarded(pg, tensors, peer, *args, **kwargs):
+            if not 0 <= int(peer) < n:
+                way = "to" if method == "send" else "from"
+                raise ValueError(f"dist.{method} {way} rank {peer}, but the world has {n} "
+                                 f"ranks (0 … {n - 1}): read the world size from "
+                                 "dist.get_world_size() and wrap neighbours with % n.")
+            return call(pg, tensors, peer, *args, **kwargs)
+        return guarded
+
+    def __exit__(self, *exc: Any) -> None:
+        for method, original in self.raw.items():
+            setattr(self.pg, method, original)
+
+
+def _one_case(n: int, body: Callable, args: tuple, op_timeout: float) -> Any:
+    """``body(*args)`` on ranks 0…n−1 with a fresh n-rank default group (None elsewhere);
+    a ``Raised`` if it failed here."""
+    import gc
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+    group = dist.new_group(list(range(n)), backend="gloo",
+                           timeout=datetime.timedelta(seconds=op_timeout))
+    if dist.get_rank() >= n:
+        return None
+    world = c10d._get_default_group()
+    out, text = None, None
+    try:
+        dist.barrier(group=group)          # every member is connected before anyone may close
+        _default_group(group)
+        with _ranks_within(n):
+            out = body(*args)
+        dist.barrier(group=group)          # nobody closes the group while a peer still reads
+    except Exception as e:                 # the learner's error, sent home as text
+        text = "".join(traceback.format_exception(e)).rstrip()
+    finally:
+        _default_group(world)
+    dist.destroy_process_group(group)
+    del group                              # the last reference: its connections close, so
+    gc.collect()                           # peers blocked in a recv from this rank fail now
+    return out if text is None else Raised(text)
+
+
+def in_worlds(body: Callable, cases: Sequence[tuple[int, tuple]],
+              op_timeout: float = OP_TIMEOUT_S) -> list:
+    """Worker: each case ``(n, args)`` in turn; stops after the first that failed on any
+    rank (every rank learns it through the full cluster). One entry per case run."""
+    import torch
+    import torch.distributed as dist
+    out: list = []
+    for n, args in cases:
+        out.append(_one_case(n, body, args, op_timeout))
+        failed = torch.tensor([int(isinstance(out[-1], Raised))])
+        dist.all_reduce(failed)
+        if failed.item():
+            break
+    return out
+
+
+# ------------------------------------------------------------------ in the check
+
+@dataclass
+class RankFailure:
+    """How the learner's code failed on the workers, in a check's terms.
+
+    kind: 'stub', 'raised' (``line`` is the exception's last line, on ``rank``),
+    'deadlock' (every waiting rank timed out in a send/recv/collective), 'died' (a
+    rank's process was killed, e.g. by gloo), 'timeout' (the ranks never answered).
+    """
+    kind: str
+    rank: int
+    line: str
+    text: str
+
+    def message(self, name: str, n: int) -> str:
+        """The usual sentence for this failure; checks add their task's hint."""
+        if self.kind == "stub":
+            return self.line
+        if self.kind == "deadlock":
+            return (f"{name} deadlocked on {n} ranks: every rank waited more than "
+                    f"{OP_TIMEOUT_S:g} s in a send, receive or collective that no other rank "
+                    "matched (two ranks both receiving first, a blocking send to a rank that "
+                    "is itself sending, or a collective not every rank called).")
+        if self.kind == "timeout":
+            return f"{name} did not finish within the check's time limit: {self.line}"
+        if self.kind == "died":
+            return f"{name} killed a worker process: {self.line}"
+        return f"{name} failed on rank {self.rank} of {n}: {self.line}"
+
+
+@dataclass
+class Outcome:
+    """One case: the results of ranks 0…n−1, or how it failed."""
+    n: int
+    results: list | None
+    failure: RankFailure | None
+
+
+class WorldFailed(Exception):
+    """The workers failed outside any one case (a killed process, the time limit)."""
+
+    def __init__(self, failure: RankFailure):
+        super().__init__(failure.line)
+        self.failure = failure
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def classify(failures: dict[int, str], fn: Callable) -> RankFailure:
+    """The learner's failure among the ranks' failure texts (secondary ones — a neighbour's
+    closed connection — are skipped)."""
+    if any("NotImplementedError" in t for t in failures.values()):
+        return RankFailure("stub", min(failures), stub_message(fn), "")
+    primary = {r: t for r, t in failures.items() if not any(c in t for c in _CLOSED)}
+    if primary and all(_TIMED_OUT in t for t in primary.values()):
+        r = min(primary)
+        return RankFailure("deadlock", r, _last_line(primary[r]), primary[r])
+    raised = {r: t for r, t in primary.items() if _TIMED_OUT not in t}
+    r = min(raised or primary or failures)
+    text = (raised or primary or failures)[r]
+    return RankFailure("raised", r, _last_line(text), text)
+
+
+def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callable,
+              timeout: float | None = None) -> list[Outcome]:
+    """Run ``body(*args)`` for each case ``(n, args)`` on an n-rank world carved out of the
+    warm shared cluster, up to the first case that fails (its Outcome has the failure).
+    A failure outside the cases raises ``WorldFailed`` (``fn``: the learner's function)."""
+    if not all(1 <= n <= MAX_WORLD for n, _ in cases):
+        raise ValueError(f"world sizes must lie in 1…{MAX_WORLD}")
+    cluster = shared_cluster(MAX_WORLD)
+    try:
+        per_rank = cluster.run_with(in_worlds, (body, list(cases)), {},
+                                    timeout=timeout or DEFAULT_TIMEOUT)
+    except WorkerError as e:
+        if any("NotImplementedError" in (t or "") for t in e.failures.values()):
+            raise WorldFailed(RankFailure("stub", 0, stub_message(fn), "")) from None
+        kind = "timeout" if isinstance(e, WorkerTimeout) else "died"
+        raise WorldFailed(RankFailure(kind, min(e.failures, default=0),
+                                      str(e).splitlines()[0], str(e))) from None
+    outcomes = []
+    for k, (n, _) in enumerate(cases[:len(per_rank[0])]):
+        results = [per_rank[r][k] for r in range(n)]
+        failed = {r: v.text for r, v in enumerate(results) if isinstance(v, Raised)}
+        outcomes.append(Outcome(n, None, classify(failed, fn)) if failed
+                        else Outcome(n, results, None))
+    return outcomes
+
+
+def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
+                 timeout: float | None = None) -> list:
+    """One case: ``body(*args)`` on an n-rank world; the results of ranks 0…n−1. Any
+    failure raises ``WorldFailed``."""
+    outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
+    if outcome.failure is not None:
+        raise WorldFailed(outcome.failure)
+    return outcome.results
