@@ -12,7 +12,8 @@
 - ``Cases``: several randomly drawn, seeded cases per call, each quoted with its seed so a
   failure replays (``check.<task>(fn, seed=…)``); same seed, same cases, same verdict.
 - ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
-  merely calls the package's own implementation of the task is refused, saying so.
+  merely calls the package's own implementation of the task is refused, saying so;
+  ``refuse(fn, task, package, *names)`` raises it, finding the functions by name.
 - ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
 """
 from __future__ import annotations
@@ -281,6 +282,16 @@ def package_functions(package: str, *names: str) -> list[Any]:
     modules = [root] + [importlib.import_module(f"{package}.{m.name}")
                         for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
+
+
+def refuse(fn: Callable, task: str, package: str, *names: str) -> None:
+    """Raise CheckFailed if ``fn`` is or calls one of ``package``'s functions ``names`` (its
+    own implementations of the task)."""
+    __tracebackhide__ = True
+    from ._core import fail
+    message = refuse_package_copy(fn, task, *package_functions(package, *names))
+    if message:
+        fail(message)
 
 
 def _ident(obj: Any) -> tuple[str, str] | None:

@@ -10,22 +10,13 @@ import numpy as np
 from ._core import call_local, fail, passed
 from ._diagnose import (AdagradWords, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor,
-                        refuse_package_copy, returned_none, same)
+                        refuse, returned_none, same)
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate"]
 
 
 def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return X.T @ (X @ theta - y) / len(y)
-
-
-def _refuse(fn: Callable, task: str, *names: str) -> None:
-    __tracebackhide__ = True
-    from ddl_lab.ml import models, optim
-    impls = [getattr(models, n, None) or getattr(optim, n) for n in names]
-    message = refuse_package_copy(fn, task, *impls)
-    if message:
-        fail(message)
 
 
 def _name(fn: Callable, default: str) -> str:
@@ -44,7 +35,7 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
     __tracebackhide__ = True
-    _refuse(my_batch_gradient, "batch_gradient", "linreg_grad")
+    refuse(my_batch_gradient, "batch_gradient", "ddl_lab.ml", "linreg_grad")
     name = _name(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
@@ -134,8 +125,8 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
     __tracebackhide__ = True
-    _refuse(my_minibatch_sgd_epoch, "minibatch_sgd_epoch", "minibatch_sgd_epoch",
-            "minibatch_gd", "sgd")
+    refuse(my_minibatch_sgd_epoch, "minibatch_sgd_epoch", "ddl_lab.ml", "minibatch_sgd_epoch",
+           "minibatch_gd", "sgd")
     fixed = [{"m": 10, "batch_size": 4, "lr": 0.01}, {"m": 13, "batch_size": 5, "lr": 0.03},
              {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
              {"m": 1, "batch_size": 3, "lr": 0.1}]
@@ -262,7 +253,7 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
     __tracebackhide__ = True
-    _refuse(my_adagrad_step, "adagrad_step", "Adagrad")
+    refuse(my_adagrad_step, "adagrad_step", "ddl_lab.ml", "Adagrad")
     name = _name(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
@@ -342,7 +333,7 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random)."""
     __tracebackhide__ = True
-    _refuse(my_learning_rate, "learning_rate", "lipschitz")
+    refuse(my_learning_rate, "learning_rate", "ddl_lab.ml", "lipschitz")
     name = _name(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
     for case, X, y in problems:

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import (Cases, Snapshot, differs, explain, factor_of, refuse_package_copy,
-                        tolerance)
+from ._diagnose import Cases, Snapshot, differs, explain, factor_of, refuse, tolerance
 from .parallel_models import PROCESSES, FileLock, shared_file
 
 if TYPE_CHECKING:
@@ -25,13 +24,7 @@ _COPY_HINT = ("`w = theta[idx]` (fancy indexing) and `theta = theta - ...` both 
               "array; write into the shared one: `theta[idx] -= step`.")
 
 
-def _refuse(fn: Callable, task: str) -> None:
-    __tracebackhide__ = True
-    from ddl_lab.hogwild import engine
-    message = refuse_package_copy(fn, task, engine.sgd_update, engine.sparse_step,
-                                  engine.hogwild_loop, engine.reference_sgd)
-    if message:
-        fail(message)
+_IMPLEMENTATIONS = ("sgd_update", "sparse_step", "hogwild_loop", "reference_sgd")
 
 
 def _sigmoid(z: float) -> float:
@@ -51,7 +44,7 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     logistic regression on a sparse example, in place, touching only θ[idx]:
     θ[idx] −= lr (σ(θ[idx]·val) − y) val. ``idx`` and ``val`` stay as they were."""
     __tracebackhide__ = True
-    _refuse(my_hogwild_update, "hogwild_update")
+    refuse(my_hogwild_update, "hogwild_update", "ddl_lab.hogwild", *_IMPLEMENTATIONS)
     name = getattr(my_hogwild_update, "__name__", "my_hogwild_update")
     fixed = [{"d": 200, "nnz": 5, "lr": 0.2, "y": 1, "dtype": "float64"},
              {"d": 50, "nnz": 8, "lr": 0.7, "y": 0, "dtype": "float64"},
@@ -200,7 +193,7 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     lock unless ``locked``, and then holding it around each whole update (read θ, compute,
     write)."""
     __tracebackhide__ = True
-    _refuse(my_hogwild_worker, "hogwild_worker")
+    refuse(my_hogwild_worker, "hogwild_worker", "ddl_lab.hogwild", *_IMPLEMENTATIONS)
     from ddl_lab.hogwild.engine import sparse_problem
     name = getattr(my_hogwild_worker, "__name__", "my_hogwild_worker")
     for case in Cases("hogwild_worker", seed, [{"locked": False}, {"locked": True}]):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, Snapshot, describe_value, differs, refuse_package_copy
+from ._diagnose import Cases, Snapshot, describe_value, differs, refuse
 
 __all__ = ["threaded_sum", "next_chunk"]
 
@@ -30,14 +30,6 @@ _RACE_HINT = ("Several threads read the shared total before one of them wrote it
               "the other threads run meanwhile), then writes — the other threads' updates "
               "are lost. Give each thread its own slot (partials[t] = block.sum(), a "
               "private variable) and add the slots up after join(): a reduction.")
-
-
-def _refuse(fn: Callable, task: str, name: str) -> None:
-    __tracebackhide__ = True
-    from ddl_lab.parallel_models import threads
-    message = refuse_package_copy(fn, task, getattr(threads, name))
-    if message:
-        fail(message)
 
 
 # ------------------------------------------------------------------ task 1: threaded sum
@@ -131,7 +123,7 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
     that many workers), each summing one block — with no lost update, x unchanged."""
     __tracebackhide__ = True
-    _refuse(my_threaded_sum, "threaded_sum", "parallel_for")
+    refuse(my_threaded_sum, "threaded_sum", "ddl_lab.parallel_models", "parallel_for")
     fixed = [{"n": 10_007, "num_threads": 4, "dtype": "float64"},
              {"n": 0, "num_threads": 3, "dtype": "float64"},
              {"n": 1, "num_threads": 2, "dtype": "float64"},
@@ -259,7 +251,8 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
     __tracebackhide__ = True
-    _refuse(my_next_chunk, "next_chunk", "next_chunk")
+    refuse(my_next_chunk, "next_chunk", "ddl_lab.parallel_models", "next_chunk",
+           "guided_chunk")
     name = getattr(my_next_chunk, "__name__", "my_next_chunk")
     fixed = [{"chunk": 4, "stop": 10, "start": 0}, {"chunk": 3, "stop": 13, "start": 2},
              {"chunk": 1, "stop": 1, "start": 0}, {"chunk": 5, "stop": 0, "start": 0},

@@ -7,19 +7,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._core import fail, passed, run_on_workers
-from ._diagnose import only_right_for, refuse_package_copy
+from ._diagnose import only_right_for, refuse
 
 __all__ = ["rank", "sum_of_ranks"]
 
 WORLD_SIZES = (2, 3)
-
-
-def _refuse_copies(fn: Callable, task: str) -> None:
-    __tracebackhide__ = True
-    from ddl_lab import welcome
-    message = refuse_package_copy(fn, task, welcome.sum_of_ranks)
-    if message:
-        fail(message)
 
 
 def _is_int(value: object) -> bool:
@@ -96,7 +88,7 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
     __tracebackhide__ = True
-    _refuse_copies(my_sum_of_ranks, "sum_of_ranks")
+    refuse(my_sum_of_ranks, "sum_of_ranks", "ddl_lab.welcome", "sum_of_ranks")
     name, right = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), []
     for n in world_sizes:
         want = n * (n - 1) // 2
