@@ -1,6 +1,6 @@
 """Graded checks, one function per task, called from the cell after the learner's code.
 
-``check.welcome_rank(my_rank)`` prints a pass line or raises ``CheckFailed`` with a
+``check.rank(my_rank)`` prints a pass line or raises ``CheckFailed`` with a
 message that says what is wrong. Each lesson's checks live in
 ``ddl_lab/check/<slug>.py`` (named by the lesson's slug) and are exported here through
 that module's ``__all__``; two modules exporting one name is an error.
