@@ -7,9 +7,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold, ef_onebit_step,
-                           encode_indices, qsgd_levels)
-from ddl_lab.compression.compressors import strom_step as _strom_ref
+from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold,
+                                             encode_indices, qsgd_levels)
+from ddl_lab.compression.compressors import _ef_onebit_step as ef_onebit_step
+from ddl_lab.compression.compressors import _strom_step as _strom_ref
 from ddl_lab.compression.compressors import varint_decode, varint_encode
 from ._core import call_local, fail, first_difference, passed, run_on_workers
 

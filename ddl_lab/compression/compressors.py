@@ -33,7 +33,7 @@ import torch
 __all__ = ["Compressor", "FP32", "FP16", "OneBit", "QSGD", "Threshold", "TopK",
            "ErrorFeedback", "Scheme", "SCHEMES", "varint_encode", "varint_decode",
            "encode_indices", "decode_indices", "index_coding_sizes", "qsgd_levels",
-           "strom_step", "ef_onebit_step", "compare_on", "plot_reconstruction"]
+           "compare_on"]
 
 CODERS = ("none", "deflate", "lzma")
 
@@ -445,9 +445,10 @@ class Scheme:
 
 
 # ------------------------------------------------------------ the exercises' math
+# Exercise 08's first two tasks, hence the private names; lesson 08 prints the first.
 
-def strom_step(grad: torch.Tensor, residual: torch.Tensor, tau: float
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _strom_step(grad: torch.Tensor, residual: torch.Tensor, tau: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One step of Strom's encoder with its residual (lesson 08, exercise 1).
 
     v = residual + grad; send the indices where |v| ≥ τ with their signs (+1/−1);
@@ -462,8 +463,8 @@ def strom_step(grad: torch.Tensor, residual: torch.Tensor, tau: float
     return idx, signs, new
 
 
-def ef_onebit_step(grad: torch.Tensor, residual: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _ef_onebit_step(grad: torch.Tensor, residual: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """1-bit SGD with error feedback on one vector (lesson 08, exercise 2).
 
     v = grad + residual; q = mean|v| · sign(v) (sign(0) = +1); returns (q, v − q).
@@ -486,20 +487,3 @@ def compare_on(grad: torch.Tensor, compressors: list[Compressor]) -> list[dict[s
                      "rel. error": float((out - g).norm() / g.norm().clamp_min(1e-30)),
                      "decoded": out})
     return rows
-
-
-def plot_reconstruction(grad: torch.Tensor, rows: list[dict[str, Any]], n: int = 120,
-                        ax=None):
-    """The first ``n`` entries of a gradient and each compressor's decoding of it."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    g = torch.as_tensor(grad).reshape(-1)[:n].numpy()
-    ax.plot(g, color="black", lw=2, label="gradient (fp32)")
-    for row in rows:
-        ax.plot(row["decoded"][:n].numpy(), lw=1, alpha=0.8,
-                label=f"{row['compressor']}: {row['bytes']:,} B")
-    ax.set_xlabel("entry")
-    ax.set_ylabel("value")
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(True, alpha=0.3)
-    return ax

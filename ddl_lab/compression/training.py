@@ -39,8 +39,7 @@ from ddl_lab.runtime import progress
 
 __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker", "run", "compare",
            "async_peer_worker", "run_async", "ddp_worker", "run_ddp", "count_allreduce_bytes",
-           "SEED_TABLE", "table", "plot_accuracy_vs_bytes", "plot_residual", "plot_early",
-           "plot_step_costs", "plot_lag", "plot_scheme"]
+           "SEED_TABLE", "table", "size_text"]
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp": MLP, "cnn": SmallCNN}
 TIMEOUT_S = 30.0            # longest wait for a peer's message in the asynchronous exchange
@@ -457,9 +456,10 @@ def run_ddp(cluster, hook: str, timeout: float | None = 120.0, **options: Any) -
     return merge_logs(cluster.run_with(ddp_worker, (hook,), options, timeout=timeout))
 
 
-# ------------------------------------------------------------------ tables and pictures
+# ------------------------------------------------------------------ the seed's table
 
-def _size(b: float) -> str:
+def size_text(b: float) -> str:
+    """'12.3 KB': a byte count in words (decimal units, as the seed's table)."""
     for unit, k in (("MB", 1e6), ("KB", 1e3)):
         if b >= k:
             return f"{b / k:.3g} {unit}"
@@ -477,107 +477,6 @@ def table(results: Sequence[Result], seed_rows: Sequence[tuple] = SEED_TABLE) ->
             name, mb, red = seed_rows[i]
             seed = f"{name}: {mb} MB" + (f", {red}%" if red is not None else "")
         red = "-" if i == 0 else f"{100 * (1 - r.update_bytes / base):.1f}%"
-        lines.append(f"{r.label:<26}{_size(r.update_bytes):>12}{red:>11}"
+        lines.append(f"{r.label:<26}{size_text(r.update_bytes):>12}{red:>11}"
                      f"{base / r.update_bytes:>10.1f}x{100 * r.final_accuracy:>9.1f}%   {seed}")
     return "\n".join(lines)
-
-
-def _colors(n: int):
-    import matplotlib.pyplot as plt
-    return plt.cm.tab10(np.arange(n) % 10)
-
-
-def plot_accuracy_vs_bytes(results: Sequence[Result], ax=None):
-    """Test accuracy against the bytes all ranks have sent so far (log scale)."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    for r, c in zip(results, _colors(len(results))):
-        x = np.maximum(r.bytes_at_evals(), 1)
-        ax.plot(x[1:], 100 * r.accuracy[1:], "-o", ms=3, color=c,
-                label=f"{r.label} ({100 * r.final_accuracy:.1f}%)")
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes sent by all workers (log scale)")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
-    return ax
-
-
-def plot_residual(results: Sequence[Result], ax=None):
-    """‖residual‖ per step for the runs with error feedback."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    for r, c in zip(results, _colors(len(results))):
-        if r.residual.any():
-            ax.plot(np.arange(1, len(r.residual) + 1), r.residual, color=c, label=r.label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("‖residual‖ (mean over workers)")
-    if ax.lines:
-        ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
-    return ax
-
-
-def plot_early(results: Sequence[Result], steps: int = 60, ax=None):
-    """Training loss over the first ``steps`` steps: where compression hurts most."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    for r, c in zip(results, _colors(len(results))):
-        k = min(steps, len(r.loss))
-        ax.plot(np.arange(1, k + 1), r.loss[:k], color=c, label=r.label, lw=1.2)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (mean over workers)")
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
-    return ax
-
-
-def plot_step_costs(results: Sequence[Result], ax=None):
-    """Milliseconds per minibatch: gradient, encode, exchange, decode (stacked)."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    keys = ("gradient", "encode", "exchange", "decode")
-    colors = ("#4c72b0", "#dd8452", "#8c8c8c", "#c44e52")
-    bottom = np.zeros(len(results))
-    for k, col in zip(keys, colors):
-        vals = np.array([r.times_ms[k] for r in results])
-        ax.barh(np.arange(len(results)), vals, left=bottom, color=col, label=k)
-        bottom += vals
-    ax.set_yticks(np.arange(len(results)), [r.label for r in results], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per minibatch (median, mean over workers)")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(True, axis="x", alpha=0.3)
-    return ax
-
-
-def plot_lag(results: dict[str, Result], ax=None):
-    """Asynchronous runs: my step minus the sender's step, for every peer update applied."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.gca()
-    lags = np.concatenate([r.lag for r in results.values()])
-    bins = np.arange(lags.min(), lags.max() + 2) - 0.5 if lags.size else 10
-    for (label, r), c in zip(results.items(), _colors(len(results))):
-        ax.hist(r.lag, bins=bins, color=c, alpha=0.6, label=label)
-    ax.set_xlabel("lag of a peer's update: my step − its step")
-    ax.set_ylabel("updates applied")
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
-    return ax
-
-
-def plot_scheme(result: Result, baseline: Result, axes=None):
-    """The widget's figure: accuracy vs bytes against fp32, and the residual or loss."""
-    import matplotlib.pyplot as plt
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    plot_accuracy_vs_bytes([baseline, result], ax=axes[0])
-    axes[0].set_title(f"{result.label}: {_size(result.update_bytes)} per update, "
-                      f"{result.reduction:.0f}× less than fp32")
-    if result.residual.any():
-        plot_residual([baseline, result], ax=axes[1])
-        axes[1].set_title("the residual: what is still waiting to be sent")
-    else:
-        plot_early([baseline, result], steps=len(result.loss), ax=axes[1])
-        axes[1].set_title("training loss")
-    return axes

@@ -5,7 +5,9 @@ import torch
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed, _core
-from ddl_lab.compression.compressors import ef_onebit_step, strom_step, varint_encode
+from ddl_lab.compression.compressors import _ef_onebit_step as ef_onebit_step
+from ddl_lab.compression.compressors import _strom_step as strom_step
+from ddl_lab.compression.compressors import varint_encode
 
 
 @pytest.fixture(autouse=True)

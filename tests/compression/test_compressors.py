@@ -148,7 +148,7 @@ def test_error_feedback_conserves_every_gradient_for_every_compressor():
 
 def test_strom_step_is_error_feedback_around_threshold():
     g, r = vec(seed=1, scale=0.3), vec(seed=2, scale=0.3)
-    idx, signs, new = C.strom_step(g, r, 0.5)
+    idx, signs, new = C._strom_step(g, r, 0.5)
     ef = C.ErrorFeedback(C.Threshold(0.5))
     ef.residual = r.clone()
     out = ef.decode(ef.encode(g), g.numel())
@@ -159,7 +159,7 @@ def test_strom_step_is_error_feedback_around_threshold():
 
 def test_ef_onebit_step_matches_the_onebit_compressor_with_one_bucket():
     g, r = vec(seed=3), vec(seed=4)
-    q, new = C.ef_onebit_step(g, r)
+    q, new = C._ef_onebit_step(g, r)
     ef = C.ErrorFeedback(C.OneBit(bucket=g.numel()))
     ef.residual = r.clone()
     assert torch.allclose(ef.decode(ef.encode(g), g.numel()), q)
@@ -206,3 +206,12 @@ def test_compare_on_measures_every_compressor():
     rows = C.compare_on(g, [C.FP32(), C.FP16(), C.OneBit()])
     assert [r["bytes"] for r in rows] == [12000, 6000, 3 * 4 + 375]
     assert rows[0]["rel. error"] == 0 and rows[2]["ratio"] > 30
+
+
+def test_reconstruction_picture_draws_the_gradient_and_every_decoding():
+    from ddl_lab.compression.plots import plot_reconstruction
+    g = torch.linspace(-1, 1, 500)
+    rows = C.compare_on(g, [C.FP16(), C.Threshold(0.5)])
+    ax = plot_reconstruction(g, rows, n=50)
+    assert [len(line.get_ydata()) for line in ax.lines] == [50] * 3
+    assert ax.lines[2].get_label().startswith("threshold τ=0.5")

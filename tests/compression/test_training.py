@@ -1,15 +1,14 @@
 """Training with encoded updates on real workers (lesson 08): bytes counted, replicas agree."""
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
+from ddl_lab.compression import plots
 from ddl_lab.compression import training as ct
 from ddl_lab.compression.compressors import FP32, Scheme
 from ddl_lab.ml.models import flat_params, set_flat_params
-
-matplotlib.use("Agg")
 EPOCHS = 2          # 2 × 21 steps of 4 × 16 examples: about a second a run
 
 
@@ -97,10 +96,9 @@ def test_bounded_staleness_bounds_the_lag(cluster4):
     r = ct.run_async(cluster4, Scheme("top-k", 0.01, ef=True), steps=30, max_lag=1)
     assert r.lag.size == 4 * 3 * 30 and r.spread < 1e-5
     assert np.abs(r.lag).max() <= 2
-    import matplotlib.pyplot as plt
-    fig = plt.figure()
-    ct.plot_lag({"bounded": r})
-    plt.close(fig)
+    ax = plots.plot_lag({"bounded": r})
+    assert sum(p.get_height() for p in ax.patches) == r.lag.size
+    plt.close(ax.figure)
 
 
 def test_ddp_hooks_count_what_they_allreduce(cluster4):
@@ -138,12 +136,12 @@ def test_bad_options_are_clear_errors(cluster4, call, match):
 def test_table_and_pictures(fp32):
     text = ct.table([fp32, fp32])
     assert "58.4 MB" in text and "29.2 MB" in text and "35.9 KB" in text
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3)
-    ct.plot_accuracy_vs_bytes([fp32], ax=axes[0, 0])
-    assert axes[0, 0].get_xscale() == "log"
-    ct.plot_residual([fp32], ax=axes[0, 1])
-    ct.plot_early([fp32], ax=axes[0, 2])
-    ct.plot_step_costs([fp32], ax=axes[1, 0])
-    ct.plot_scheme(fp32, fp32, axes=axes[1, 1:])
+    fig, axes = plt.subplots(2, 2)
+    assert plots.plot_accuracy_vs_bytes([fp32], ax=axes[0, 0]).get_xscale() == "log"
+    assert len(plots.plot_residual([fp32], ax=axes[0, 1]).lines) == 0    # fp32 has no residual
+    assert len(plots.plot_early([fp32], steps=10, ax=axes[1, 0]).lines[0].get_xdata()) == 10
+    assert len(plots.plot_step_costs([fp32], ax=axes[1, 1]).patches) == 4
     plt.close(fig)
+    scheme = plots.figure_scheme(fp32, fp32)
+    assert len(scheme.axes) == 2 and scheme.axes[1].get_title() == "training loss"
+    plt.close(scheme)

@@ -1,0 +1,128 @@
+"""Lesson 08's pictures: one gradient and its decodings, accuracy against the bytes sent,
+the residual, the early loss, where a step's time goes, and the asynchronous peers' lag.
+
+``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ddl_lab.compression.training import Result, size_text
+
+__all__ = ["plot_reconstruction", "plot_accuracy_vs_bytes", "plot_residual", "plot_early",
+           "plot_step_costs", "plot_lag", "figure_scheme"]
+
+
+def plot_reconstruction(grad: torch.Tensor, rows: list[dict[str, Any]], n: int = 120,
+                        ax: Axes | None = None) -> Axes:
+    """The first ``n`` entries of a gradient and each compressor's decoding of it."""
+    ax = ax or plt.gca()
+    g = torch.as_tensor(grad).reshape(-1)[:n].numpy()
+    ax.plot(g, color="black", lw=2, label="gradient (fp32)")
+    for row in rows:
+        ax.plot(row["decoded"][:n].numpy(), lw=1, alpha=0.8,
+                label=f"{row['compressor']}: {row['bytes']:,} B")
+    ax.set_xlabel("entry")
+    ax.set_ylabel("value")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def _colors(n: int) -> np.ndarray:
+    return plt.cm.tab10(np.arange(n) % 10)
+
+
+def plot_accuracy_vs_bytes(results: Sequence[Result], ax: Axes | None = None) -> Axes:
+    """Test accuracy against the bytes all ranks have sent so far (log scale)."""
+    ax = ax or plt.gca()
+    for r, c in zip(results, _colors(len(results))):
+        x = np.maximum(r.bytes_at_evals(), 1)
+        ax.plot(x[1:], 100 * r.accuracy[1:], "-o", ms=3, color=c,
+                label=f"{r.label} ({100 * r.final_accuracy:.1f}%)")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes sent by all workers (log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def plot_residual(results: Sequence[Result], ax: Axes | None = None) -> Axes:
+    """‖residual‖ per step for the runs with error feedback."""
+    ax = ax or plt.gca()
+    for r, c in zip(results, _colors(len(results))):
+        if r.residual.any():
+            ax.plot(np.arange(1, len(r.residual) + 1), r.residual, color=c, label=r.label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("‖residual‖ (mean over workers)")
+    if ax.lines:
+        ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_early(results: Sequence[Result], steps: int = 60, ax: Axes | None = None) -> Axes:
+    """Training loss over the first ``steps`` steps: where compression hurts most."""
+    ax = ax or plt.gca()
+    for r, c in zip(results, _colors(len(results))):
+        k = min(steps, len(r.loss))
+        ax.plot(np.arange(1, k + 1), r.loss[:k], color=c, label=r.label, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (mean over workers)")
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_step_costs(results: Sequence[Result], ax: Axes | None = None) -> Axes:
+    """Milliseconds per minibatch: gradient, encode, exchange, decode (stacked)."""
+    ax = ax or plt.gca()
+    keys = ("gradient", "encode", "exchange", "decode")
+    colors = ("#4c72b0", "#dd8452", "#8c8c8c", "#c44e52")
+    bottom = np.zeros(len(results))
+    for k, col in zip(keys, colors):
+        vals = np.array([r.times_ms[k] for r in results])
+        ax.barh(np.arange(len(results)), vals, left=bottom, color=col, label=k)
+        bottom += vals
+    ax.set_yticks(np.arange(len(results)), [r.label for r in results], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per minibatch (median, mean over workers)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def plot_lag(results: dict[str, Result], ax: Axes | None = None) -> Axes:
+    """Asynchronous runs: my step minus the sender's step, for every peer update applied."""
+    ax = ax or plt.gca()
+    lags = np.concatenate([r.lag for r in results.values()])
+    bins = np.arange(lags.min(), lags.max() + 2) - 0.5 if lags.size else 10
+    for (label, r), c in zip(results.items(), _colors(len(results))):
+        ax.hist(r.lag, bins=bins, color=c, alpha=0.6, label=label)
+    ax.set_xlabel("lag of a peer's update: my step − its step")
+    ax.set_ylabel("updates applied")
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def figure_scheme(result: Result, baseline: Result) -> Figure:
+    """The widget's figure: accuracy vs bytes against fp32, and the residual or loss."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    plot_accuracy_vs_bytes([baseline, result], ax=axes[0])
+    axes[0].set_title(f"{result.label}: {size_text(result.update_bytes)} per update, "
+                      f"{result.reduction:.0f}× less than fp32")
+    if result.residual.any():
+        plot_residual([baseline, result], ax=axes[1])
+        axes[1].set_title("the residual: what is still waiting to be sent")
+    else:
+        plot_early([baseline, result], steps=len(result.loss), ax=axes[1])
+        axes[1].set_title("training loss")
+    return fig
