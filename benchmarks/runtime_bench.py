@@ -200,8 +200,8 @@ def main() -> None:
             print(f"  {name:30s}: accuracy {acc:.3f}   wall {secs:6.2f} s   "
                   f"({secs / base:.2f}x torch.multiprocessing)")
         lags = [timeout_report(warm) for _ in range(a.repeats)]
-    print(f"\ntimeout -> per-rank report (deadlock, 2 ranks): median {statistics.median(lags):.2f} s,"
-          f" max {max(lags):.2f} s (target <= 2 s)")
+    print(f"\ntimeout -> per-rank report (deadlock, 2 ranks): median "
+          f"{statistics.median(lags):.2f} s, max {max(lags):.2f} s (target <= 2 s)")
     print("machine load (1/5/15 min): " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
           + f" on {os.cpu_count()} cores")
 

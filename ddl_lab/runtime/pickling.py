@@ -19,6 +19,9 @@ from typing import Any, Callable
 
 import dill
 
+_PLAIN = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set})
+
+
 class Pickler(dill.Pickler):
     """dill, except that every importable module travels by name (dill copies modules
     outside sys.prefix by value, e.g. an editable ``ddl_lab`` a cell refers to) and
@@ -31,6 +34,8 @@ class Pickler(dill.Pickler):
         self.files: set[str] = set()       # source files of the notebook functions
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) in _PLAIN:
+            return NotImplemented
         if isinstance(obj, types.FunctionType):
             if obj.__module__ == "__main__":
                 self.files.add(obj.__code__.co_filename)
@@ -68,18 +73,17 @@ def _save_module(pickler: dill.Pickler, module: types.ModuleType) -> None:
 Pickler.dispatch[types.ModuleType] = _save_module
 
 
-def _dump(obj: Any) -> Pickler:
+def _dump(obj: Any) -> tuple[bytes, Pickler]:
     buf = io.BytesIO()
     pickler = Pickler(buf)
     pickler.dump(obj)
-    pickler.bytes = buf.getvalue()
-    return pickler
+    return buf.getvalue(), pickler
 
 
 def dumps(obj: Any) -> bytes:
     """Pickle for the workers: by value for notebook code, by name for modules, shared
     memory as shared memory (a handle that can be loaded once)."""
-    return _dump(obj).bytes
+    return _dump(obj)[0]
 
 
 loads = dill.loads
@@ -90,14 +94,14 @@ def pickle_task(fn: Callable, args: tuple, kwargs: dict, ranks: int) -> tuple[li
     own) and the notebook cells' source lines, naming the piece that cannot travel."""
     if not callable(fn):
         raise TypeError(f"run() needs a function to run on every rank, got {type(fn).__name__}")
+    task = (fn, args, kwargs)
     try:
-        first = _dump((fn, args, kwargs))
+        data, pickler = _dump(task)
     except Exception:
         _name_the_culprit(fn, args, kwargs)
         raise
-    payloads = [first.bytes] + [first.bytes if not first.shared else dumps((fn, args, kwargs))
-                                for _ in range(ranks - 1)]
-    sources = {f: linecache.cache[f] for f in first.files if f in linecache.cache}
+    payloads = [data] + [dumps(task) if pickler.shared else data for _ in range(ranks - 1)]
+    sources = {f: linecache.cache[f] for f in pickler.files if f in linecache.cache}
     return payloads, sources
 
 

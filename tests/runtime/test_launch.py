@@ -1,6 +1,11 @@
 """The launch shapes users arrive with (issue 12): tutorial-style ``run(rank, size)``
 functions run unchanged, and the runtime's options never take the function's own
 keyword arguments."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -66,3 +71,24 @@ def test_a_stray_runtime_option_says_where_options_go(cluster2):
                        r"runtime options go to cluster\.run_with"):
         cluster2.run(torch.zeros, 3, timeout=5)
     assert cluster2.run(dist.get_rank) == [0, 1]
+
+
+def test_a_run_rank_size_module_runs_under_torchrun(tmp_path):
+    (tmp_path / "tutorial.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        from ddl_lab import rank_size
+
+        def run(rank, size, scale):
+            t = torch.tensor([float(rank)]) * scale
+            dist.all_reduce(t)
+            return size, t.item()
+
+        main = rank_size(run)
+    """))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "-m", "ddl_lab.torchrun", "tutorial:main", "10"],
+                         capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rank 0: (2, 10.0)" in out.stdout and "rank 1: (2, 10.0)" in out.stdout

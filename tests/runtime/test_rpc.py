@@ -3,7 +3,6 @@ notebook cells (issue 12; lesson 07's parameter server, the PyTorch way)."""
 import os
 
 import pytest
-import torch.distributed as dist
 
 from ddl_lab import Cluster, rank_size
 

@@ -35,6 +35,17 @@ def test_a_view_of_shared_memory_is_the_same_memory(cluster2):
     assert whole.tolist() == [0.0, 0.0, 1.0, 2.0]
 
 
+def _same(t):
+    return t
+
+
+def test_a_shared_tensor_comes_back_as_the_same_memory(cluster2):
+    shared = torch.zeros(3).share_memory_()
+    back = cluster2.run(_same, shared)[1]
+    back[0] = 5.0
+    assert shared[0].item() == 5.0
+
+
 def test_a_tensor_not_in_shared_memory_is_copied(cluster2):
     plain = torch.zeros(2)
     assert cluster2.run(_write_my_slot, plain) == [False, False]
@@ -105,13 +116,12 @@ def test_hogwild_written_the_pytorch_way_trains_the_notebooks_model(cluster2):
     nb = Notebook()
     nb.cell(HOGWILD)
     nb.cell("""
-        def hogwild(model):
-            train(dist.get_rank(), model)
+        import torch.distributed as dist
+        hogwild = lambda: train(dist.get_rank(), model)     # as the README shows
     """)
-    nb.ns["dist"] = dist
     model, accuracy = nb["model"], nb["accuracy"]
     before = [p.detach().clone() for p in model.parameters()]
     assert accuracy(model) < 0.3                                   # untrained: chance
-    cluster2.run(nb["hogwild"], model)
+    cluster2.run(nb["hogwild"])
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
     assert accuracy(model) > 0.8
