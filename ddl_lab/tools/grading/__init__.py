@@ -5,6 +5,7 @@ the course's own check cells and writes ``gradebook.csv``, ``report.html`` and o
 page per learner to ``out``. See ``grade.py`` for the pipeline and ``nbgrader.py`` for
 the export.
 """
-from .grade import Learner, Limits, grade
+from .grade import Limits, grade
+from .record import Learner
 
 __all__ = ["grade", "Limits", "Learner"]

@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from .pristine import check_index
+from .pristine import PREAMBLE, check_index
 
 RECORD_ENV = "DDL_LAB_GRADE_RECORD"  # = ddl_lab.check._record.ENV (not imported: the grader
                                     # need not import torch and every check module)
@@ -201,7 +201,6 @@ def _responds(client, index: int, seconds: int = PROBE) -> bool:
 
 def runner(work: Path, cell_timeout: float) -> None:
     """Run ``work/graded.ipynb`` in a fresh kernel, one event line per cell start and end."""
-    from nbclient.exceptions import DeadKernelError
     from ddl_lab.tools.notebooks import _quiet_output_widgets
     _quiet_output_widgets()
     nb = nbformat.read(work / "graded.ipynb", as_version=4)
@@ -217,29 +216,36 @@ def runner(work: Path, cell_timeout: float) -> None:
         kernel_pid = client.km.provisioner.process.pid
         (work / "kernel.pid").write_text(str(kernel_pid))
         _emit(events, event="kernel", pid=kernel_pid)
-        for i, cell in enumerate(nb.cells):
-            k = check_index(cell)
-            offset = record.stat().st_size if record.exists() else 0
-            first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")[:120]
-            _emit(events, event="start", cell=i, check=k, line=first)
-            client.timed_out, t0 = False, time.perf_counter()
-            try:
-                client.execute_cell(cell, i)
-            except DeadKernelError:
-                _emit(events, event="died", cell=i, check=k, line=first,
-                      code=_exit_status(client))
-                return
-            records = [r for r in read_jsonl(record, offset) if r.get("pid") == kernel_pid]
-            timed_out = client.timed_out
-            _emit(events, event="done", cell=i, check=k, line=first,
-                  records=records if k is not None else [],
-                  error=_error_of(cell), timed_out=timed_out,
-                  seconds=round(time.perf_counter() - t0, 2))
-            if timed_out and not _responds(client, i):
-                _emit(events, event="stuck", cell=i, check=k, line=first)
-                return
-    nbformat.write(nb, work / "executed.ipynb")
+        try:
+            _run_cells(client, nb, events, record, kernel_pid)
+        finally:
+            nbformat.write(nb, work / "executed.ipynb")
 
+
+def _run_cells(client, nb: nbformat.NotebookNode, events, record: Path,
+               kernel_pid: int) -> None:
+    """Each cell in turn; stop where the kernel died or could not be interrupted."""
+    from nbclient.exceptions import DeadKernelError
+    for i, cell in enumerate(nb.cells):
+        k = check_index(cell)
+        offset = record.stat().st_size if record.exists() else 0
+        source = cell.source.removeprefix(PREAMBLE)
+        first = next((ln for ln in source.splitlines() if ln.strip()), "")[:120]
+        _emit(events, event="start", cell=i, check=k, line=first)
+        client.timed_out, t0 = False, time.perf_counter()
+        try:
+            client.execute_cell(cell, i)
+        except DeadKernelError:
+            _emit(events, event="died", cell=i, check=k, line=first, code=_exit_status(client))
+            return
+        records = [r for r in read_jsonl(record, offset) if r.get("pid") == kernel_pid]
+        timed_out = client.timed_out
+        _emit(events, event="done", cell=i, check=k, line=first,
+              records=records if k is not None else [], error=_error_of(cell),
+              timed_out=timed_out, seconds=round(time.perf_counter() - t0, 2))
+        if timed_out and not _responds(client, i):
+            _emit(events, event="stuck", cell=i, check=k, line=first)
+            return
 
 if __name__ == "__main__":
     runner(Path(sys.argv[1]), float(sys.argv[2]))

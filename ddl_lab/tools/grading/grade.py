@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddl_lab.tools.notebooks import ROOT
@@ -21,7 +21,7 @@ from .discover import (Exercise, Submission, course_exercises, identify, select,
                        submitted_files)
 from .execute import run_submission
 from .pristine import grading_notebook
-from .record import Verdict, submission_notes, verdicts
+from .record import Learner, Verdict, submission_notes, verdicts
 
 
 @dataclass
@@ -30,19 +30,6 @@ class Limits:
     timeout: float = 600.0
     cell_timeout: float = 120.0
     jobs: int = 1
-
-
-@dataclass
-class Learner:
-    """One row of the gradebook: a learner's verdicts over the graded exercises."""
-    name: str
-    verdicts: list[Verdict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    graded: set[str] = field(default_factory=set)        # exercises with a submission
-
-    @property
-    def total(self) -> float:
-        return round(sum(v.points for v in self.verdicts), 2)
 
 
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,

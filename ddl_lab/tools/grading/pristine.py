@@ -9,12 +9,16 @@ exercise; else at the end. Markdown and the learner's copies of check cells are 
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import nbformat
 
 from .discover import Exercise
 
 ROLE = "ddl_lab_grade"          # cell metadata key: {"check": k} marks pristine check k
 PREAMBLE = "from ddl_lab import check  # ddl-lab grade: the course's own checks\n"
+MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
 def pristine_cell(ex: Exercise, k: int) -> nbformat.NotebookNode:
@@ -54,4 +58,17 @@ def grading_notebook(sub: nbformat.NotebookNode, ex: Exercise) -> nbformat.Noteb
         cells.insert(at, (where, pristine_cell(ex, check.index)))
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": ex.nb.metadata.get("kernelspec", {})})
     nb.cells = [c for _, c in cells]
+    return nb
+
+
+def solved(course: Path, stem: str) -> nbformat.NotebookNode:
+    """exercises/<stem> as a learner who wrote the solution hands it in: every stub cell
+    holds the solution's code (without the markers). For tests and benchmarks."""
+    nb = nbformat.read(Path(course) / "exercises" / f"{stem}.ipynb", as_version=4)
+    answers = {c.get("id"): c.source for c in
+               nbformat.read(Path(course) / "solutions" / f"{stem}.ipynb", as_version=4).cells}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "NotImplementedError" in cell.source \
+                and cell.get("id") in answers:
+            cell.source = MARKER.sub("", answers[cell.get("id")])
     return nb

@@ -10,7 +10,7 @@ the kernel died or the notebook ran past its limit.
 from __future__ import annotations
 
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .discover import CheckCell, Exercise
 from .execute import Run
@@ -28,6 +28,19 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class Learner:
+    """One row of the gradebook: a learner's verdicts over the graded exercises."""
+    name: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    graded: set[str] = field(default_factory=set)        # exercises with a submission
+
+    @property
+    def total(self) -> float:
+        return round(sum(v.points for v in self.verdicts), 2)
 
 
 def verdicts(ex: Exercise, run: Run, cell_timeout: float, timeout: float) -> list[Verdict]:

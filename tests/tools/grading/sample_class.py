@@ -1,20 +1,20 @@
 """A sample class for ``ddl-lab grade``, generated from solutions/ and exercises/ at test time.
 
-``learner_notebook(stem, ...)`` is the course's exercise as a learner hands it in: the
-stubs replaced by the solution's code (or by given code), cells added, check cells
-tampered with. ``write_class(folder)`` writes the class the grading tests use and returns
+Each learner's notebook is the course's exercise as they hand it in: the stubs replaced by
+the solution's code (or by wrong code), cells added, check cells tampered with, or no
+notebook at all. ``write_class(folder)`` writes the class the grading tests use and returns
 what each learner must get.
 """
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 
 import nbformat
 
+from ddl_lab.tools.grading.pristine import solved as solved_exercise
+
 ROOT = Path(__file__).resolve().parents[3]
-MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
 def exercise(stem: str) -> nbformat.NotebookNode:
@@ -28,13 +28,8 @@ def tasks_of(stem: str) -> list[tuple[str, str]]:
 
 
 def solved(stem: str) -> nbformat.NotebookNode:
-    """The exercise with every stub replaced by the solution's code (markers removed)."""
-    nb = exercise(stem)
-    sol = {c.id: c for c in nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", 4).cells}
-    for c in nb.cells:
-        if c.cell_type == "code" and "NotImplementedError" in c.source and c.id in sol:
-            c.source = MARKER.sub("", sol[c.id].source)
-    return nb
+    """The exercise with every stub replaced by the solution's code."""
+    return solved_exercise(ROOT, stem)
 
 
 def defining_cell(nb: nbformat.NotebookNode, function: str) -> nbformat.NotebookNode:
