@@ -325,3 +325,18 @@ def test_pagerank_stub_is_not_implemented_yet():
 def test_pagerank_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         check.pagerank_compute(wrong)
+
+
+def test_scatter_gradient_and_pagerank_verdicts_are_the_same_20_times(solution):
+    right = [(check.scatter, solution(NB, "my_scatter")),
+             (check.parallel_gradient, solution(NB, "my_parallel_gradient")),
+             (check.pagerank_compute, solution(NB, "my_pagerank_compute"))]
+    wrong = [(check.scatter, scatter_whole_list_then_index, "not the whole list"),
+             (check.parallel_gradient, gradient_averaged_twice, "you averaged twice"),
+             (check.pagerank_compute, _variant(fixed_damping=0.85), "damping passed in is ignored")]
+    for _ in range(20):
+        for task, fn in right:
+            task(fn)
+        for task, fn, hint in wrong:
+            with pytest.raises(CheckFailed, match=hint):
+                task(fn)
