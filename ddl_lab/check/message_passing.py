@@ -73,8 +73,8 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 # ------------------------------------------------------------------ task 1: gather
 
 class _LatestFirst:
-    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` returns the
-    message of the highest rank not yet received from — an order MPI allows."""
+    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
+    the message of the highest rank not yet received from — an order MPI allows."""
 
     def __init__(self, comm: Any):
         self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
@@ -84,7 +84,7 @@ class _LatestFirst:
 
     def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              timeout: float | None = None) -> Any:
-        if source == ANY_SOURCE and self._left:
+        if source == ANY_SOURCE and tag == ANY_TAG and self._left:
             source = max(self._left)
         self._left.discard(source)
         return self._comm.recv(source, tag, timeout)

@@ -35,6 +35,13 @@ def gather_tagged_any_source(comm, value, root=0):       # ANY_SOURCE, placed by
     return [out[r] for r in range(comm.size)]
 
 
+def gather_by_tag(comm, value, root=0):                  # ANY_SOURCE, the tag names the sender
+    if comm.rank != root:
+        comm.send(value, dest=root, tag=comm.rank)
+        return None
+    return [value if r == root else comm.recv(source=ANY_SOURCE, tag=r) for r in range(comm.size)]
+
+
 def gather_any_source(comm, value, root=0):
     if comm.rank != root:
         comm.send(value, dest=root)
@@ -93,7 +100,7 @@ def gather_deadlock(comm, value, root=0):
     return [value if r == root else comm.recv(source=r, tag=2) for r in range(comm.size)]
 
 
-@pytest.mark.parametrize("right", [gather_tagged_any_source])
+@pytest.mark.parametrize("right", [gather_tagged_any_source, gather_by_tag])
 def test_gather_right_answers_pass(right, solution, capsys):
     check.gather(solution(NB, "my_gather"))
     check.gather(right)
