@@ -1,12 +1,11 @@
 """Hogwild! (lesson 03): the update, the three modes, collisions, lost steps, staleness."""
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from ddl_lab.hogwild import engine as hogwild
+from ddl_lab.hogwild import plots
 from ddl_lab.ml.models import logistic_grad
-
-matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +95,12 @@ def test_contention_and_the_pictures(sparse):
     rows = hogwild.contention(sizes=(10, 100), processes=2, work=2000)
     assert [r["d"] for r in rows] == [10, 100]
     assert all(r["shared"] > 0 and r["private"] > 0 for r in rows)
-    hogwild.plot_contention(rows)
+    assert len(plots.plot_contention(rows).patches) == 4               # 2 sizes × 2 bars
     r = hogwild.run(sparse, "lock-free", processes=2)
-    hogwild.plot_writes(r, sparse, coords=10, span_ms=1.0)
-    hogwild.plot_loss_vs_time([r], target=0.5)
-    hogwild.plot_delays([r])
-    matplotlib.pyplot.close("all")
+    writes = plots.figure_writes(r, sparse, coords=10, span_ms=1.0)
+    assert writes.axes[0].get_images()[0].get_array().shape == (10, 120)
+    assert plots.plot_loss_vs_time([r], target=0.5).lines[0].get_label() == r.label
+    assert plots.plot_delays([r]).lines[0].get_label() == "delay τ = 0"
+    plt.close("all")
     with pytest.raises(ValueError, match="record=False"):
-        hogwild.plot_writes(hogwild.run(sparse, "serial", record=False), sparse)
+        plots.figure_writes(hogwild.run(sparse, "serial", record=False), sparse)
