@@ -357,19 +357,19 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
         if not lr > 0:
             fail(f"you chose γ = {lr:g}; a learning rate must be > 0 [{case}].")
         where = (f"(largest eigenvalue of XᵀX/m: L = {L:.4g}, so batch GD converges for "
-                 f"γ < 2/L = {2 / L:.4g}) [{case}]")
-        results.append((lr, L, where, *_gd_excess(lr, X, y, steps)))
-    for lr, L, where, excess, start in results:         # divergence first: it is worse
+                 f"γ < 2/L = {2 / L:.4g})")
+        results.append((lr, L, where, case, *_gd_excess(lr, X, y, steps)))
+    for lr, L, where, case, excess, start in results:   # divergence first: it is worse
         if not np.isfinite(excess) or excess > start:
             fail(f"γ = {lr:.4g} diverges {where}: J grew from {start:.3g} above its minimum "
-                 f"to {excess:.3g} in {steps} steps.{same_rate}")
-    for lr, L, where, excess, start in results:
+                 f"to {excess:.3g} in {steps} steps.{same_rate} [{case}]")
+    for lr, L, where, case, excess, start in results:
         if excess > LR_TOL * start:
             slow = ("far below 1/L: too slow" if lr < 0.5 / L else
                     "so close to 2/L that the steepest direction barely settles"
                     if lr > 1.5 / L else "")
             fail(f"γ = {lr:.4g} has not converged within {steps} steps {where}: J − J* is "
                  f"still {excess / start:.2g} of its start (needs < {LR_TOL:g})"
-                 + (f" — {slow}" if slow else "") + f".{same_rate or ' Try γ = 1/L.'}")
+                 + (f" — {slow}" if slow else "") + f".{same_rate or ' Try γ = 1/L.'} [{case}]")
     passed("learning_rate", f"converged within {steps} steps on {len(results)} scales of X — "
            + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4]) + " …")
