@@ -299,7 +299,7 @@ def test_learning_rate_stub_is_not_implemented_yet():
     (lambda X: 0.1, r"γ = 0.1 diverges.*the same γ for every X"),
     (lambda X: 0.01, "the same γ for every X"),
     (lambda X: one_over_L(X) if X.std() > 0.5 else 1.0,
-     r"has not converged within 50 steps.*scale=0.1.*too slow. Try γ = 1/L"),
+     r"has not converged within 50 steps.*too slow. Try γ = 1/L. \[case 2 \(scale=0.1"),
     (lambda X: 2 * one_over_L(X), "diverges|close to 2/L"),
     (lambda X: 0.3 * one_over_L(X), "far below 1/L: too slow"),
     (lambda X: -one_over_L(X), "must be > 0"),
