@@ -346,11 +346,11 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
                 return (f"{who} gets MASTER_PORT={e['MASTER_PORT']}; every process must use the "
                         f"store's port {layout.port}. {where}")
             if e["WORLD_SIZE"] != str(W):
-                why = {str(P): f"that counts one host's processes; WORLD_SIZE counts all "
-                               f"of them: {H} hosts × {P} = {W}",
-                       str(H): f"that counts hosts; WORLD_SIZE counts processes: {H} × {P}"}
-                return (f"{who} gets WORLD_SIZE={e['WORLD_SIZE']}: "
-                        f"{why.get(e['WORLD_SIZE'], f'expected {W}')}. {where}")
+                why = (f"that counts one host's processes{' (or the hosts)' if P == H else ''}"
+                       if e["WORLD_SIZE"] == str(P) else "that counts hosts"
+                       if e["WORLD_SIZE"] == str(H) else f"expected {W}")
+                return (f"{who} gets WORLD_SIZE={e['WORLD_SIZE']}: {why}; WORLD_SIZE counts "
+                        f"every process of every host: {H} hosts × {P} = {W}. {where}")
             if e["LOCAL_RANK"] != str(r):
                 return (f"{who} gets LOCAL_RANK={e['LOCAL_RANK']}: LOCAL_RANK numbers the "
                         f"processes of one host, 0…{P - 1}; this one is {r}. {where}")
@@ -467,7 +467,8 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
              {"params": 5_000_000, "batch": 1024, "per_example": 1e-5, "alpha": 2e-4,
               "beta": 8e-10, "max_workers": 40}]
     cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
-    got = [call_local(my_best_workers, **c.params) for c in cases]
+    order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
+    got = [call_local(my_best_workers, *(c.params[k] for k in order)) for c in cases]
     for case, n in zip(cases, got):
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
             fail(f"{name} returned {describe_value(n)}: return the number of workers, an int "

@@ -1,6 +1,6 @@
 """Elastic training: checkpoints, a worker killed mid-run, torchrun restarts it (lesson 10).
 
-``train`` is a worker function (DDP, SGD with momentum on the digits) that writes a
+``train`` is a worker function (synchronous SGD with momentum on the digits) that writes a
 checkpoint every ``every`` steps and, on start, resumes from the last one. Its data order is
 a function of the step only — step t uses the global mini-batch drawn from (seed, t), each
 rank taking its slice — so a resumed run replays exactly the steps it lost and ends where an
@@ -30,10 +30,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ddl_lab.data_parallel.engine import build
+from ddl_lab.ml.models import flat_grads, flat_params
+from ddl_lab.runtime import device
+
 from .launch import Job, run_jobs, torchrun_command
 
 __all__ = ["save_checkpoint", "resume", "global_batch", "train", "ElasticRun", "run_elastic",
-           "read_log"]
+           "read_log", "QUICK_RDZV"]
+
+# A --nnodes=min:max job waits this long for more nodes once it has its minimum, and
+# declares a silent node gone after 2 missed 1-second heartbeats (defaults: 30 s, 3 × 5 s).
+QUICK_RDZV = {"last_call_timeout": 1, "keep_alive_interval": 1, "keep_alive_max_attempt": 2}
 
 
 # ---------------------------------------------------------------- the textbook version
@@ -51,7 +59,7 @@ def resume(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
     """Load the last checkpoint, if any; return the number of steps it had done (else 0)."""
     if not os.path.exists(path):
         return 0
-    state = torch.load(path, weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])    # momentum buffers too
     return state["step"]
@@ -82,6 +90,17 @@ class _Log:
             self.file.close()
 
 
+def _average_gradients(model: torch.nn.Module, n: int) -> None:
+    """One allreduce of all gradients, divided by the world size (lesson 05)."""
+    g = flat_grads(model)
+    dist.all_reduce(g)
+    g /= n
+    offset = 0
+    for p in model.parameters():
+        p.grad.copy_(g[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
 def _die(kill_host: str | None) -> None:
     """SIGKILL this worker; with ``kill_host`` also its torchrun agent: the host is gone."""
     if kill_host:
@@ -92,24 +111,24 @@ def _die(kill_host: str | None) -> None:
 def train(folder: str, steps: int = 40, every: int = 5, kill_at: int = -1, kill_rank: int = 1,
           kill_host: str | None = None, batch: int = 64, lr: float = 0.05,
           momentum: float = 0.9, seed: int = 0, workload: str = "digits-mlp") -> dict:
-    """Worker: ``steps`` of DDP training that checkpoints every ``every`` steps in
-    ``folder`` and resumes from it on start (lesson 10).
+    """Worker: ``steps`` of synchronous SGD (momentum) that checkpoints every ``every`` steps
+    in ``folder`` and resumes from it on start (lesson 10). The gradients are averaged with
+    one ``all_reduce``, as lesson 05 does: wrapping the model in DDP works the same, but its
+    first construction imports torch's compiler, seconds in every restarted process.
 
     In the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank ``kill_rank`` dies before step
     ``kill_at``; with ``kill_host`` ('a' or 'b', the DDL_LAB_HOST of a VirtualHosts run)
     instead the first local rank of that host kills its agent and itself: the host leaves.
     Rank 0 logs each step's loss and writes the final parameters to ``final.pt``.
     """
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from ddl_lab.data_parallel.engine import build
-    from ddl_lab.ml.models import flat_params
     rank, n = dist.get_rank(), dist.get_world_size()
     if batch % n:
         raise ValueError(f"batch {batch} must divide by the world size {n}")
     model, data, _, loss_fn = build(workload, seed)
-    X, y = data.tensors()
-    ddp = DDP(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
+    dev = device()                               # this rank's GPU under nccl, else the CPU
+    model = model.to(dev)
+    X, y = (t.to(dev) for t in data.tensors())
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     path = os.path.join(folder, "checkpoint.pt")
     start = resume(path, model, opt)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -118,14 +137,15 @@ def train(folder: str, steps: int = 40, every: int = 5, kill_at: int = -1, kill_
                               else rank == kill_rank))
     log = _Log(folder, rank)
     log(event="start", attempt=attempt, step=start, world=n)
-    loss_sum = torch.zeros(1)
+    loss_sum = torch.zeros(1, device=dev)
     for t in range(start, steps):
         if dies and t == kill_at:
             _die(kill_host)
         idx = global_batch(seed, t, batch, len(y))[rank::n]
         opt.zero_grad()
-        loss = loss_fn(ddp(X[idx]), y[idx])
-        loss.backward()                          # DDP averages the gradients here
+        loss = loss_fn(model(X[idx]), y[idx])
+        loss.backward()
+        _average_gradients(model, n)
         opt.step()
         loss_sum[0] = loss.item()
         dist.all_reduce(loss_sum)                # the global mini-batch's loss, for the log
@@ -134,7 +154,7 @@ def train(folder: str, steps: int = 40, every: int = 5, kill_at: int = -1, kill_
             save_checkpoint(path, t + 1, model, opt)
             log(event="checkpoint", attempt=attempt, step=t + 1)
     if rank == 0:
-        torch.save(flat_params(model), os.path.join(folder, "final.pt"))
+        torch.save(flat_params(model).cpu(), os.path.join(folder, "final.pt"))
     log(event="end", attempt=attempt, step=steps, world=n)
     log.close()
     return {"rank": rank, "attempt": attempt, "resumed_at": start, "world": n}

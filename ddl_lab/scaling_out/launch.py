@@ -27,6 +27,7 @@ __all__ = ["RESTART_SAFE", "torchrun_command", "Job", "run_jobs", "descendants"]
 
 RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _RESULT = re.compile(r"^rank (\d+): (.*)$", re.M)
+_ERROR = re.compile(r"^(\[rank\d+\]: )?[\w.]*(Error|Exception|Interrupt)\b")
 
 
 def torchrun_command(target: str, *args: Any, nnodes: int | str = 1, nproc: int = 2,
@@ -90,11 +91,13 @@ class Job:
         return (env + " " if env else "") + shlex.join(self.command)
 
     def tail(self, lines: int = 12) -> str:
-        """The last lines of stderr with torchrun's noise left out: what went wrong."""
+        """What went wrong: the first exception a worker printed, then the last lines of
+        stderr with torchrun's noise left out."""
         keep = [ln for ln in self.stderr.splitlines()
                 if ln.strip() and "hostname of the client socket" not in ln
                 and "OMP_NUM_THREADS" not in ln and not ln.rstrip().endswith("*****")]
-        return "\n".join(keep[-lines:])
+        first = next((ln for ln in keep if _ERROR.match(ln)), None)
+        return "\n".join(([first, "…"] if first else []) + keep[-lines:])
 
     def raise_for_failure(self) -> "Job":
         if not self.ok:
