@@ -4,6 +4,9 @@
     torchrun --nnodes=2 --node_rank=0 --master_addr=HOST --nproc_per_node=4 \\
         -m ddl_lab.torchrun mymodule:train 0.1 32
 
+A PyTorch tutorial's ``run(rank, size)`` runs unchanged as ``main = rank_size(run)`` in its
+module (``ddl_lab.rank_size``), named ``module:main``.
+
 The process group is initialised from torchrun's env:// variables (nccl when every
 local rank has a GPU, else gloo); ``fn`` is called with the remaining arguments
 (parsed as Python literals where possible) and rank 0 prints every rank's result.

@@ -144,13 +144,6 @@ class Cluster:
             self._kill()
             self.start()
 
-    def restart_quietly(self) -> None:
-        """Restart after a failed or interrupted run; never raises over the first error."""
-        try:
-            self.restart()
-        except BaseException:
-            self._kill()
-
     @property
     def alive(self) -> bool:
         return bool(self._procs) and all(p.is_alive() for p in self._procs)

@@ -86,7 +86,7 @@ def test_a_run_rank_size_module_runs_under_torchrun(tmp_path):
 
         main = rank_size(run)
     """))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                           "-m", "ddl_lab.torchrun", "tutorial:main", "10"],
                          capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
