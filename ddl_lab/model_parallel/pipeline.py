@@ -220,6 +220,7 @@ def run_schedule(stage: nn.Module, order: Sequence[Op], batches: Sequence, loss_
             timeline.step = i
         for j in range(k, k + lookahead):
             recv.post(j, kept)
+        pending = [(w, t) for w, t in pending if not w.is_completed()]   # sent: let go
         if op == "F":
             x, y = batches[i]
             if meter is not None:
@@ -236,7 +237,8 @@ def run_schedule(stage: nn.Module, order: Sequence[Op], batches: Sequence, loss_
                     out = loss_fn(out, y) * loss_share(loss_fn, len(y), total)
             if nxt is not None:
                 with _span(timeline, "communicate"):
-                    pending.append((dist.isend(out.detach(), nxt, tag=i), out))
+                    sent = out.detach()
+                    pending.append((dist.isend(sent, nxt, tag=i), sent))
             kept[i] = (x, out)
         else:
             grad = None

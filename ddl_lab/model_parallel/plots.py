@@ -1,0 +1,158 @@
+"""Pictures for lesson 09: pipeline timelines with the bubble shaded, bubble fractions,
+DistBelief's speed-up curve, memory per rank and scheme."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ddl_lab.model_parallel.distbelief import Cut
+from ddl_lab.model_parallel.memory import MiB, Memory
+from ddl_lab.model_parallel.pipeline import StageRun, bubble_fraction, ideal_bubble
+
+__all__ = ["plot_pipeline", "figure_pipelines", "plot_bubbles", "plot_step_times",
+           "figure_diminishing_returns", "plot_memory"]
+
+_OP_COLORS = {"forward": "tab:blue", "backward": "tab:green", "wait": "tab:red"}
+
+
+def _ax(ax):
+    import matplotlib.pyplot as plt
+    return ax or plt.gca()
+
+
+def plot_pipeline(runs: Sequence[StageRun | None], ax=None, step: int = -1,
+                  title: str | None = None, t0: float | None = None):
+    """One row per stage: F i / B i boxes, waits in red, and the bubble — every moment a
+    stage is not computing — shaded grey, with the measured and ideal bubble fractions."""
+    from matplotlib.patches import Patch
+    ax = _ax(ax)
+    runs = [r for r in runs if r is not None]
+    tls = [r.timelines[step] for r in runs]
+    origin = min(tl.start for tl in tls) if t0 is None else t0
+    end = max(tl.end for tl in tls) - origin
+    for row, tl in enumerate(tls):
+        ax.broken_barh([(0, end)], (row - 0.4, 0.8), color="0.88", hatch="///",
+                       edgecolor="0.7", linewidth=0)
+        for s in tl.spans:
+            if s.kind not in _OP_COLORS:
+                continue
+            h = (row - 0.4, 0.8) if s.kind != "wait" else (row + 0.25, 0.15)
+            ax.broken_barh([(s.start - origin, s.duration)], h, color=_OP_COLORS[s.kind],
+                           edgecolor="white", linewidth=0.5)
+            if s.kind != "wait" and s.duration > end / 45:
+                ax.text(s.start - origin + s.duration / 2, row, f"{s.kind[0].upper()}{s.step}",
+                        ha="center", va="center", fontsize=7, color="white")
+    r0 = runs[0]
+    measured, ideal = bubble_fraction(runs, step), ideal_bubble(r0.p, r0.m)
+    ax.set_yticks(range(len(tls)), [f"stage {r.rank}" for r in runs])
+    ax.set_ylim(len(tls) - 0.5, -0.5)
+    ax.set_xlim(0, end * 1.01)
+    ax.set_xlabel("wall time (s)")
+    ax.set_title(title or f"{r0.schedule}: p = {r0.p}, m = {r0.m} — bubble {measured:.2f} "
+                          f"measured, (p−1)/(m+p−1) = {ideal:.2f}", fontsize=10)
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in _OP_COLORS.items()]
+              + [Patch(facecolor="0.88", hatch="///", edgecolor="0.7", label="bubble (idle)")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8,
+              frameon=False)
+    return ax
+
+
+def figure_pipelines(results: Mapping[str, Sequence[StageRun | None]], step: int = -1):
+    """Several pipelines one above the other, on one time axis."""
+    import matplotlib.pyplot as plt
+    rows = [len([r for r in runs if r is not None]) for runs in results.values()]
+    fig, axes = plt.subplots(len(results), 1, sharex=True, squeeze=False,
+                             figsize=(9, 1.2 + 0.55 * sum(rows) + 0.9 * len(rows)),
+                             gridspec_kw={"height_ratios": rows})
+    for ax, (label, runs) in zip(axes[:, 0], results.items()):
+        plot_pipeline(runs, ax, step)
+        ax.set_title(f"{label} — {ax.get_title()}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bubbles(measured: Mapping[tuple[int, int], float], ax=None):
+    """Measured bubble fractions (p, m) → value as points, (p−1)/(m+p−1) as lines."""
+    ax = _ax(ax)
+    for p in sorted({p for p, _ in measured}):
+        ms = sorted(m for q, m in measured if q == p)
+        grid = np.linspace(1, max(ms), 50)
+        line, = ax.plot(grid, (p - 1) / (grid + p - 1), lw=1, label=f"(p−1)/(m+p−1), p = {p}")
+        ax.plot(ms, [measured[(p, m)] for m in ms], "o", color=line.get_color(),
+                label=f"measured, p = {p}")
+    ax.set(xlabel="micro-batches m", ylabel="bubble fraction", xscale="log", ylim=(0, 1))
+    ax.set_xticks(sorted({m for _, m in measured}), [str(m) for m in sorted({m for _, m in measured})])
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_step_times(times: Mapping[str, Mapping[int, float]], ax=None):
+    """Label → (micro-batches m → seconds per step), one line each."""
+    ax = _ax(ax)
+    for label, by_m in times.items():
+        ms = sorted(by_m)
+        ax.plot(ms, [1e3 * by_m[m] for m in ms], "o-", label=label)
+    ax.set(xlabel="micro-batches m", ylabel="ms per training step", xscale="log")
+    ax.set_xticks(sorted({m for t in times.values() for m in t}),
+                  [str(m) for m in sorted({m for t in times.values() for m in t})])
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def figure_diminishing_returns(cuts: Mapping[str, Mapping[int, Sequence[Cut | None]]]):
+    """Left: speed-up against partitions per model kind (ideal dashed). Right: the slowest
+    rank's time per pass split into computing and communicating."""
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / max(1, len(cuts))
+    for k, (kind, by_n) in enumerate(cuts.items()):
+        ns = sorted(by_n)
+        slowest = {n: max((c for c in by_n[n] if c is not None), key=lambda c: c.time)
+                   for n in ns}
+        a.plot(ns, [slowest[ns[0]].time / slowest[n].time for n in ns], "o-", label=kind)
+        x = np.arange(len(ns)) + (k - (len(cuts) - 1) / 2) * width
+        comp = [1e3 * slowest[n].compute for n in ns]
+        comm = [1e3 * slowest[n].communicate for n in ns]
+        b.bar(x, comp, width, color=f"C{k}", label=f"{kind}: compute")
+        b.bar(x, comm, width, bottom=comp, color=f"C{k}", alpha=0.4, hatch="//",
+              label=f"{kind}: communicate")
+        b.set_xticks(np.arange(len(ns)), [str(n) for n in ns])
+    top = max(max(by_n) for by_n in cuts.values())
+    a.plot([1, top], [1, top], "--", color="gray", lw=1, label="ideal")
+    a.set(xlabel="partitions (ranks)", ylabel="speed-up over 1 partition",
+          title="DistBelief's diminishing returns, measured")
+    b.set(xlabel="partitions (ranks)", ylabel="ms per forward pass (slowest rank)",
+          title="where the time goes")
+    a.legend(fontsize=8)
+    b.legend(fontsize=7)
+    a.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_memory(table: Mapping[str, Sequence[Memory]], ax=None):
+    """Per scheme, one stacked bar per rank: parameters, gradients, optimizer state and
+    activations, in MiB."""
+    ax = _ax(ax)
+    parts = ["params", "grads", "optimizer", "activations"]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    x, ticks, labels = 0.0, [], []
+    for scheme, mems in table.items():
+        xs = x + np.arange(len(mems)) * 0.8
+        bottom = np.zeros(len(mems))
+        for part, color in zip(parts, colors):
+            vals = np.array([getattr(mm, part) / MiB for mm in mems])
+            ax.bar(xs, vals, 0.7, bottom=bottom, color=color,
+                   label=part if scheme == next(iter(table)) else None)
+            bottom += vals
+        ticks.append(xs.mean())
+        labels.append(f"{scheme}\n({len(mems)} rank{'s' * (len(mems) > 1)})")
+        x = xs[-1] + 1.6
+    ax.set_xticks(ticks, labels, fontsize=8)
+    ax.set_ylabel("MiB per rank (one bar per rank)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return ax

@@ -1,0 +1,116 @@
+"""Tensor parallelism, memory per scheme, DistBelief's partitions, hybrid data + model
+parallelism, and the lesson's pictures, on real workers (lesson 09)."""
+import matplotlib
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddl_lab.model_parallel import distbelief as D
+from ddl_lab.model_parallel import hybrid as H
+from ddl_lab.model_parallel import memory as M
+from ddl_lab.model_parallel import pipeline as P
+from ddl_lab.model_parallel import plots
+from ddl_lab.model_parallel import tensor_parallel as T
+from ddl_lab.model_parallel.stages import build_layers, digits_batches, full_step
+from ddl_lab.runtime import shared_cluster
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return shared_cluster(5)
+
+
+def split_layer(seed):
+    """Worker: one Linear split by columns and by rows with the textbook functions."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(seed)
+    full, x = torch.nn.Linear(7, 10), torch.randn(3, 7)     # 10 outputs: equal column blocks
+    y_col = T.gather_columns(T.column_parallel(x, T.shard(full.weight, 0, rank, n),
+                                               T.shard(full.bias, 0, rank, n)))
+    y_row = T.row_parallel(T.shard(x, 1, rank, n), T.shard(full.weight, 1, rank, n), full.bias)
+    return full(x).detach(), y_col, y_row
+
+
+def test_column_and_row_parallel_equal_the_layer(cluster):
+    for want, y_col, y_row in cluster.run(split_layer, 3)[:5]:
+        assert torch.allclose(y_col, want, atol=1e-6) and torch.allclose(y_row, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("library", [False, True])
+def test_tensor_parallel_training_equals_one_process(cluster, library):
+    out = cluster.run(T.tp_run, 80, 2, 20, depth=3, library=library)   # 80: 5 equal blocks
+    ref = build_layers("mlp", 80, 0, 3)
+    losses = []
+    for X, y in digits_batches(20, 2):
+        losses.append(full_step(ref, [(X, y)], torch.nn.CrossEntropyLoss()))
+        P.sgd_update(ref, 0.1)
+    full = dict(ref.named_parameters())
+    assert out[0]["losses"] == pytest.approx(losses, rel=1e-5)
+    for name, param in full.items():
+        shards = [o["shards"][name] for o in out]
+        if shards[0].shape == param.shape:                       # replicated
+            assert all(torch.allclose(s, param, atol=1e-6) for s in shards)
+        else:
+            dim = next(d for d in range(param.dim()) if shards[0].shape[d] != param.shape[d])
+            assert torch.allclose(torch.cat(shards, dim), param, atol=1e-6)
+
+
+def test_memory_per_scheme_is_measured(cluster):
+    runs = cluster.run(M.memory_run, 80, 5, 40, 8)
+    table = M.memory_table(runs)
+    assert list(table) == M.SCHEMES
+    one = table["one process"][0]
+    assert len(table["one process"]) == 1 and len(table["DDP"]) == 5
+    assert all(m.params == one.params and m.optimizer == one.optimizer for m in table["DDP"])
+    assert one.optimizer >= 2 * one.params                     # Adam: two moments
+    zero = table["ZeRO-1"]
+    assert all(m.params == one.params for m in zero)
+    assert sum(m.optimizer for m in zero) == pytest.approx(one.optimizer, rel=0.01)
+    for scheme in ("FSDP", "tensor parallel", "pipeline GPipe"):
+        assert sum(m.params for m in table[scheme]) == pytest.approx(one.params, rel=0.05)
+        assert max(m.params for m in table[scheme]) < one.params / 2
+    assert max(m.activations for m in table["DDP"]) < one.activations
+    assert max(m.activations for m in table["pipeline 1F1B"]) < max(
+        m.activations for m in table["pipeline GPipe"])
+    plots.plot_memory(table)
+
+
+def test_partitioned_layers_equal_one_machine(cluster):
+    sent = {}
+    for kind in D.KINDS:
+        want = D.one_machine(kind, layers=2, batch=4)
+        for n in (1, 3):
+            cuts = cluster.run(D.distbelief_run, kind, n, layers=2, batch=4, cost=0.0, steps=1)
+            got = torch.cat([c.output for c in cuts[:n]], dim=1)
+            assert torch.allclose(got, want, atol=1e-5)
+            assert all(c is None for c in cuts[n:])
+            sent[kind, n] = cuts[n // 2].sent
+    assert sent[D.KINDS[0], 1] == sent[D.KINDS[1], 1] == 0
+    assert sent[D.KINDS[1], 3] > 10 * sent[D.KINDS[0], 3]      # an FC cut: many more edges
+    curve = {n: cluster.run(D.distbelief_run, D.KINDS[1], n, layers=1, batch=2, cost=1e-9,
+                            steps=2) for n in (1, 2)}
+    assert set(D.speedups(curve)) == {1, 2} and D.speedups(curve)[1] == 1.0
+    plots.figure_diminishing_returns({D.KINDS[1]: curve})
+
+
+def test_hybrid_equals_one_process(cluster):
+    out = [o for o in cluster.run(H.hybrid_run, 2, 2, 2, 2, 24) if o is not None]
+    ref_losses, ref_params = P.single_process_run("mlp", 2, 24, p=2)
+    assert len(out) == 4 and {(o["replica"], o["stage"]) for o in out} == {
+        (0, 0), (0, 1), (1, 0), (1, 1)}
+    for o in out:
+        assert torch.allclose(o["params"], ref_params[o["stage"]], atol=1e-6)
+    mean = [(a + b) / 2 for a, b in zip(out[1]["losses"], out[3]["losses"])]
+    assert mean == pytest.approx(ref_losses, rel=1e-5)
+    assert H.layout(2, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+
+
+def test_pictures(cluster):
+    runs = cluster.run(P.pipeline_run, "mlp", 3, 2, "1f1b", steps=1, batch=12)
+    ax = plots.plot_pipeline(runs)
+    assert len(ax.get_yticks()) == 3 and "bubble" in ax.get_title()
+    plots.figure_pipelines({"1F1B": runs, "again": runs})
+    plots.plot_bubbles({(2, 1): 0.5, (2, 4): 0.22, (4, 2): 0.6})
+    plots.plot_step_times({"p = 2": {1: 0.01, 2: 0.012}})
