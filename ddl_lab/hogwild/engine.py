@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ddl_lab.parallel_models.shared_memory import SPAWN, CountingLock, SharedArray, run_processes, wait_barrier
+from ddl_lab.parallel_models.processes import SPAWN, run_processes, wait_barrier
+from ddl_lab.parallel_models.shared_memory import CountingLock, SharedArray
 
 __all__ = ["MODES", "Problem", "sparse_problem", "dense_problem", "sparse_step", "sgd_update",
            "hogwild_loop", "HogwildRun", "run", "compare_modes", "run_learner_worker",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["Scaling", "amdahl", "measure_scaling", "fit_parallel_fraction",
-           "amdahl_workload", "torch_matmul_scaling", "plot_speedup"]
+           "amdahl_workload", "torch_matmul_scaling"]
 
 
 @dataclass
@@ -119,34 +119,3 @@ def torch_matmul_scaling(size: int = 1024, counts: Sequence[int] | None = None,
         return measure_scaling(run, counts, repeats, f"torch {size}×{size} matmul")
     finally:
         torch.set_num_threads(before)
-
-
-def plot_speedup(scalings: Sequence[Scaling], max_n: int = 64) -> None:
-    """Lesson 02's picture: measured speedups against the ideal and the fitted Amdahl curve
-    (left), and what the model predicts for many more cores (right)."""
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
-    top = max(max(s.counts) for s in scalings)
-    xs = np.arange(1, top + 1)
-    a.plot(xs, xs, "k--", lw=1, label="ideal S(n) = n")
-    nn = np.logspace(0, np.log2(max_n), 100, base=2)
-    b.plot(nn, nn, "k--", lw=1, label="ideal")
-    cores = os.cpu_count() or 1
-    for i, s in enumerate(scalings):
-        color = f"C{i}"
-        on_cores = [k for k, n in enumerate(s.counts) if n <= cores]     # fit where cores are free
-        p = fit_parallel_fraction([s.counts[k] for k in on_cores], s.speedup[on_cores])
-        a.plot(s.counts, s.speedup, "o-", color=color, label=f"{s.label} (measured)")
-        a.plot(xs, amdahl(p, xs), ":", color=color, label=f"Amdahl, p = {p:.2f} fitted on ≤ {cores}")
-        b.plot(nn, amdahl(p, nn), color=color,
-               label=f"p = {p:.2f}: at most {1 / max(1e-9, 1 - p):.0f}×" if p < 1 else "p = 1")
-    if cores < top:
-        a.axvspan(cores + 0.5, top + 0.5, color="grey", alpha=0.12, lw=0)
-        a.text(cores + 0.6, 1.02, "more threads\nthan cores", fontsize=8, va="bottom")
-    a.set(xlabel="threads / workers", ylabel="speedup T(1)/T(n)", xticks=xs,
-          title=f"measured on this machine ({cores} cores)")
-    a.legend(fontsize=7)
-    b.set(xscale="log", yscale="log", xlabel="cores (model)", ylabel="speedup",
-          title="Amdahl's law with the fitted p")
-    b.legend(fontsize=7)
-    fig.tight_layout()

@@ -21,6 +21,7 @@ thread a private partial result and combines them once at the end.
 
 The GIL: CPython runs Python bytecode in one thread at a time, so threads speed up only
 work that releases it — numpy and torch kernels do (``gil_speedups`` measures both).
+The pictures are ``plots.py``.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 __all__ = ["SCHEDULES", "REDUCTIONS", "Chunk", "ForResult", "parallel_for", "static_chunks",
-           "next_chunk", "guided_chunk", "critical", "gil_speedups", "thread_race",
-           "numpy_work", "python_work", "plot_schedule", "plot_gil"]
+           "next_chunk", "dynamic", "guided", "critical", "gil_speedups", "thread_race",
+           "numpy_work", "python_work"]
 
 SCHEDULES = ("static", "dynamic", "guided")
 REDUCTIONS: dict[str, tuple[Callable[[Any, Any], Any], Any]] = {
@@ -98,38 +99,34 @@ def static_chunks(n: int, num_threads: int, chunk: int | None = None) -> list[li
     return plan
 
 
-def next_chunk(next_iter: np.ndarray, lock: Any, chunk: int, stop: int) -> range | None:
-    """OpenMP ``schedule(dynamic, chunk)``: claim the next ``chunk`` iterations, or None.
+def next_chunk(next_iter: np.ndarray, lock: Any, stop: int,
+               size: Callable[[int], int]) -> range | None:
+    """Claim the next ``size(remaining)`` iterations of a shared counter, or None at the end.
 
     ``next_iter[0]`` holds the first unclaimed iteration and is shared by all workers
     (threads, or processes with it in shared memory). Reading it and moving it on is a
     read-modify-write, so it happens inside the lock (a ``critical`` section); without
-    the lock two workers can claim the same chunk.
+    the lock two workers can claim the same chunk. OpenMP's ``schedule(dynamic, chunk)``
+    claims ``chunk`` at a time; ``schedule(guided, chunk)`` claims ``remaining /
+    num_threads`` (at least ``chunk``): few claims early, small ones at the end.
     """
     with lock:
         lo = int(next_iter[0])
         if lo >= stop:
             return None
-        hi = min(lo + chunk, stop)
+        hi = min(lo + size(stop - lo), stop)
         next_iter[0] = hi
     return range(lo, hi)
 
 
-def guided_chunk(next_iter: np.ndarray, lock: Any, chunk: int, stop: int,
-                 num_threads: int) -> range | None:
-    """OpenMP ``schedule(guided, chunk)``: like dynamic, but chunks start large.
+def dynamic(chunk: int) -> Callable[[int], int]:
+    """``schedule(dynamic, chunk)``'s claim size: always ``chunk``."""
+    return lambda remaining: chunk
 
-    Each claim takes ``remaining / num_threads`` iterations (at least ``chunk``), so
-    there are few claims early and small ones at the end to even out the finish.
-    """
-    with lock:
-        lo = int(next_iter[0])
-        if lo >= stop:
-            return None
-        size = max(chunk, math.ceil((stop - lo) / num_threads))
-        hi = min(lo + size, stop)
-        next_iter[0] = hi
-    return range(lo, hi)
+
+def guided(chunk: int, num_threads: int) -> Callable[[int], int]:
+    """``schedule(guided, chunk)``'s claim size: remaining / num_threads, at least ``chunk``."""
+    return lambda remaining: max(chunk, math.ceil(remaining / num_threads))
 
 
 def _check_team(num_threads: int, chunk: int | None) -> None:
@@ -188,6 +185,7 @@ def parallel_for(body: Callable[[Any], Any], iterations: int | Sequence, num_thr
     _check_team(num_threads, chunk)
     op, start_value = _reduction(reduction, identity)
     plan = static_chunks(n, num_threads, chunk) if schedule == "static" else None
+    size = dynamic(chunk or 1) if schedule == "dynamic" else guided(chunk or 1, num_threads)
     counter, lock = np.zeros(1, np.int64), threading.Lock()
     partials: list[Any] = [start_value] * num_threads
     chunks: list[list[Chunk]] = [[] for _ in range(num_threads)]
@@ -199,8 +197,7 @@ def parallel_for(body: Callable[[Any], Any], iterations: int | Sequence, num_thr
             yield from plan[t]
             return
         while True:
-            r = (next_chunk(counter, lock, chunk or 1, n) if schedule == "dynamic"
-                 else guided_chunk(counter, lock, chunk or 1, n, num_threads))
+            r = next_chunk(counter, lock, n, size)
             if r is None:
                 return
             yield r
@@ -316,45 +313,3 @@ def thread_race(num_threads: int = 2, updates: int = 2000, size: int = 20_000) -
     expected = updates * num_threads
     got = int(round(total[0] / size))
     return {"expected": expected, "got": got, "lost": expected - got}
-
-
-# ------------------------------------------------------------------- pictures
-
-def plot_schedule(result: ForResult, ax: Any = None, title: str | None = None) -> None:
-    """Lesson 02's picture: a timeline per thread, one box per chunk, coloured by iteration."""
-    import matplotlib.pyplot as plt
-    from matplotlib import colormaps
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * result.num_threads))
-        fig.subplots_adjust(bottom=0.3 if result.num_threads < 3 else 0.2)
-    cmap = colormaps["viridis"]
-    for c in result.chunks:
-        ax.barh(c.thread, 1e3 * (c.t1 - c.t0), left=1e3 * c.t0, height=0.7,
-                color=cmap(c.start / max(1, result.n)), edgecolor="white", linewidth=0.5)
-        if c.t1 - c.t0 > 0.06 * result.seconds:
-            ax.text(1e3 * (c.t0 + c.t1) / 2, c.thread, f"{c.start}–{c.stop - 1}",
-                    ha="center", va="center", fontsize=7, color="white")
-    chunk = f", {result.chunk}" if result.chunk else ""
-    ax.set(yticks=range(result.num_threads),
-           yticklabels=[f"thread {t}" for t in range(result.num_threads)],
-           xlabel="time (ms)", ylim=(result.num_threads - 0.5, -0.5),
-           title=title or (f"schedule({result.schedule}{chunk}): {1e3 * result.seconds:.0f} ms, "
-                           f"busiest thread {result.imbalance:.2f}× the average"))
-
-
-def plot_gil(speedups: dict[str, dict], num_threads: int = 2) -> None:
-    """Lesson 02's GIL picture: measured speedup of each kind of work against the ideal."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3))
-    kinds = list(speedups)
-    vals = [speedups[k]["speedup"] for k in kinds]
-    ax.barh(kinds, vals, color=["tab:red", "tab:green"][:len(kinds)])
-    ax.axvline(num_threads, color="k", ls="--", lw=1, label=f"ideal ({num_threads}×)")
-    ax.axvline(1, color="grey", lw=1)
-    for i, v in enumerate(vals):
-        ax.text(v, i, f" {v:.2f}×", va="center")
-    ax.set(xlabel=f"speedup with {num_threads} threads", xlim=(0, num_threads * 1.25),
-           title="threads and the GIL (measured)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-

@@ -1,17 +1,15 @@
 """Shared memory between processes (lesson 02): the lost-update race and its fixes."""
 import time
 
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from ddl_lab import WorkerError, WorkerTimeout
-from ddl_lab.parallel_models import shared_memory
+from ddl_lab.parallel_models import plots, shared_memory
+from ddl_lab.parallel_models.processes import run_processes
 from ddl_lab.parallel_models.shared_memory import (HARDWARE_ATOMICS, CountingLock, SharedArray,
-                                   atomic_add, claim_all, count_race, run_processes)
-from ddl_lab.parallel_models.threads import next_chunk
-
-matplotlib.use("Agg")
+                                                   atomic_add, claim_all, count_race)
 
 
 def _write_rank(rank, handle):
@@ -74,8 +72,9 @@ def test_unsynchronised_increments_lose_updates_and_every_fix_loses_none():
     for method in ("lock", "atomic", "reduction"):
         if method in results:
             assert results[method].lost == 0, str(results[method])
-    shared_memory.plot_race(list(results.values()))
-    matplotlib.pyplot.close("all")
+    fig = plots.figure_race(list(results.values()))
+    assert [p.get_height() for p in fig.axes[0].patches][0] == 100 * race.lost / race.expected
+    plt.close(fig)
 
 
 def _take(rank, lock):
@@ -96,8 +95,9 @@ def test_counting_lock_counts_across_processes_and_times_out():
         lock.release()
 
 
-def test_the_dynamic_dispenser_hands_out_every_iteration_once_across_processes():
-    claims = claim_all(next_chunk, 30_000, chunk=7, processes=2)
+def test_exercise_02s_dispenser_hands_out_every_iteration_once_across_processes(solution):
+    claims = claim_all(solution("02_parallel_models", "my_next_chunk"), 30_000, chunk=7,
+                       processes=2)
     seen = np.zeros(30_000, np.int64)
     for pairs in claims:
         for lo, hi in pairs:
@@ -109,6 +109,7 @@ def test_the_dynamic_dispenser_hands_out_every_iteration_once_across_processes()
 def test_memory_facts_and_the_architecture_picture():
     facts = shared_memory.memory_facts()
     assert facts["cores"] >= 1
-    shared_memory.plot_memory_architectures()
-    matplotlib.pyplot.close("all")
+    fig = plots.figure_memory_architectures()
+    assert [len(ax.patches) for ax in fig.axes] == [5, 6, 6, 4]          # the boxes drawn
+    plt.close(fig)
 

@@ -1,15 +1,14 @@
 """OpenMP-style threads (lesson 02): parallel_for, schedules, clauses, the GIL, a thread race."""
 import threading
 
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from ddl_lab.parallel_models import threads
+from ddl_lab.parallel_models import plots, threads
 from ddl_lab.parallel_models.shared_memory import atomic_add
-from ddl_lab.parallel_models.threads import critical, guided_chunk, next_chunk, parallel_for, static_chunks
-
-matplotlib.use("Agg")
+from ddl_lab.parallel_models.threads import (critical, dynamic, guided, next_chunk, parallel_for,
+                                             static_chunks)
 
 
 @pytest.mark.parametrize("n,t,chunk", [(50, 4, None), (7, 3, None), (2, 4, None), (50, 4, 3),
@@ -25,9 +24,9 @@ def test_static_chunks_cover_every_iteration_once(n, t, chunk):
         assert plan[0][0] == range(0, min(chunk, n))
 
 
-def test_next_chunk_truncates_the_last_chunk_then_returns_none():
+def test_dynamic_claims_truncate_the_last_chunk_then_return_none():
     counter, lock = np.zeros(1, np.int64), threading.Lock()
-    got = [next_chunk(counter, lock, 4, 10) for _ in range(4)]
+    got = [next_chunk(counter, lock, 10, dynamic(4)) for _ in range(4)]
     assert got == [range(0, 4), range(4, 8), range(8, 10), None]
     assert counter[0] == 10
 
@@ -35,7 +34,7 @@ def test_next_chunk_truncates_the_last_chunk_then_returns_none():
 def test_guided_chunks_shrink_but_never_below_chunk():
     counter, lock = np.zeros(1, np.int64), threading.Lock()
     sizes = []
-    while (r := guided_chunk(counter, lock, 2, 100, 4)) is not None:
+    while (r := next_chunk(counter, lock, 100, guided(2, 4))) is not None:
         sizes.append(len(r))
     assert sum(sizes) == 100 and sizes[0] == 25
     assert sizes == sorted(sizes, reverse=True)
@@ -118,10 +117,11 @@ def test_gil_speedups_measure_both_kinds_and_plot():
                              sizes={"pure Python": 2000, "numpy (releases the GIL)": 20_000})
     assert set(g) == {"pure Python", "numpy (releases the GIL)"}
     assert all(v["t1"] > 0 and v["tn"] > 0 for v in g.values())
-    threads.plot_gil(g)
-    threads.plot_schedule(parallel_for(lambda i: threads.numpy_work(1000), 8, 2,
-                                       schedule="dynamic", chunk=2))
-    matplotlib.pyplot.close("all")
+    ax = plots.plot_gil(g)
+    assert [p.get_width() for p in ax.patches] == [v["speedup"] for v in g.values()]
+    run = parallel_for(lambda i: threads.numpy_work(1000), 8, 2, schedule="dynamic", chunk=2)
+    assert len(plots.plot_schedule(run).patches) == len(run.chunks) == 4
+    plt.close("all")
 
 
 # ------------------------------------------------- speedup and Amdahl (lesson 02, §8)
@@ -150,5 +150,6 @@ def test_measured_scaling_and_torch_threads_are_restored():
     before = torch.get_num_threads()
     mm = speedup.torch_matmul_scaling(64, [1, 2], repeats=1)
     assert torch.get_num_threads() == before and len(mm.seconds) == 2
-    speedup.plot_speedup([s, mm], max_n=16)
-    matplotlib.pyplot.close("all")
+    fig = plots.figure_speedup([s, mm], max_n=16)
+    assert len(fig.axes) == 2 and fig.axes[0].lines[1].get_label() == "test (measured)"
+    plt.close(fig)
