@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("DDL_LAB_THREADS", 1)))
     if gpu:
         torch.cuda.set_device(local)
+    if (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and local == 0
+            and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0):
+        print("ddl_lab.torchrun: a restarted job on torchrun's shared rendezvous store reads "
+              "the first attempt's addresses (gloo: 'Connection refused' or a hang). Start "
+              "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 10).",
+              file=sys.stderr, flush=True)
     dist.init_process_group(group_backend("nccl" if gpu else "gloo"), init_method="env://",
                             timeout=timedelta(seconds=float(os.environ.get("DDL_LAB_TIMEOUT", 60))))
     try:
