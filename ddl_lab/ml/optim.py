@@ -8,7 +8,7 @@ The seed's three code fragments, made real on numpy::
 
 and the update rules as small objects with ``step(theta, grad) -> theta``: ``GD``
 (θ ← θ − γ g), ``Momentum`` and ``Adagrad``, each with the semantics of its
-``torch.optim`` twin (tests/test_optim.py runs both on one problem). The rules work
+``torch.optim`` twin (tests/ml/test_optim.py runs both on one problem). The rules work
 on numpy arrays and on torch tensors alike; ``TorchOptimizer`` drives a torch model
 with one. A learning rate is a number or a schedule ``lr(t)`` of the update count t.
 """
@@ -180,15 +180,17 @@ def get_batches(m: int, batch_size: int, rng: np.random.Generator | None = None
 
 
 def minibatch_sgd_epoch(theta: np.ndarray, X: np.ndarray, y: np.ndarray, grad: GradFn,
-                        lr: float | Rule, batch_size: int, rng: np.random.Generator | None,
+                        rule: Rule, batch_size: int, rng: np.random.Generator | None,
                         record: Record | None = None) -> np.ndarray:
     """One epoch of mini-batch SGD: shuffle, cut into batches, one update per batch.
 
-    This is the lesson's exercise (solutions/01_gradient_descent.ipynb).
-    ``lr`` is a learning rate (θ ← θ − lr·g) or a ``Rule`` (momentum, Adagrad, a
-    schedule). ``record(θ)`` is called after every update. Returns the new θ.
+    ``rule`` is an update rule (``GD(lr)``: θ ← θ − lr·g; momentum, Adagrad, a schedule),
+    whose state carries over to the next epoch; ``minibatch_gd`` takes a plain rate.
+    ``record(θ)`` is called after every update. Returns the new θ.
     """
-    rule = lr if isinstance(lr, Rule) else GD(lr)
+    if not isinstance(rule, Rule):
+        raise TypeError(f"minibatch_sgd_epoch takes an update rule such as GD(lr), got "
+                        f"{type(rule).__name__}; minibatch_gd takes a plain learning rate")
     for batch in get_batches(len(y), batch_size, rng):
         theta = rule.step(theta, grad(theta, X[batch], y[batch]))
         if record:

@@ -1,9 +1,11 @@
-"""Lesson 01's experiments and pictures (ddl_lab.gradient_descent.experiments)."""
+"""Lesson 01's experiments and pictures (ddl_lab.gradient_descent.experiments, .plots)."""
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from ddl_lab.ml import data, models, optim
 from ddl_lab.gradient_descent import experiments as gradient_descent
+from ddl_lab.gradient_descent import plots
+from ddl_lab.ml import data, models, optim
 
 
 def test_record_run_logs_every_update_and_observes_plateaus():
@@ -60,17 +62,29 @@ def test_lr_regimes_and_paths():
 
 
 def test_pictures_draw(tmp_path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     ds = data.linear_regression(200, 2, spread=3)
-    fig = gradient_descent.plot_learning_rate(ds.X, ds.y, np.zeros(2), 0.5, (-3, 3, -3, 3), steps=5)
+    fig = plots.figure_learning_rate(ds.X, ds.y, np.zeros(2), 0.5, (-3, 3, -3, 3), steps=5)
     assert len(fig.axes[1].lines) == 4
     fig.savefig(tmp_path / "lr.png")
     plt.close("all")
     _, ax = plt.subplots()
     cost = {"m": np.array([10, 100]), "full": np.array([1e-6, 1e-5]), "one": np.array([1e-6, 1e-6])}
-    assert len(gradient_descent.plot_gradient_cost(cost, ax).lines) == 3
+    assert len(plots.plot_gradient_cost(cost, ax).lines) == 3
     w = data.wave()
-    gradient_descent.plot_wave_fits(w, {"truth": w.theta}, ax)
+    assert plots.plot_wave_fits(w, {"truth": w.theta}, ax).lines[-1].get_label().startswith("truth")
+    plt.close("all")
+
+
+def test_sweep_and_adagrad_pictures_draw_what_was_measured():
+    ds = data.linear_regression(256, 4, seed=3)
+    j_star = models.linreg_loss(np.linalg.lstsq(ds.X, ds.y, rcond=None)[0], ds.X, ds.y)
+    sweep = gradient_descent.batch_size_sweep(ds.X, ds.y, [1, 16, 256], [0.1], j_star, 1.0, 1)
+    ax = plots.plot_batch_sizes(sweep, selected=16)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), sweep["epoch_s"] * 1e3)
+    sparse = data.sparse_logistic(m=400, d=50, nnz=3, seed=0)
+    train, test = sparse.subset(np.arange(200)), sparse.subset(np.arange(200, 400))
+    res = gradient_descent.adagrad_vs_sgd(train, test, lrs=[0.3], epochs=1)
+    fig = plots.figure_adagrad(res, train.feature_counts(), sparse.theta)
+    assert len(fig.axes) == 3 and [t.get_text() for t in fig.axes[0].get_legend().texts] == [
+        "SGD (γ=0.3)", "Adagrad (γ=0.3)"]
     plt.close("all")

@@ -149,3 +149,6 @@ def test_bad_settings_are_refused():
         list(optim.get_batches(10, 0))
     with pytest.raises(ValueError, match="factor"):
         optim.ReduceOnPlateau(0.1, factor=1.5)
+    with pytest.raises(TypeError, match=r"takes an update rule such as GD\(lr\), got float"):
+        optim.minibatch_sgd_epoch(np.zeros(2), np.ones((4, 2)), np.ones(4), models.linreg_grad,
+                                  0.1, 2, None)
