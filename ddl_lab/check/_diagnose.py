@@ -399,7 +399,8 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
             "accumulate the SQUARED gradient, g², not g (a negative g would make √G "
             "undefined)": G + g,
             "that is the old G: add g² to it": G,
-            "that is G + |g|: square the gradient": G + np.abs(g)}) or "G' = G + g², element by element"
+            "that is G + |g|: square the gradient": G + np.abs(g)}
+        ) or "G' = G + g², element by element"
         return f"the new G: {g_diff} — {hint}."
     if not np.all(np.isfinite(got_t)):
         bad = int(np.flatnonzero(~np.isfinite(got_t))[0])
@@ -419,7 +420,8 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
                 theta - lr * g / (want_G + eps),
             "it divides by the OLD G: add g² to G first, then divide by √G'":
                 theta - lr * g / (np.sqrt(G) + eps),
-            f"it is plain SGD with one global rate: divide each {w.unit}'s step by its own √G' + eps":
+            f"it is plain SGD with one global rate: divide each {w.unit}'s step by its own "
+            "√G' + eps":
                 theta - lr * g,
             "it moves uphill: the update is θ − lr·g/(√G' + eps)": theta + step,
             f"lr is missing: multiply the step by lr (= {lr:g})": theta - step / lr,

@@ -101,8 +101,9 @@ def _one_update(fn: Callable, name: str, case: Any) -> None:
     c = factor_of(step, got_step) if hint is None else None
     if c is not None:
         hint = f"the step is {c:.4g} × lr·(σ(z) − y)·val: use the lr passed in ({lr:g})"
+    hint = hint or diff + "; is it σ(z) − y with z = θ[idx]·val, times val and lr?"
     fail(f"after one update: θ[idx] moved by {np.round(-got_step, 6).tolist()}, expected "
-         f"{np.round(-step, 6).tolist()} — {hint or diff + '; is it σ(z) − y with z = θ[idx]·val, times val and lr?'} [{case}].")
+         f"{np.round(-step, 6).tolist()} — {hint} [{case}].")
 
 
 # ------------------------------------------------------------------ task 2: the worker loop
@@ -238,9 +239,9 @@ def _traced_run(fn: Callable, name: str, problem: "Problem", rows: np.ndarray, c
             " — that is SGD over examples 0, 1, 2, …: use the example numbers in `rows` "
             "(problem.idx[i] for i in rows)": _serial(problem, theta0, np.arange(len(rows)), lr),
         })
+        hint = hint or ". Apply one update per row, in the order of `rows`, with the given lr"
         fail(f"{'locked' if locked else 'lock-free'}: θ after one pass differs from plain SGD "
-             f"over the same rows in the same order: {diff}{hint or '. Apply one update per row, in the order of `rows`, with the given lr'} "
-             f"[{case}].")
+             f"over the same rows in the same order: {diff}{hint} [{case}].")
     if not locked and trail.taken:
         fail(f"lock-free mode (locked=False): {name} took the lock {trail.taken:,} times "
              f"during {len(rows):,} updates. Hogwild! never locks: the workers write the "

@@ -1,7 +1,7 @@
 """Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks.
 
-Both run the learner's function on real workers with 2 and with 3 ranks (not the 4 the
-lesson uses, so a hard-coded world size shows; small, so a cold start stays cheap)."""
+Both run the learner's function on real workers with 4 ranks (the lesson's) and then 3, so
+a hard-coded world size shows; lesson 04's checks use the same two warm clusters."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,7 +11,7 @@ from ._diagnose import only_right_for, refuse
 
 __all__ = ["rank", "sum_of_ranks"]
 
-WORLD_SIZES = (2, 3)
+WORLD_SIZES = (4, 3)
 
 
 def _is_int(value: object) -> bool:
@@ -48,10 +48,10 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
         hint = (" — that is the world size, not the rank" if all(v == n for v in values) else
                 " — ranks counted from 1? They start at 0" if values == list(range(1, n + 1))
                 else " — every rank returned the same number" if len(set(values)) == 1
-                else only_right_for(right, f"{n} ranks"))
+                else "")
         bad = next(r for r, v in enumerate(values) if v != r)
         fail(f"with {n} ranks, rank {bad} returned {values[bad]}, expected {bad}{hint}. "
-             f"All ranks returned {values}.")
+             f"All ranks returned {values}." + only_right_for(right, f"{n} ranks"))
     passed("rank", f"every worker returned its own rank, with {' and '.join(right)}")
 
 
@@ -71,7 +71,7 @@ def _spied_sum_of_ranks(fn: Callable) -> tuple[Any, list[tuple[list, str, list]]
         return out
 
     glb = getattr(fn, "__globals__", {})
-    aliases = [k for k, v in glb.items() if v is original]   # `from torch.distributed import all_reduce`
+    aliases = [k for k, v in glb.items() if v is original]   # `from … import all_reduce`
     dist.all_reduce = c10d.all_reduce = spy
     for k in aliases:
         glb[k] = spy
@@ -89,11 +89,12 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
     __tracebackhide__ = True
     refuse(my_sum_of_ranks, "sum_of_ranks", "ddl_lab.welcome", "sum_of_ranks")
-    name, right = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), []
-    for n in world_sizes:
+    name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
+    for n in world_sizes:                   # the sums first, at every size; then the calls
         want = n * (n - 1) // 2
         out = run_on_workers(_spied_sum_of_ranks, n, my_sum_of_ranks, learner_fn=my_sum_of_ranks)
         got, calls = [v for v, _ in out], [c for _, c in out]
+        runs.append((n, calls))
         for r, value in enumerate(got):
             if not _is_int(value):
                 fail(_not_an_int(name, n, r, value))
@@ -101,12 +102,13 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
         if values != [want] * n:
             fail(f"with {n} ranks, the ranks returned {values}, expected 0+1+…+{n - 1} = "
                  f"{want} on every rank. " + _sum_hint(values, calls, n, right))
+        right.append(f"{n} ranks")
+    for n, calls in runs:
         fault = _allreduce_fault(name, calls, n)
         if fault:
             fail(fault)
-        right.append(f"{n} ranks: {want}")
     passed("sum_of_ranks", "one all_reduce of the rank on every worker gave n(n−1)/2 — "
-           + ", ".join(right))
+           + ", ".join(f"{n} ranks: {n * (n - 1) // 2}" for n in world_sizes))
 
 
 def _allreduce_fault(name: str, calls: list[list], n: int) -> str | None:
@@ -144,4 +146,5 @@ def _sum_hint(values: list[int], calls: list[list], n: int, right: list[str]) ->
     if len(set(values)) > 1:
         return ("The ranks disagree: every rank must take part in the same all_reduce, and "
                 "return the tensor's value after it.")
-    return only_right_for(right, f"{n} ranks") or "Put the rank in a tensor, all_reduce it."
+    return (only_right_for(right, f"{n} ranks").strip()
+            or "Put the rank in a tensor and all_reduce it.")

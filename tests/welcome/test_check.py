@@ -39,8 +39,8 @@ def test_rank_stub_is_not_implemented_yet():
         check.rank(stub)
 
 
-def rank_mod_2():
-    return dist.get_rank() % 2
+def right_only_with_four_ranks():
+    return [0, 1, 2, 3][dist.get_rank()] if dist.get_world_size() == 4 else 0
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -49,7 +49,8 @@ def rank_mod_2():
     (lambda: 0, "every rank returned the same number"),
     (lambda: str(dist.get_rank()), "return the value as a plain int"),
     (lambda: None, "returned None: the function has no `return`"),
-    (rank_mod_2, "right for 2 ranks but not for 3 ranks: does the code assume one world size"),
+    (right_only_with_four_ranks, "right for 4 ranks but not for 3 ranks: does the code assume "
+                                 "one world size"),
 ])
 def test_rank_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -59,7 +60,7 @@ def test_rank_wrong_answers_are_explained(wrong, hint):
 def test_learner_exception_names_the_rank():
     def broken():
         return 1 // (dist.get_rank() - 1)
-    with pytest.raises(CheckFailed, match="broken failed on rank 1 of 2: ZeroDivisionError"):
+    with pytest.raises(CheckFailed, match="broken failed on rank 1 of 4: ZeroDivisionError"):
         check.rank(broken)
 
 
@@ -149,11 +150,13 @@ def test_sum_stub_is_not_implemented_yet():
 
 @pytest.mark.parametrize("wrong, hint", [
     (no_allreduce, "did you call dist.all_reduce"),
-    (max_instead_of_sum, "op=MAX, which happens to give the sum here: use the default op"),
+    (max_instead_of_sum, "op=MAX.*use the default op, ReduceOp.SUM"),
     (counted_from_one, "ranks start at 0"),
-    (hard_coded_for_four_ranks, r"with 2 ranks, the ranks returned \[6, 6\], expected"),
+    (hard_coded_for_four_ranks, r"with 3 ranks, the ranks returned \[6, 6, 6\], expected "
+                                r"0\+1\+…\+2 = 3 on every rank. dist.all_reduce was never "
+                                r"called. It was right for 4 ranks but not for 3"),
     (closed_form, "without calling dist.all_reduce \\(a closed form"),
-    (two_allreduces, r"called dist.all_reduce \[2, 2\] times"),
+    (two_allreduces, r"called dist.all_reduce \[2, 2, 2, 2\] times"),
     (reduces_the_world_size_share, "each rank's tensor should hold its own rank"),
     (forgets_return, "returned None: the function has no `return`"),
     (ddl_lab.welcome.sum_of_ranks, "the package's own implementation of this task"),
@@ -183,7 +186,7 @@ def test_verdicts_are_the_same_20_times(solution):
     for _ in range(20):
         check.sum_of_ranks(right)
         check.rank(dist.get_rank)
-        with pytest.raises(CheckFailed, match="with 2 ranks, the ranks returned"):
+        with pytest.raises(CheckFailed, match="with 3 ranks, the ranks returned"):
             check.sum_of_ranks(wrong)
 
 
