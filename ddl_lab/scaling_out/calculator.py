@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch.distributed as dist
 
-from ddl_lab.data_parallel.engine import build
+from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
 
 __all__ = ["Fit", "step_time", "measure", "fit", "seed_case", "SEED_PARAMS", "SEED_EXAMPLES"]

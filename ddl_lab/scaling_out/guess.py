@@ -22,14 +22,12 @@ class Guess:
     def value(self):
         return self.control.value
 
-    def reveal(self, measured: float, unit: str = "", why: str = "",
-               fmt: str = ".3g") -> str:
-        """Print (and return) the guess and the measurement side by side."""
+    def reveal(self, measured: float, unit: str = "", why: str = "", fmt: str = ".3g") -> None:
+        """Print the guess and the measurement side by side, and how far apart they are."""
         guess = self.value
         shown = format(guess, fmt) if isinstance(guess, (int, float)) else str(guess)
         line = f"you predicted {shown}{unit}; measured {measured:{fmt}}{unit}"
         if isinstance(guess, (int, float)) and guess > 0 and measured > 0:
-            line += f" (off by a factor {max(guess, measured) / min(guess, measured):.2g})"
-        text = line + (f". {why}" if why else "")
-        print(text)
-        return text
+            factor = max(guess, measured) / min(guess, measured)
+            line += " — close" if factor < 1.15 else f" — off by a factor {factor:.2g}"
+        print(line + (f". {why}" if why else ""))

@@ -41,33 +41,38 @@ def figure_ddp(results: dict):
     return fig
 
 
+def _box(ax, x: float, y: float, w: float, h: float, **style) -> None:
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.01", **style))
+
+
 def plot_two_hosts(ranks: Sequence[dict], traffic: dict[str, dict[str, int]], ax=None):
-    """Two hosts as boxes with their ranks, joined by the veth pair; bytes on the wire."""
+    """Two hosts as boxes with their ranks and env:// variables, joined by the veth pair;
+    the MB each end sent."""
     ax = ax or plt.subplots(figsize=(9, 3.2))[1]
-    hosts = sorted(traffic)
+    names = sorted(traffic)
     by_host: dict[str, list[dict]] = {}
     for r in sorted(ranks, key=lambda r: r["rank"]):
         by_host.setdefault(r["addr"], []).append(r)
     for i, (addr, rs) in enumerate(sorted(by_host.items())):
         x0 = 0.02 + 0.58 * i
-        ax.add_patch(FancyBboxPatch((x0, 0.1), 0.38, 0.78, boxstyle="round,pad=0.01",
-                                    fc="#eef3fb", ec="#4a6fa5"))
-        ax.text(x0 + 0.19, 0.8, f"host {'AB'[i]} · {addr}\n{hosts[i] if i < len(hosts) else ''}",
-                ha="center", va="center", fontsize=8)
+        _box(ax, x0, 0.08, 0.38, 0.8, fc="#eef3fb", ec="#4a6fa5")
+        store = "  ·  rendezvous store" if i == 0 else ""
+        ax.text(x0 + 0.19, 0.8, f"host {'AB'[i]}: {addr}{store}\n"
+                f"{names[i] if i < len(names) else ''}", ha="center", va="center", fontsize=8)
         for j, r in enumerate(rs):
-            ax.add_patch(plt.Circle((x0 + 0.1 + 0.18 * j, 0.42), 0.07, fc=f"C{r['rank']}",
-                                    alpha=0.8))
-            ax.text(x0 + 0.1 + 0.18 * j, 0.42, f"rank {r['rank']}", ha="center",
-                    va="center", fontsize=8, color="white")
-            ax.text(x0 + 0.1 + 0.18 * j, 0.22, f"RANK={r['env']['RANK']}\nLOCAL_RANK="
-                    f"{r['env']['LOCAL_RANK']}", ha="center", fontsize=7)
-    if len(hosts) == 2:
-        a, b = (traffic[h] for h in hosts)
-        ax.annotate("", (0.6, 0.55), (0.4, 0.55), arrowprops={"arrowstyle": "->", "lw": 2})
-        ax.annotate("", (0.4, 0.45), (0.6, 0.45), arrowprops={"arrowstyle": "->", "lw": 2})
-        ax.text(0.5, 0.62, f"{a['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
-        ax.text(0.5, 0.33, f"{b['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
-        ax.text(0.5, 0.92, "veth pair (the 'cable')", ha="center", fontsize=8)
+            cx = x0 + 0.1 + 0.18 * j
+            _box(ax, cx - 0.07, 0.36, 0.14, 0.14, fc=f"C{r['rank']}", ec="none", alpha=0.85)
+            ax.text(cx, 0.43, f"rank {r['rank']}", ha="center", va="center", fontsize=8,
+                    color="white")
+            ax.text(cx, 0.16, f"RANK={r['env']['RANK']}\nLOCAL_RANK={r['env']['LOCAL_RANK']}",
+                    ha="center", fontsize=7)
+    if len(names) == 2:
+        a, b = (traffic[n] for n in names)
+        ax.annotate("", (0.6, 0.56), (0.4, 0.56), arrowprops={"arrowstyle": "->", "lw": 2})
+        ax.annotate("", (0.4, 0.44), (0.6, 0.44), arrowprops={"arrowstyle": "->", "lw": 2})
+        ax.text(0.5, 0.62, f"A → B {a['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
+        ax.text(0.5, 0.33, f"B → A {b['tx'] / 1e6:,.1f} MB", ha="center", fontsize=8)
+        ax.text(0.5, 0.92, "the veth pair (the 'cable')", ha="center", fontsize=8)
     ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.axis("off")
     return ax
@@ -95,7 +100,7 @@ def plot_elastic(run: ElasticRun, reference: ElasticRun | None = None, ax=None):
         ax.annotate(f"resumed from checkpoint {nxt['start']}", (nxt["start"], 0.08),
                     xycoords=("data", "axes fraction"), color="green", fontsize=8)
     ax.set(xlabel="step (dotted: checkpoints)", ylabel="loss of the global mini-batch",
-           yscale="log", title="an elastic restart")
+           title="an elastic restart")
     ax.legend(fontsize=8)
     return ax
 
@@ -113,8 +118,7 @@ def figure_federated(runs: Sequence[FedRun], central: FedRun | None = None):
                        label=f"centralised, {len(central.accuracy) - 1} epochs")
         b.axvline(central.bytes[-1] / 1e6, color="k", ls=":", lw=1, label="the data itself")
     a.set(xlabel="round", ylabel="test accuracy", title="accuracy vs rounds", ylim=(0, 1))
-    b.set(xlabel="MB between server and clients", title="accuracy vs bytes", xscale="symlog",
-          ylim=(0, 1))
+    b.set(xlabel="MB between server and clients", title="accuracy vs bytes", ylim=(0, 1))
     c.set(xlabel="round", ylabel="RMS ‖w_k − w‖", title="client drift")
     a.legend(fontsize=7)
     b.legend(fontsize=7)

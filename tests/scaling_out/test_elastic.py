@@ -69,3 +69,22 @@ def test_a_host_that_leaves_a_1_to_2_node_job_leaves_a_smaller_job_that_finishes
     first, second = run.attempts()
     assert (first["world"], second["world"], second["start"]) == (4, 2, 10)
     assert torch.allclose(run.params, uninterrupted, atol=1e-5)   # same global batches
+
+
+def test_the_entry_point_explains_a_restart_on_a_shared_store():
+    """A restarted worker that torchrun points at its own (shared) store: the entry point
+    prints why that fails with gloo and what to set. This test plays the agent's store."""
+    import subprocess
+    import sys
+    from datetime import timedelta
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, timeout=timedelta(seconds=60),
+                          wait_for_workers=False)
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+           "GLOO_SOCKET_IFNAME": "lo", "TORCHELASTIC_USE_AGENT_STORE": "True",
+           "TORCHELASTIC_RESTART_COUNT": "1"}
+    out = subprocess.run([sys.executable, "-m", "ddl_lab.torchrun",
+                          "ddl_lab.welcome:sum_of_ranks"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "rank 0: 0" in out.stdout, out.stderr[-2000:]
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stderr
