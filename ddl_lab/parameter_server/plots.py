@@ -45,11 +45,8 @@ def plot_loss(runs: dict[str, Any], ax: Axes | None = None, target: float | None
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_yscale("log")
-    ax.set_xlabel("wall time (s)" if x == "time" else "updates applied by the shards")
-    ax.set_ylabel("training loss")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
+    return _finish(ax, "wall time (s)" if x == "time" else "updates applied by the shards",
+                   "training loss")
 
 
 def _window(r: DownpourRun, window: float) -> tuple[list[Timeline], float]:
@@ -105,11 +102,8 @@ def plot_staleness(runs: dict[str, DownpourRun], ax: Axes | None = None) -> Axes
         ax.hist(st, bins=bins, histtype="step", lw=2, color=f"C{i}",
                 weights=np.full(len(st), 1.0 / max(len(st), 1)),
                 label=f"{label}: mean {st.mean():.1f}, max {st.max(initial=0)}")
-    ax.set_xlabel("staleness τ of an applied gradient (updates since its pull)")
-    ax.set_ylabel("fraction of updates")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
+    return _finish(ax, "staleness τ of an applied gradient (updates since its pull)",
+                   "fraction of updates")
 
 
 def plot_time_split(runs: dict[str, DownpourRun], ax: Axes | None = None,
@@ -193,8 +187,13 @@ def plot_batch_times(runs: dict[str, SandblasterRun], ax: Axes | None = None) ->
         secs = [1e3 * b["seconds"] for b in r.batches]
         ax.plot(np.arange(1, len(secs) + 1), secs, ".-", color=f"C{i}",
                 label=f"{label}: median {np.median(secs):.1f} ms")
-    ax.set_xlabel("batch (one full gradient)")
-    ax.set_ylabel("ms")
+    return _finish(ax, "batch (one full gradient)", "ms")
+
+
+def _finish(ax: Axes, xlabel: str, ylabel: str) -> Axes:
+    """Label the axes, a light grid, a small legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return ax
