@@ -428,7 +428,7 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
         }
         hint = explain(got[0], mistakes)
         if hint is None:
-            c = factor_of(step, theta - as_array(got[0]).astype(float))
+            c = factor_of(step, theta - as_array(got[0]).astype(float), tolerance(got[0], theta))
             if c is not None:
                 hint = (f"its step is {c:.4g} × lr·g/(√G' + eps): use the lr passed in "
                         f"({lr:g}), not a constant")
