@@ -68,11 +68,16 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
         return cluster.run_with(fn, args, kwargs, timeout=timeout)
     except WorkerTimeout as e:
         ranks = sorted(e.failures)
+        slow = "still working, not stuck" in str(e)
+        verdict = ("still computing — a loop that never ends, or far more work than the "
+                   "task needs" if slow else
+                   "probably a deadlock (a recv with no matching send, two ranks both "
+                   "waiting to receive first, or a collective not every rank called)")
+        where = "".join(f"\n  rank {r}: {e.failures[r].removeprefix('did not answer: ')}"
+                        for r in ranks)
         raise CheckFailed(
             f"{name} timed out after {timeout:g} s on {world_size} ranks: rank(s) {ranks} "
-            "never finished — probably a deadlock (a recv with no matching send, two "
-            "ranks both waiting to receive first, or a collective not every rank "
-            "called).") from None
+            f"never finished — {verdict}. Where each was:{where}") from None
     except WorkerError as e:
         raise worker_failure(e, who, f"on rank {{}} of {world_size}", report=True) from None
 

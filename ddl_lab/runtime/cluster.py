@@ -37,6 +37,7 @@ from .worker import worker_main
 
 _CTX = mp.get_context("spawn")
 _ERROR_GRACE_S = 3.0       # after one rank fails, how long the others get to answer
+_LOAD_S = 60.0             # extra time to unpickle a task and import what it needs
 _WHERE_S = 2.0             # after a timeout, the most the ranks get to say where they are
 _NO_LIMIT_S = 24 * 3600.0  # the collectives' timeout when runs have no limit
 _LIVE: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
@@ -227,7 +228,12 @@ class Cluster:
         answered: set[int] = set()
         failures: dict[int, Failure] = {}
         start = time.monotonic()
-        deadline = start + timeout if timeout is not None else float("inf")
+        started: set[int] = set() if what == "result" else set(range(n))
+        # a run's limit counts from the moment every rank began the function: unpickling it
+        # and importing what it needs (slow on a busy laptop) gets _LOAD_S more
+        limit = timeout if timeout is not None else float("inf")
+        counting = len(started) == n
+        deadline = start + limit + (0.0 if counting else _LOAD_S)
         by_obj = {}
         for r, (c, p) in enumerate(zip(self._conns, self._procs)):
             by_obj[c] = ("conn", r)
@@ -241,7 +247,7 @@ class Cluster:
                 if r in answered:
                     continue
                 if kind == "dead":
-                    if self._drain(r, what, results, failures):   # a last message may be queued
+                    if self._drain(r, what, results, failures, started):   # a last message?
                         answered.add(r)
                         continue
                     self._procs[r].join(1.0)
@@ -249,8 +255,11 @@ class Cluster:
                     how = f"exit code {code}{signal_name(code)}"
                     failures[r] = Failure("died", f"rank {r} died ({how})", f"died ({how})")
                     answered.add(r)
-                elif self._drain(r, what, results, failures):
+                elif self._drain(r, what, results, failures, started):
                     answered.add(r)
+            if not counting and len(started) == n:
+                counting = True
+                deadline = min(deadline, time.monotonic() + limit)
             if failures and deadline - time.monotonic() > _ERROR_GRACE_S:
                 deadline = time.monotonic() + _ERROR_GRACE_S
         missing = [r for r in range(n) if r not in answered]
@@ -262,7 +271,8 @@ class Cluster:
         doing = "starting" if what == "ready" else "running"
         raise run_error(n, doing, failures, missing, waited, where, stopped)
 
-    def _drain(self, r: int, what: str, results: list, failures: dict) -> bool:
+    def _drain(self, r: int, what: str, results: list, failures: dict,
+               started: set[int]) -> bool:
         """Read rank r's messages; True once its answer to this task has arrived."""
         c = self._conns[r]
         try:
@@ -278,6 +288,8 @@ class Cluster:
                     self._say_reloaded(msg[2])
                 elif tag == "fresh":
                     self._fresh = True
+                elif tag == "started" and msg[1] == self._task:
+                    started.add(r)
                 elif tag == "ready" and what == "ready":
                     return True
                 elif tag == "ok" and what == "result" and msg[1] == self._task:

@@ -135,6 +135,8 @@ def _run_task(task: int, payload: bytes, sources: dict, modules: ModuleWatch) ->
         fn, args, kwargs = loads(payload)
         modules.record()
         install_in_main(fn, args, kwargs)
+        with WORKER["lock"]:
+            WORKER["conn"].send(("started", task))   # the run's timeout counts from here
         result = fn(*args, **kwargs)
     except BaseException as e:
         tb = e.__traceback__.tb_next if e.__traceback__ else None   # hide this frame

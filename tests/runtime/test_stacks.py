@@ -1,6 +1,7 @@
 """A timeout says where each rank was (issue 12): a deadlock reads as a deadlock, slow
 work as slow work, and the report does not wait for fresh workers to start."""
 import re
+import sys
 import time
 
 import pytest
@@ -67,3 +68,14 @@ def test_timeout_none_means_no_limit():
         assert c.run_with(time.sleep, (1.0,), timeout=None) == [None]
     with Cluster(1, timeout=None) as c:
         assert c.timeout is None and c.run(time.sleep, 1.0) == [None]
+
+
+def test_the_timeout_counts_from_when_every_rank_began_the_function(tmp_path, monkeypatch):
+    """A slow import on a busy laptop is not a stuck run: the limit starts at the function."""
+    (tmp_path / "slow_to_import.py").write_text(
+        "import time\ntime.sleep(2.5)\ndef answer():\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slow_to_import
+    with Cluster(2, timeout=1.5) as c:
+        c.run(sys.path.insert, 0, str(tmp_path))
+        assert c.run(slow_to_import.answer) == [42, 42]
