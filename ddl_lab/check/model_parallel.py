@@ -1,22 +1,13 @@
-"""Checks for lesson 09 (model parallelism): a stage's GPipe step, the 1F1B order, a
-row-parallel linear layer, and the memory per rank of each scheme (a reasoning task).
-
-The first three run on real workers, on seeded cases (p = 2–5 stages or ranks, m = 1…6
-micro-batches including m = 1 and m not dividing the batch, random widths, float32 and
-float64, mean and sum losses) and compare every rank with a float64 computation in one
-process. A stage's point-to-point messages are logged while the learner's code runs, so a
-deadlock (a receive or send that waits more than 5 s) is reported with what each rank was
-doing, and the usual mistakes are named: the activation received without
-``requires_grad``, the gradient sent to the wrong neighbour, micro-batch losses summed where
-they must be averaged (or the reverse), too many forwards in flight, an order that
-deadlocks, a row-parallel layer without its allreduce or with the bias added on every rank.
-"""
+"""Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
+(real workers, seeded cases, compared with float64 in one process; each stage's messages
+logged, so a deadlock says what each rank waited for) and memory per rank (reasoning)."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -42,9 +33,8 @@ def _refuse(fn: Callable, task: str, *names: str) -> None:
 
 def _draw_pipeline(rng: np.random.Generator) -> dict[str, Any]:
     m = int(rng.integers(1, 7))
-    return {"p": int(rng.integers(2, 5)), "m": m, "B": int(rng.integers(m, 14)),
-            "reduction": str(rng.choice(["mean", "sum"])),
-            "dtype": str(rng.choice(["float32", "float64"]))}
+    return {"p": int(rng.integers(2, 5)), "m": m, "B": int(rng.integers(m, 14)), "reduction":
+            str(rng.choice(["mean", "sum"])), "dtype": str(rng.choice(["float32", "float64"]))}
 
 
 def _spec(case: Case) -> dict[str, Any]:
@@ -65,28 +55,24 @@ def _spec(case: Case) -> dict[str, Any]:
 def _stage(spec: dict, rank: int):
     """Worker and parent: stage ``rank`` of the case's model, in the case's dtype."""
     import torch
-    W, b = spec["weights"][rank]
-    lin = torch.nn.Linear(W.shape[1], W.shape[0]).to(torch.from_numpy(W).dtype)
-    with torch.no_grad():
-        lin.weight.copy_(torch.from_numpy(W))
-        lin.bias.copy_(torch.from_numpy(b))
-    return torch.nn.Sequential(lin, torch.nn.Tanh()) if rank < spec["p"] - 1 else \
-        torch.nn.Sequential(lin)
+    lin = torch.nn.Linear(1, 1)
+    lin.weight, lin.bias = (torch.nn.Parameter(torch.from_numpy(a.copy()))
+                            for a in spec["weights"][rank])
+    return torch.nn.Sequential(lin, *([torch.nn.Tanh()] if rank < spec["p"] - 1 else []))
 
 
 def _inputs(spec: dict):
     """The micro-batches (x_i, y_i), and the loss function, of a case."""
     import torch
+    from ddl_lab.model_parallel.stages import microbatches
     X, y = torch.from_numpy(spec["X"].copy()), torch.from_numpy(spec["y"].copy())
-    batches = list(zip(torch.tensor_split(X, spec["m"]), torch.tensor_split(y, spec["m"])))
-    return batches, torch.nn.CrossEntropyLoss(reduction=spec["reduction"])
+    return microbatches(X, y, spec["m"]), torch.nn.CrossEntropyLoss(reduction=spec["reduction"])
 
 
-def _grads(stage) -> tuple[np.ndarray, bool]:
+def _grads(stage) -> np.ndarray:
     import torch
-    gs = [q.grad if q.grad is not None else torch.zeros_like(q) for q in stage.parameters()]
-    return (torch.cat([g.detach().reshape(-1) for g in gs]).numpy(),
-            any(q.grad is None for q in stage.parameters()))
+    return torch.cat([(q.grad if q.grad is not None else torch.zeros_like(q)).detach()
+                      .reshape(-1) for q in stage.parameters()]).numpy()
 
 
 def _reference(spec: dict, weights: list[float]) -> tuple[list[np.ndarray], float]:
@@ -99,62 +85,54 @@ def _reference(spec: dict, weights: list[float]) -> tuple[list[np.ndarray], floa
     batches, loss_fn = _inputs(spec64)
     loss = sum(w * loss_fn(model(x), t) for w, (x, t) in zip(weights, batches))
     loss.backward()
-    return [_grads(s)[0] for s in stages], loss.item()
+    return [_grads(s) for s in stages], loss.item()
 
 
 def _weightings(spec: dict) -> dict[str, list[float]]:
-    sizes, B, m = [len(t) for t in np.array_split(spec["y"], spec["m"])], spec["B"], spec["m"]
-    return {"share": [n / B for n in sizes], "ones": [1.0] * m, "by_m": [1.0 / m] * m}
+    sizes = [len(t) for t in np.array_split(spec["y"], spec["m"])]
+    return {"share": [n / spec["B"] for n in sizes], "ones": [1.0] * len(sizes),
+            "by_m": [1.0 / len(sizes)] * len(sizes)}
 
 
 # ------------------------------------------------------------- who sent what
 
-class _P2PLog:
-    """Worker, while the learner's code runs: every send/recv is written to a file (one line
-    each, flushed), and a message that cannot be right raises at once instead of hanging: to
-    or from a rank that is not a neighbour, None, or the input's gradient sent forward."""
+@contextmanager
+def _p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: int,
+             d_out: int) -> Iterator[None]:
+    """Worker, while the learner's code runs: every send/recv is written to a file (a line
+    each, flushed), and a message that cannot be right raises at once instead of hanging:
+    None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
+    import torch.distributed as dist
+    saved, peers = {k: getattr(dist, k) for k in ("send", "recv", "isend", "irecv")}, {prev, nxt}
 
-    def __init__(self, logdir: str, rank: int, prev: int | None, nxt: int | None,
-                 d_in: int, d_out: int):
-        self.path = os.path.join(logdir, f"rank{rank}.log")
-        self.rank, self.peers, self.nxt = rank, {prev, nxt} - {None}, nxt
-        self.d_in, self.d_out = d_in, d_out
+    def judge(op: str, tensor: Any, peer: Any) -> None:
+        sending = op.endswith("send")
+        if tensor is None:
+            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{op} with None")
+        if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
+            raise ValueError(f"{_GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
+                             f"its input's gradient to nxt = {peer}")
+        if peer not in peers - {None}:
+            raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
+                             f"{rank} called dist.{op} with rank {peer!r}, which is not one of "
+                             f"its neighbours {sorted(peers - {None})}")
 
-    def __enter__(self) -> "_P2PLog":
-        import torch.distributed as dist
-        self.dist, self.saved = dist, {k: getattr(dist, k) for k in ("send", "recv", "isend",
-                                                                       "irecv")}
-        self.file = open(self.path, "w")
-        for k, f in self.saved.items():
-            setattr(dist, k, self._wrap(k, f))
-        return self
-
-    def _wrap(self, op: str, call: Callable) -> Callable:
+    def wrap(op: str, call: Callable) -> Callable:
         def logged(tensor=None, peer=None, *args, **kwargs):
             peer = kwargs.pop("dst", kwargs.pop("src", peer))
-            self.file.write(f"{op.lstrip('i')} {peer}\n")
-            self.file.flush()
-            self._judge(op, tensor, peer)
+            log.write(f"{op.lstrip('i')} {peer}\n")
+            log.flush()
+            judge(op, tensor, peer)
             return call(tensor, peer, *args, **kwargs)
         return logged
-
-    def _judge(self, op: str, tensor: Any, peer: Any) -> None:
-        r = self.rank
-        if tensor is None:
-            raise ValueError(f"{_GUARD}none|{r}|rank {r} called dist.{op} with None")
-        sending = op.endswith("send")
-        if sending and peer == self.nxt and _last_dim(tensor) == self.d_in != self.d_out:
-            raise ValueError(f"{_GUARD}forward|{r}|rank {r} sent a tensor shaped like its "
-                             f"input's gradient to nxt = {peer}")
-        if peer not in self.peers:
-            raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{r}|rank {r} "
-                             f"called dist.{op} with rank {peer!r}, which is not one of its "
-                             f"neighbours {sorted(self.peers)}")
-
-    def __exit__(self, *exc: Any) -> None:
-        for k, f in self.saved.items():
-            setattr(self.dist, k, f)
-        self.file.close()
+    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log:
+        for k, f in saved.items():
+            setattr(dist, k, wrap(k, f))
+        try:
+            yield
+        finally:
+            for k, f in saved.items():
+                setattr(dist, k, f)
 
 
 def _last_dim(t: Any) -> int | None:
@@ -167,12 +145,9 @@ def _last_dim(t: Any) -> int | None:
 
 
 def _read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
-    out = []
-    for r in range(p):
-        path = os.path.join(logdir, f"rank{r}.log")
-        lines = open(path).read().split("\n") if os.path.exists(path) else []
-        out.append([tuple(ln.split(" ")) for ln in lines if ln.strip()])
-    return out
+    paths = [os.path.join(logdir, f"rank{r}.log") for r in range(p)]
+    return [[tuple(ln.split(" ")) for ln in open(f).read().split("\n") if ln.strip()]
+            if os.path.exists(f) else [] for f in paths]
 
 
 def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
@@ -182,14 +157,13 @@ def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
     stage = _stage(spec, rank)
     batches, loss_fn = _inputs(spec)
     prev, nxt = (rank - 1 if rank else None), (rank + 1 if rank < p - 1 else None)
-    with _P2PLog(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
+    with _p2p_log(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
         ret = fn(stage, batches, loss_fn, prev, nxt)
-    grads, missing = _grads(stage)
     try:
         returned: Any = float(ret)
     except (TypeError, ValueError, RuntimeError):
         returned = describe_value(ret)
-    return {"grads": grads, "missing": missing, "returned": returned}
+    return {"grads": _grads(stage), "returned": returned}
 
 
 # ------------------------------------------------------------- task 1: the stage step
@@ -221,17 +195,14 @@ def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
 
 
 def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
-    p, m, red = spec["p"], spec["m"], spec["reduction"]
-    ways = _weightings(spec)
+    p, m, red, ways = spec["p"], spec["m"], spec["reduction"], _weightings(spec)
     right = "share" if red == "mean" else "ones"
     want, loss = _reference(spec, ways[right])
     if all(same(want[r], g["grads"]) for r, g in enumerate(got)):
         ret = got[-1]["returned"]
         if not isinstance(ret, float) or not np.isclose(ret, loss, rtol=1e-4, atol=1e-6):
-            shown = f"{ret:.6g}" if isinstance(ret, float) else ret
-            return (f"the gradients are right, but the last stage returned {shown}; return "
-                    f"the batch's loss, {loss:.6g} (the sum of the micro-batches' weighted "
-                    "losses), as a float.")
+            return (f"the gradients are right, but the last stage returned {ret}; return the "
+                    f"batch's loss, {loss:.6g} (the sum of the micro-batches' weighted losses).")
         return None
     for r in range(1, p):
         if all(same(want[k], got[k]["grads"]) for k in range(r, p)) and \
@@ -265,34 +236,33 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
 
 
 def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
-             timeout: float, explain_failure: Callable, *args: Any) -> list[list | str]:
-    """Every case in one call to the workers, each rank's messages logged: per case, the
-    ranks' results, or (for the case that failed, the last one run) what went wrong."""
+             timeout: float, explain_failure: Callable, judge: Callable, *args: Any) -> None:
+    """Every case in one call to the workers, each rank's messages logged; fails with the
+    first case that went wrong (``explain_failure`` names a failed run's mistake from the
+    logs, ``judge`` a finished run's from its results)."""
     __tracebackhide__ = True
     name = getattr(fn, "__name__", "your function")
     logdirs = [tempfile.mkdtemp(prefix="ddl_lab_p2p_") for _ in specs]
     try:
         outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
                              fn=fn, timeout=timeout)
-        out: list[list | str] = []
         for o, spec, case, logdir in zip(outcomes, specs, cases, logdirs):
-            if o.failure is None:
-                out.append(o.results)
-                continue
             f = o.failure
-            if f.kind == "stub":
+            if f is not None and f.kind == "stub":
                 fail(f.line)
-            named = explain_failure(f"{f.text}\n{f.line}", _read_logs(logdir, spec["p"]),
-                                    spec, name)
-            head = f.message(name, spec["p"])
-            out.append(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
-        return out
+            if f is not None:
+                named = explain_failure(f"{f.text}\n{f.line}", _read_logs(logdir, spec["p"]),
+                                        spec, name)
+                head = f.message(name, spec["p"])
+                fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
+            message = judge(o.results, spec, name)
+            if message:
+                fail(f"{message} ({case})")
     except WorldFailed as e:
         fail(e.failure.message(name, max(s["p"] for s in specs)))
     finally:
         for d in logdirs:
             shutil.rmtree(d, ignore_errors=True)
-    return []
 
 
 def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) -> None:
@@ -302,22 +272,15 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     ``nxt``, backward, send the input's gradient to ``prev``) — so that the stages' .grad
     equal one un-pipelined step; the last stage returns the batch's loss."""
     __tracebackhide__ = True
-    name = getattr(my_stage_step, "__name__", "your function")
     _refuse(my_stage_step, "stage_step", "stage_step", "run_schedule", "pipeline_run",
             "hybrid_run")
     cases = Cases("stage_step", seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
         {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
-        {"p": 4, "m": 3, "B": 7, "reduction": "sum", "dtype": "float64"}],
-        draws=2, draw=_draw_pipeline)
-    cases = list(cases)
-    specs = [_spec(case) for case in cases]
-    runs = _run_all(_stage_body, specs, cases, my_stage_step, timeout, _failure_fault,
-                    my_stage_step)
-    for got, spec, case in zip(runs, specs, cases):
-        message = got if isinstance(got, str) else _result_fault(got, spec, name)
-        if message:
-            fail(message if isinstance(got, str) else f"{message} ({case})")
+        {"p": 4, "m": 3, "B": 7, "reduction": "sum", "dtype": "float64"}], draws=2,
+        draw=_draw_pipeline)
+    _run_all(_stage_body, [_spec(c) for c in cases], list(cases), my_stage_step, timeout,
+             _failure_fault, _result_fault, my_stage_step)
     passed("stage_step", f"{len(cases)} pipelines (2–4 stages, 1–6 micro-batches, some of "
            "unequal size, mean and sum losses, float32 and float64): every stage's gradients "
            "equal one process's step on the whole batch")
@@ -342,7 +305,7 @@ def _order_body(spec: dict, logdir: str) -> np.ndarray:
                  (spec["widths"][rank],), on_wait=waiting,
                  dtype=stage[0].weight.dtype)
     log.close()
-    return _grads(stage)[0]
+    return _grads(stage)
 
 
 def _deadlock(text: str, logs: list, spec: dict, name: str) -> str | None:
@@ -355,13 +318,35 @@ def _deadlock(text: str, logs: list, spec: dict, name: str) -> str | None:
             "it, and B i once the next stage has; 1F1B warms up with p − rank − 1 forwards")
 
 
+def _order_fault(got: list, spec: dict, name: str) -> str | None:
+    """What is wrong with orders that ran: the gradients, the activations in flight, 1F1B."""
+    from ddl_lab.model_parallel.pipeline import gpipe_order, in_flight, one_f_one_b_order
+    p, m, orders = spec["p"], spec["m"], spec["orders"]
+    want, _ = _reference(spec, _weightings(spec)["share"])
+    bad = [r for r in range(p) if not same(want[r], got[r])]
+    if bad:
+        return (f"with your orders stage {bad[0]}'s gradients differ: "
+                f"{differs(want[bad[0]], got[bad[0]])}")
+    for r, order in enumerate(orders):
+        if in_flight(order) > min(p - r, m):
+            gpipe = (" — that is GPipe's order, all forwards first"
+                     if order == gpipe_order(r, p, m) else "")
+            return (f"too many forwards in flight: on rank {r} of {p} your order holds the "
+                    f"activations of {in_flight(order)} micro-batches at once{gpipe}; 1F1B "
+                    f"holds at most p − rank = {p - r} (warm up with p − rank − 1 forwards, "
+                    "then alternate one forward, one backward)")
+        if order != one_f_one_b_order(r, p, m):
+            return (f"rank {r}'s order runs, but it is not 1F1B: {order} — expected "
+                    f"{one_f_one_b_order(r, p, m)}: min(p − rank − 1, m) forwards to warm up, "
+                    "then one forward and one backward in turn, then the remaining backwards")
+    return None
+
+
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
     __tracebackhide__ = True
-    from ddl_lab.model_parallel.pipeline import (gpipe_order, in_flight, one_f_one_b_order,
-                                                 validate_order)
-    name = getattr(my_one_f_one_b, "__name__", "your function")
+    from ddl_lab.model_parallel.pipeline import validate_order
     _refuse(my_one_f_one_b, "one_f_one_b", "one_f_one_b_order", "gpipe_order")
     cases = Cases("one_f_one_b", seed, [
         {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}],
@@ -371,40 +356,15 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
         p, m = case.params["p"], case.params["m"]
         orders = [call_local(my_one_f_one_b, r, p, m) for r in range(p)]
         for r, order in enumerate(orders):
-            problem = validate_order(order if isinstance(order, list) else [], m)
-            if not isinstance(order, list) or problem:
-                shown = problem or f"it returned {describe_value(order)}, not a list"
-                fail(f"rank {r}'s order is not a schedule of the {m} micro-batches: {shown} "
+            problem = validate_order(order, m) if isinstance(order, list) else \
+                f"it returned {describe_value(order)}, not a list"
+            if problem:
+                fail(f"rank {r}'s order is not a schedule of the {m} micro-batches: {problem} "
                      f"({case})")
-        spec = _spec(Case(case.task, case.seed, case.index,
-                          dict(p=p, m=m, B=max(m, 6), reduction="mean", dtype="float64"),
-                          case.rng))
-        spec["orders"] = [[(o, int(i)) for o, i in order] for order in orders]
-        specs.append(spec)
-    runs = _run_all(_order_body, specs, cases, my_one_f_one_b, timeout, _deadlock)
-    for got, spec, case in zip(runs, specs, cases):
-        if isinstance(got, str):
-            fail(got)
-        p, m, orders = spec["p"], spec["m"], spec["orders"]
-        want, _ = _reference(spec, _weightings(spec)["share"])
-        bad = [r for r in range(p) if not same(want[r], got[r])]
-        if bad:
-            fail(f"with your orders stage {bad[0]}'s gradients differ: "
-                 f"{differs(want[bad[0]], got[bad[0]])} ({case})")
-        for r, order in enumerate(orders):
-            k, bound = in_flight(order), min(p - r, m)
-            if k > bound:
-                gpipe = (" — that is GPipe's order, all forwards first"
-                         if order == gpipe_order(r, p, m) else "")
-                fail(f"too many forwards in flight: on rank {r} of {p} your order holds the "
-                     f"activations of {k} micro-batches at once{gpipe}; 1F1B holds at most "
-                     f"p − rank = {p - r} (warm up with p − rank − 1 forwards, then alternate "
-                     f"one forward, one backward) ({case})")
-            if order != one_f_one_b_order(r, p, m):
-                fail(f"rank {r}'s order runs, but it is not 1F1B: {order} — expected "
-                     f"{one_f_one_b_order(r, p, m)}: min(p − rank − 1, m) forwards to warm up, "
-                     f"then one forward and one backward in turn, then the remaining "
-                     f"backwards ({case})")
+        case.params.update(B=max(m, 6), reduction="mean", dtype="float64")
+        specs.append(dict(_spec(case), orders=[[(o, int(i)) for o, i in order]
+                                               for order in orders]))
+    _run_all(_order_body, specs, cases, my_one_f_one_b, timeout, _deadlock, _order_fault)
     passed("one_f_one_b", f"{len(cases)} pipelines (2–5 stages, 1–8 micro-batches, fewer and "
            "more micro-batches than stages) ran your orders on real workers: no deadlock, "
            "gradients equal one process, at most p − rank micro-batches in flight")
@@ -418,21 +378,22 @@ def _draw_row(rng: np.random.Generator) -> dict[str, Any]:
             "B": int(rng.integers(1, 6)), "dtype": str(rng.choice(["float32", "float64"]))}
 
 
-def _row_body(fn: Callable, xs: list, ws: list, bias: np.ndarray) -> dict:
+def _row_body(fn: Callable, spec: dict, logdir: str) -> dict:
     """Worker: the learner's row-parallel layer on this rank's columns."""
     import torch
     import torch.distributed as dist
     r = dist.get_rank()
-    x, w, b = (torch.from_numpy(a.copy()) for a in (xs[r], ws[r], bias))
+    x, w, b = (torch.from_numpy(a.copy()) for a in (spec["xs"][r], spec["ws"][r], spec["bias"]))
     y = fn(x, w, b)
     arr = y.detach().numpy() if isinstance(y, torch.Tensor) else y
-    return {"y": arr, "bias_changed": not np.array_equal(b.numpy(), bias)}
+    return {"y": arr, "bias_changed": not np.array_equal(b.numpy(), spec["bias"])}
 
 
-def _row_fault(got: list[dict], xs: list, ws: list, bias: np.ndarray, X: np.ndarray,
-               W: np.ndarray, n: int, name: str) -> str | None:
+def _row_fault(got: list[dict], spec: dict, name: str) -> str | None:
     """What is wrong with the ranks' outputs, in words; None if nothing."""
-    b64, full = bias.astype(np.float64), X.astype(np.float64) @ W.astype(np.float64).T
+    n, xs, ws, bias = spec["p"], spec["xs"], spec["ws"], spec["bias"]
+    b64, full = bias.astype(np.float64), spec["X"].astype(np.float64) @ spec["W"].astype(
+        np.float64).T
     for r, g in enumerate(got):
         if g["bias_changed"]:
             return (f"{name} changed the bias in place on rank {r} (`bias += …`, or `y += "
@@ -462,49 +423,36 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)
     of the input — returns the whole output x Wᵀ + b on every rank."""
     __tracebackhide__ = True
-    name = getattr(my_row_parallel, "__name__", "your function")
     _refuse(my_row_parallel, "row_parallel", "row_parallel", "RowParallelLinear",
             "megatron_mlp", "tp_run")
     cases = Cases("row_parallel", seed, [
         {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
         {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
         {"n": 3, "k": 7, "out": 5, "B": 2, "dtype": "float32"}], draws=2, draw=_draw_row)
-    cases, data = list(cases), []
+    cases, specs = list(cases), []
     for case in cases:
         n, k, out, B = (case.params[key] for key in ("n", "k", "out", "B"))
         dt = np.float32 if case.params["dtype"] == "float32" else np.float64
         X, W = case.rng.normal(size=(B, k)).astype(dt), case.rng.normal(size=(out, k)).astype(dt)
-        bias = (case.rng.normal(size=out) + 2.0).astype(dt)
         cols = np.array_split(np.arange(k), n)
-        data.append(([X[:, c] for c in cols], [W[:, c] for c in cols], bias, X, W))
-    try:
-        outcomes = run_cases(_row_body, [(c.params["n"], (my_row_parallel, xs, ws, b))
-                                         for c, (xs, ws, b, _, _) in zip(cases, data)],
-                             fn=my_row_parallel, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 5))
-    for o, case, (xs, ws, bias, X, W) in zip(outcomes, cases, data):
-        n = case.params["n"]
-        if o.failure is not None:
-            fail(o.failure.line if o.failure.kind == "stub" else
-                 f"{o.failure.message(name, n)} ({case})")
-        message = _row_fault(o.results, xs, ws, bias, X, W, n, name)
-        if message:
-            fail(f"{message} ({case})")
+        specs.append({"p": n, "X": X, "W": W, "xs": [X[:, c] for c in cols],
+                      "ws": [W[:, c] for c in cols],
+                      "bias": (case.rng.normal(size=out) + 2.0).astype(dt)})
+    _run_all(_row_body, specs, cases, my_row_parallel, timeout, lambda *a: None, _row_fault,
+             my_row_parallel)
     passed("row_parallel", f"{len(cases)} cases (2–5 ranks, uneven column splits and a rank "
            "with none, float32 and float64): every rank returns x Wᵀ + b")
 
 
 # ------------------------------------------------------------- task 4: memory per rank
 
-_SCHEMES = ("one process", "ddp", "zero1", "zero2", "fsdp", "pipeline")
+_SHARDED = {"one process": "", "ddp": "", "zero1": "s", "zero2": "sg", "fsdp": "sgp",
+            "pipeline": "sgp"}       # which of state, gradients, parameters each scheme splits
 
 
-def _bytes(scheme: str, P: int, n: int, s: int) -> float:
-    """fp32 parameters (4 B), gradients (4 B) and s bytes of optimizer state per parameter."""
-    return {"one process": (8 + s) * P, "ddp": (8 + s) * P, "zero1": 8 * P + s * P / n,
-            "zero2": 4 * P + (4 + s) * P / n, "fsdp": (8 + s) * P / n,
-            "pipeline": (8 + s) * P / n}[scheme]
+def _part(scheme: str, what: str, P: int, n: int, s: int) -> float:
+    """Bytes per rank of one component: p(arameters) and g(radients) 4 B, s(tate) s B each."""
+    return {"p": 4, "g": 4, "s": s}[what] * P / (n if what in _SHARDED[scheme] else 1)
 
 
 def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
@@ -521,29 +469,30 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
                                     "P": 840 * int(rng.integers(1, 10_000))})
     for case in cases:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
-        for scheme in _SCHEMES:
+        for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
-            want = _bytes(scheme, P, n, s)
+            want = sum(_part(scheme, c, P, n, s) for c in "pgs")
             if isinstance(got, (int, float, np.integer, np.floating)) and \
                     np.isclose(float(got), want, rtol=1e-9, atol=0.5):
                 continue
+            other = {"ddp": ("nothing is divided under DDP: every rank holds a whole replica "
+                             "of parameters, gradients and optimizer state", want / n),
+                     "zero1": ("you sharded the gradients too: ZeRO-1 shards only the optimizer "
+                               "state", _part("zero2", "g", P, n, s) + 4 * P + s * P / n),
+                     "zero2": ("ZeRO-2 shards the gradients as well as the optimizer state",
+                               8 * P + s * P / n),
+                     "fsdp": ("FSDP (ZeRO-3) shards the parameters too, not only gradients "
+                              "and state", 4 * P + (4 + s) * P / n),
+                     "pipeline": ("that is the whole model: a stage holds only its 1/n of the "
+                                  "layers", want * n)}.get(scheme, ("", None))
             hint = explain(got, {
-                "nothing is divided under DDP: every rank holds a whole replica of "
-                "parameters, gradients and optimizer state": (8 + s) * P / n,
-                f"the optimizer state is missing: {s} bytes per parameter": 8 * P / (
-                    n if scheme in ("fsdp", "pipeline") else 1),
-                "you sharded the gradients too: ZeRO-1 shards only the optimizer state":
-                    _bytes("zero2", P, n, s) if scheme == "zero1" else None,
-                "ZeRO-2 shards the gradients as well as the optimizer state":
-                    _bytes("zero1", P, n, s) if scheme == "zero2" else None,
-                "FSDP (ZeRO-3) shards the parameters too, not only gradients and state":
-                    _bytes("zero2", P, n, s) if scheme == "fsdp" else None,
-                "that is the whole model: a pipeline stage holds only its 1/n of the layers":
-                    (8 + s) * P if scheme == "pipeline" else None,
-                "gradients take as much memory as the parameters (4 bytes each, fp32)":
-                    (4 + s) * P / (n if scheme in ("fsdp", "pipeline") else 1)})
+                other[0]: other[1],
+                f"the optimizer state is missing ({s} bytes per parameter)":
+                    want - _part(scheme, "s", P, n, s),
+                "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
+                    want - _part(scheme, "g", P, n, s)})
             fail(f"{name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
-    passed("bytes_per_rank", f"{len(cases)} cases × {len(_SCHEMES)} schemes: your bytes per "
+    passed("bytes_per_rank", f"{len(cases)} cases × {len(_SHARDED)} schemes: your bytes per "
            "rank match ZeRO's accounting (4 + 4 + state bytes per parameter, sharded or not)")

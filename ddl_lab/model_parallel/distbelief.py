@@ -16,9 +16,11 @@ computation) per layer:
 ``distbelief_run`` times a forward pass partitioned over ``partitions`` ranks. Each
 rank's computation is real and then padded to ``cost`` seconds per edge and example it
 owns (each partition computes as if on its own machine: a 2-core laptop cannot run 8
-at once); its communication is real. Speed-up = time on 1 partition / time on n:
-it rises while computation dominates and falls once the cut's communication does — the
-"diminishing returns … if too many machines/partitions are used".
+at once); its communication is real and padded to what a ``Network`` of DistBelief's
+time would take (a loopback on one machine is far faster than a cluster's network).
+Speed-up = time on 1 partition / time on n: it rises while computation dominates and
+falls once the cut's communication does — the "diminishing returns … if too many
+machines/partitions are used".
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import torch.distributed as dist
 
 from ddl_lab.model_parallel.stages import group
 
-__all__ = ["KINDS", "Cut", "local_layer", "halo", "distbelief_run", "speedups",
+__all__ = ["KINDS", "Network", "Cut", "local_layer", "halo", "distbelief_run", "speedups",
            "equal_edges_width", "one_machine"]
 
 KINDS = ("locally connected", "fully connected")
@@ -59,12 +61,12 @@ class Cut:
 
 
 def local_layer(x_ext: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """y_j = relu(Σ_d w_{j,d} x_{j+d}) for each of this block's units j: ``x_ext`` (B,
-    w + window − 1) is the block's inputs with the halos, ``weight`` (w, window)."""
-    w, window = weight.shape
+    """y_j = relu(Σ_d w_{d,j} x_{j+d}) for each of this block's units j: ``x_ext`` (B,
+    w + window − 1) is the block's inputs with the halos, ``weight`` (window, w)."""
+    window, w = weight.shape
     y = torch.zeros(len(x_ext), w)
     for d in range(window):                                   # one shift of the window at a time
-        y.addcmul_(x_ext[:, d:d + w], weight[:, d])
+        y.addcmul_(x_ext[:, d:d + w], weight[d])
     return torch.relu(y)
 
 
@@ -84,8 +86,9 @@ def halo(x: torch.Tensor, k: int, left: int | None, right: int | None) -> torch.
 
 def _weights(kind: str, width: int, window: int, layers: int, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    shape = (width, window) if kind == KINDS[0] else (width, width)
-    return [torch.randn(*shape, generator=g) / np.sqrt(shape[1]) for _ in range(layers)]
+    shape = (window, width) if kind == KINDS[0] else (width, width)      # fan-in first for LC
+    fan_in = window if kind == KINDS[0] else width
+    return [torch.randn(*shape, generator=g) / np.sqrt(fan_in) for _ in range(layers)]
 
 
 def _pad(t0: float, seconds: float) -> None:
@@ -94,11 +97,29 @@ def _pad(t0: float, seconds: float) -> None:
         time.sleep(left)
 
 
+@dataclass(frozen=True)
+class Network:
+    """A modelled network between the partitions: ``latency`` seconds per message one
+    after another, ``bandwidth`` bytes per second (default: DistBelief's era, 1 Gb/s)."""
+
+    latency: float = 3e-3
+    bandwidth: float = 125e6
+
+    def seconds(self, messages: int, values: int) -> float:
+        return messages * self.latency + 4 * values / self.bandwidth
+
+
 def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
-                   batch: int = 8, cost: float = 3e-9, steps: int = 5, seed: int = 0,
-                   fc_width: int = _FC_WIDTH, window: int = _WINDOW) -> Cut | None:
+                   batch: int = 8, cost: float = 4e-9, steps: int = 5, seed: int = 0,
+                   network: Network | None = Network(), fc_width: int = _FC_WIDTH,
+                   window: int = _WINDOW) -> Cut | None:
     """Worker function: a forward pass of ``layers`` layers of ``kind``, each layer's units
-    split over ranks 0..partitions−1 (lesson 09). Ranks from ``partitions`` on idle."""
+    split over ranks 0..partitions−1 (lesson 09). Ranks from ``partitions`` on idle.
+
+    Computing is real, padded to ``cost`` seconds per edge and example this rank owns;
+    communicating is real, padded to what ``network`` would take (None: the loopback
+    alone) — the messages of a halo go out at once, an all-gather's one after another.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: use one of {KINDS}")
     rank = dist.get_rank()
@@ -112,10 +133,15 @@ def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
         raise ValueError(f"{width} units do not split into {partitions} equal blocks")
     w = width // partitions
     mine = slice(rank * w, (rank + 1) * w)
-    weights = [W[mine] for W in _weights(kind, width, window, layers, seed)]
+    weights = [(W[:, mine] if local else W[mine]).contiguous()
+               for W in _weights(kind, width, window, layers, seed)]
     X = torch.randn(batch, width, generator=torch.Generator().manual_seed(seed + 1))
     left = rank - 1 if rank > 0 else None
     right = rank + 1 if rank + 1 < partitions else None
+    sides = (left is not None) + (right is not None)
+    messages, values = (min(1, sides), (window // 2) * sides * batch) if local else \
+        (partitions - 1, (partitions - 1) * w * batch)
+    wire = network.seconds(messages, values) if network else 0.0
     times, comp, comm = [], [], []
     for _ in range(steps):
         x = X[:, mine]
@@ -130,6 +156,7 @@ def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
                 parts = [torch.empty_like(x) for _ in ranks]
                 dist.all_gather(parts, x.contiguous(), group=g)
                 x_in = torch.cat(parts, dim=1)
+            _pad(t1, wire)                                  # as slow as the network
             t2 = time.perf_counter()
             x = local_layer(x_in, W) if local else torch.relu(x_in @ W.T)
             _pad(t2, cost * W.numel() * batch)             # as fast as a machine of its own
@@ -138,11 +165,8 @@ def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
         times.append(time.perf_counter() - t0)
         comp.append(c)
         comm.append(m)
-    edges_cut = (window // 2) * ((left is not None) + (right is not None)) if local \
-        else (partitions - 1) * w
-    sent = edges_cut * batch * layers
     return Cut(kind, partitions, float(np.median(times)), float(np.median(comp)),
-               float(np.median(comm)), sent, x)
+               float(np.median(comm)), values * layers, x)
 
 
 def one_machine(kind: str = KINDS[0], layers: int = 3, batch: int = 8, seed: int = 0,

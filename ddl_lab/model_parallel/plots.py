@@ -21,54 +21,64 @@ def _ax(ax):
     return ax or plt.gca()
 
 
-def plot_pipeline(runs: Sequence[StageRun | None], ax=None, step: int = -1,
-                  title: str | None = None, t0: float | None = None):
-    """One row per stage: F i / B i boxes, waits in red, and the bubble — every moment a
-    stage is not computing — shaded grey, with the measured and ideal bubble fractions."""
+def _legend_handles() -> list:
     from matplotlib.patches import Patch
+    return ([Patch(color=c, label=k) for k, c in _OP_COLORS.items()]
+            + [Patch(facecolor="0.9", hatch="///", edgecolor="0.6", label="bubble (idle)")])
+
+
+def plot_pipeline(runs: Sequence[StageRun | None], ax=None, step: int = -1,
+                  title: str | None = None, span: float | None = None, legend: bool = True):
+    """One row per stage: F i / B i boxes, waits in red, and the bubble — every moment a
+    stage is not computing — hatched, with the measured and ideal bubble fractions.
+    ``span``: the seconds the x axis shows (to compare several pipelines)."""
     ax = _ax(ax)
     runs = [r for r in runs if r is not None]
     tls = [r.timelines[step] for r in runs]
-    origin = min(tl.start for tl in tls) if t0 is None else t0
+    origin = min(tl.start for tl in tls)
     end = max(tl.end for tl in tls) - origin
     for row, tl in enumerate(tls):
-        ax.broken_barh([(0, end)], (row - 0.4, 0.8), color="0.88", hatch="///",
-                       edgecolor="0.7", linewidth=0)
+        ax.broken_barh([(0, end)], (row - 0.4, 0.8), facecolor="0.9", hatch="///",
+                       edgecolor="0.6", linewidth=0)
         for s in tl.spans:
             if s.kind not in _OP_COLORS:
                 continue
             h = (row - 0.4, 0.8) if s.kind != "wait" else (row + 0.25, 0.15)
             ax.broken_barh([(s.start - origin, s.duration)], h, color=_OP_COLORS[s.kind],
                            edgecolor="white", linewidth=0.5)
-            if s.kind != "wait" and s.duration > end / 45:
+            if s.kind != "wait" and s.duration > (span or end) / 70:
                 ax.text(s.start - origin + s.duration / 2, row, f"{s.kind[0].upper()}{s.step}",
                         ha="center", va="center", fontsize=7, color="white")
     r0 = runs[0]
     measured, ideal = bubble_fraction(runs, step), ideal_bubble(r0.p, r0.m)
     ax.set_yticks(range(len(tls)), [f"stage {r.rank}" for r in runs])
     ax.set_ylim(len(tls) - 0.5, -0.5)
-    ax.set_xlim(0, end * 1.01)
+    ax.set_xlim(0, (span or end) * 1.01)
     ax.set_xlabel("wall time (s)")
-    ax.set_title(title or f"{r0.schedule}: p = {r0.p}, m = {r0.m} — bubble {measured:.2f} "
+    ax.set_title(title or f"{r0.schedule}, p = {r0.p}, m = {r0.m}: bubble {measured:.2f} "
                           f"measured, (p−1)/(m+p−1) = {ideal:.2f}", fontsize=10)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in _OP_COLORS.items()]
-              + [Patch(facecolor="0.88", hatch="///", edgecolor="0.7", label="bubble (idle)")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8,
-              frameon=False)
+    if legend:
+        ax.legend(handles=_legend_handles(), loc="upper center", bbox_to_anchor=(0.5, -0.3),
+                  ncol=4, fontsize=8, frameon=False)
     return ax
 
 
 def figure_pipelines(results: Mapping[str, Sequence[StageRun | None]], step: int = -1):
-    """Several pipelines one above the other, on one time axis."""
+    """Several pipelines one above the other, on one time scale, one legend."""
     import matplotlib.pyplot as plt
     rows = [len([r for r in runs if r is not None]) for runs in results.values()]
-    fig, axes = plt.subplots(len(results), 1, sharex=True, squeeze=False,
-                             figsize=(9, 1.2 + 0.55 * sum(rows) + 0.9 * len(rows)),
+    span = max(max(r.timelines[step].end for r in runs if r is not None)
+               - min(r.timelines[step].start for r in runs if r is not None)
+               for runs in results.values())
+    fig, axes = plt.subplots(len(results), 1, squeeze=False,
+                             figsize=(10, 0.8 + 0.45 * sum(rows) + 0.7 * len(rows)),
                              gridspec_kw={"height_ratios": rows})
     for ax, (label, runs) in zip(axes[:, 0], results.items()):
-        plot_pipeline(runs, ax, step)
-        ax.set_title(f"{label} — {ax.get_title()}", fontsize=10)
-    fig.tight_layout()
+        plot_pipeline(runs, ax, step, span=span, legend=False)
+        ax.set_title(f"{label}: {ax.get_title()}", fontsize=10)
+    fig.legend(handles=_legend_handles(), loc="lower center", ncol=4, fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

@@ -221,7 +221,7 @@ def stage_step(stage: nn.Module, batches: list, loss_fn: Callable, prev: int | N
         out.backward(None if nxt is None else recv_tensor(nxt))
         if prev is not None:
             send_tensor(x.grad, prev)                       # d loss / d input goes back
-    return float(sum(outputs)) if nxt is None else None
+    return sum(out.item() for out in outputs) if nxt is None else None
 
 
 def full_step(layers: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],

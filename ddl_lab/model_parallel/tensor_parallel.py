@@ -29,7 +29,7 @@ from torch import nn
 from ddl_lab.model_parallel.pipeline import sgd_update
 from ddl_lab.model_parallel.stages import build_layers, digits_batches
 
-__all__ = ["shard", "column_parallel", "gather_columns", "row_parallel",
+__all__ = ["shard", "column_parallel", "gather_columns", "row_parallel", "split_layer",
            "ColumnParallelLinear", "RowParallelLinear", "megatron_mlp", "tp_run",
            "device_mesh", "library_tp"]
 
@@ -127,6 +127,21 @@ def megatron_mlp(layers: nn.Sequential, rank: int, n: int) -> nn.Sequential:
         out[a] = ColumnParallelLinear(layers[a], rank, n)
         out[b] = RowParallelLinear(layers[b], rank, n)
     return nn.Sequential(*out)
+
+
+def split_layer(d_in: int = 7, d_out: int = 8, batch: int = 3, seed: int = 0
+                ) -> dict[str, torch.Tensor]:
+    """Worker function: one ``nn.Linear`` (the same on every rank) computed whole, split by
+    columns (``column_parallel`` + ``gather_columns``; d_out must divide evenly) and by
+    rows (``row_parallel``) over every rank."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(seed)
+    full, x = nn.Linear(d_in, d_out), torch.randn(batch, d_in)
+    with torch.no_grad():
+        cols = column_parallel(x, shard(full.weight, 0, rank, n), shard(full.bias, 0, rank, n))
+        return {"whole": full(x), "my columns": cols, "columns": gather_columns(cols),
+                "rows": row_parallel(shard(x, 1, rank, n), shard(full.weight, 1, rank, n),
+                                     full.bias)}
 
 
 # ------------------------------------------------------------------ the worker

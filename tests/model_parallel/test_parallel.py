@@ -22,20 +22,11 @@ def cluster():
     return shared_cluster(5)
 
 
-def split_layer(seed):
-    """Worker: one Linear split by columns and by rows with the textbook functions."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(seed)
-    full, x = torch.nn.Linear(7, 10), torch.randn(3, 7)     # 10 outputs: equal column blocks
-    y_col = T.gather_columns(T.column_parallel(x, T.shard(full.weight, 0, rank, n),
-                                               T.shard(full.bias, 0, rank, n)))
-    y_row = T.row_parallel(T.shard(x, 1, rank, n), T.shard(full.weight, 1, rank, n), full.bias)
-    return full(x).detach(), y_col, y_row
-
-
 def test_column_and_row_parallel_equal_the_layer(cluster):
-    for want, y_col, y_row in cluster.run(split_layer, 3)[:5]:
-        assert torch.allclose(y_col, want, atol=1e-6) and torch.allclose(y_row, want, atol=1e-6)
+    for out in cluster.run(T.split_layer, 7, 10, 3, seed=3):
+        assert out["my columns"].shape == (3, 2)
+        assert torch.allclose(out["columns"], out["whole"], atol=1e-6)
+        assert torch.allclose(out["rows"], out["whole"], atol=1e-6)
 
 
 @pytest.mark.parametrize("library", [False, True])
@@ -82,7 +73,8 @@ def test_partitioned_layers_equal_one_machine(cluster):
     for kind in D.KINDS:
         want = D.one_machine(kind, layers=2, batch=4)
         for n in (1, 3):
-            cuts = cluster.run(D.distbelief_run, kind, n, layers=2, batch=4, cost=0.0, steps=1)
+            cuts = cluster.run(D.distbelief_run, kind, n, layers=2, batch=4, cost=0.0, steps=1,
+                               network=None)
             got = torch.cat([c.output for c in cuts[:n]], dim=1)
             assert torch.allclose(got, want, atol=1e-5)
             assert all(c is None for c in cuts[n:])
@@ -90,7 +82,7 @@ def test_partitioned_layers_equal_one_machine(cluster):
     assert sent[D.KINDS[0], 1] == sent[D.KINDS[1], 1] == 0
     assert sent[D.KINDS[1], 3] > 10 * sent[D.KINDS[0], 3]      # an FC cut: many more edges
     curve = {n: cluster.run(D.distbelief_run, D.KINDS[1], n, layers=1, batch=2, cost=1e-9,
-                            steps=2) for n in (1, 2)}
+                            steps=2, network=D.Network(1e-4)) for n in (1, 2)}
     assert set(D.speedups(curve)) == {1, 2} and D.speedups(curve)[1] == 1.0
     plots.figure_diminishing_returns({D.KINDS[1]: curve})
 
