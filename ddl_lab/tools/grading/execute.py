@@ -38,6 +38,9 @@ TRUNCATED = "\n[ddl-lab grade: output truncated here, over {} bytes]\n"
 PROBE = 10                          # seconds an interrupted kernel has to answer again
 
 
+_RUNNING: dict[int, tuple[subprocess.Popen, Path, str]] = {}     # runner pid -> run
+
+
 @dataclass
 class Run:
     """What the runner reported: the events, the kernel's pid, whether it was cut off."""
@@ -61,16 +64,23 @@ def run_submission(nb: nbformat.NotebookNode, work: Path, cell_timeout: float,
             [sys.executable, "-m", "ddl_lab.tools.grading.execute", str(work), str(cell_timeout)],
             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
+        _RUNNING[proc.pid] = (proc, work, token)
         try:
             proc.wait(timeout=timeout)
             killed = False
         except subprocess.TimeoutExpired:
             killed = True
         finally:
-            kernel_pid = _read_int(work / "kernel.pid")
-            end_run(proc, kernel_pid, token)
-    return Run(read_jsonl(work / "events.jsonl"), kernel_pid, killed,
+            _RUNNING.pop(proc.pid, None)
+            end_run(proc, _read_int(work / "kernel.pid"), token)
+    return Run(read_jsonl(work / "events.jsonl"), _read_int(work / "kernel.pid"), killed,
                time.perf_counter() - t0, _tail(work / "runner.log"))
+
+
+def stop_all() -> None:
+    """End every run still going (the instructor pressed Ctrl-C)."""
+    for proc, work, token in list(_RUNNING.values()):
+        end_run(proc, _read_int(work / "kernel.pid"), token)
 
 
 def end_run(proc: subprocess.Popen, kernel_pid: int | None, token: str) -> None:

@@ -19,7 +19,7 @@ from ddl_lab.tools.notebooks import ROOT
 from . import report
 from .discover import (Exercise, Submission, course_exercises, identify, select,
                        submitted_files)
-from .execute import run_submission
+from .execute import run_submission, stop_all
 from .pristine import grading_notebook
 from .record import Learner, Verdict, submission_notes, verdicts
 
@@ -53,14 +53,20 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     bar = Progress(len(todo), enabled=progress)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
         futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out): s for s in todo}
-        for future in as_completed(futures):
-            s = futures[future]
-            found, notes = future.result()
-            row = learners[s.learner]
-            row.verdicts += found
-            row.notes += notes
-            row.graded.add(s.exercise)
-            bar.step(s, found)
+        try:
+            for future in as_completed(futures):
+                s = futures[future]
+                found, notes = future.result()
+                row = learners[s.learner]
+                row.verdicts += found
+                row.notes += notes
+                row.graded.add(s.exercise)
+                bar.step(s, found)
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            stop_all()
+            raise
     columns = [e for e in wanted.values()
                if exercises or any(e.stem in r.graded for r in learners.values())]
     order = {(e.stem, t): i for i, (e, t) in
@@ -84,6 +90,10 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits,
             shutil.copy(executed, out / "executed" / f"{sub.learner}--{ex.stem}.ipynb")
         return (verdicts(ex, run, limits.cell_timeout, limits.timeout),
                 submission_notes(run, limits.cell_timeout))
+    except Exception as e:          # a notebook the grader cannot handle costs only itself
+        why = f"{sub.path.name} could not be graded ({type(e).__name__}: {e})"
+        return ([Verdict(ex.stem, t, 0.0, c.points[t], False, why)
+                 for c in ex.checks for t in c.tasks], [why])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
