@@ -238,10 +238,6 @@ def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case
 
 # ------------------------------------------------------------------ task 3
 
-_ADAGRAD_WORDS = dict(unit="feature", unseen="a feature not seen yet", steps="steps",
-                      pair="the new parameters and the new accumulated squared gradients")
-
-
 def _adagrad_case(rng: np.random.Generator) -> dict[str, Any]:
     return {"d": int(rng.integers(1, 12)), "lr": float(10 ** rng.uniform(-2, 0)),
             "eps": float(10.0 ** rng.integers(-10, -1)),
@@ -267,7 +263,7 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
             got = call_local(my_adagrad_step, theta, g, G, lr, eps)
         message = inputs.changed(name) or adagrad_diagnosis(
             got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps,
-            AdagradWords(name, **_ADAGRAD_WORDS))
+            AdagradWords(name))             # the defaults are lesson 01's words
         if message:
             fail(f"{message} [{case}]")
     passed("adagrad_step", f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(cases)} cases "
