@@ -7,20 +7,20 @@ every wait has a timeout, and no process is left behind.
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from types import FunctionType
 from typing import Any, Callable
 
 import dill
-import multiprocess as mp
 from multiprocess.connection import wait
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout
+from ddl_lab.runtime.process import SPAWN, end_with_parent
 
 __all__ = ["SPAWN", "run_processes", "wait_barrier"]
 
-SPAWN = mp.get_context("spawn")
 _GRACE_S = 2.0                       # after one process fails, how long the others get
 
 
@@ -59,7 +59,8 @@ def run_processes(fn: Callable, n: int, *args: Any, timeout: float = 60.0,
     try:
         for rank in range(n):
             mine, theirs = SPAWN.Pipe(duplex=False)
-            p = SPAWN.Process(target=_child, args=(rank, theirs, payload, args, kwargs),
+            p = SPAWN.Process(target=_child, args=(rank, theirs, payload, args, kwargs,
+                                                   os.getpid()),
                               daemon=True, name=f"ddl_lab-proc{rank}")
             p.start()
             theirs.close()
@@ -147,7 +148,9 @@ class _Dilled:
         return dill.loads(obj.payload) if isinstance(obj, _Dilled) else obj
 
 
-def _child(rank: int, conn: Any, payload: bytes, args: tuple, kwargs: dict) -> None:
+def _child(rank: int, conn: Any, payload: bytes, args: tuple, kwargs: dict,
+           parent: int) -> None:
+    end_with_parent(parent)
     try:
         fn = dill.loads(payload)
         args = tuple(_Dilled.unwrap(a) for a in args)

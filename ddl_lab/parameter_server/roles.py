@@ -1,52 +1,36 @@
 """The processes of a parameter-server run (lesson 07): each plays a *role* — a shard, a
 replica, a throughput client — handed to it by the driver.
 
-Every process comes from a small pool of spawn processes kept warm between runs
-(``Roles``); every wait has a timeout, and every process of a failed run is killed.
+Every process comes from a small pool of the runtime's spawn processes kept warm between
+runs (``Roles``); every wait has a timeout, and every process of a failed run is killed.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import pickle
-import signal
-import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import dill
-import multiprocess as mp
 from multiprocess.connection import Connection, wait
 
 from ddl_lab.parameter_server.errors import ParameterServerError
 from ddl_lab.parameter_server.wire import recv_msg
+from ddl_lab.runtime.process import SPAWN, child_setup, exit_text
 
 __all__ = ["Roles", "Event", "tell_driver", "from_driver", "exit_text"]
 
-_SPAWN = mp.get_context("spawn")
 _POOL_MAX = 12                 # warm processes kept between runs
 _TASK = b"ddl_lab-task:"       # marks a role for a pool process to run
 _READY = b"ddl_lab-ready"      # a new pool process has imported what it needs
 
 
-def _watch_parent(parent: int) -> None:
-    while True:
-        if os.getppid() != parent:
-            os._exit(0)
-        time.sleep(0.5)
-
-
 def _pool_main(conn: Connection, parent: int) -> None:
     """A warm process: run one role after another until the driver says goodbye."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(1)
-    except ImportError:
-        pass
+    child_setup(parent)
     conn.send_bytes(_READY)
     while True:
         try:
@@ -82,8 +66,8 @@ def from_driver(parent: Connection, timeout: float) -> tuple:
 
 class _Proc:
     def __init__(self) -> None:
-        mine, theirs = _SPAWN.Pipe(duplex=True)
-        self.process = _SPAWN.Process(target=_pool_main, args=(theirs, os.getpid()),
+        mine, theirs = SPAWN.Pipe(duplex=True)
+        self.process = SPAWN.Process(target=_pool_main, args=(theirs, os.getpid()),
                                       daemon=True, name="ddl_lab-ps")
         self.process.start()
         theirs.close()
@@ -268,12 +252,3 @@ class Roles:
                 p.kill()
         self.state = ["closed"] * len(self.procs)
 
-
-def exit_text(code: int | None) -> str:
-    """'exit code -15, SIGTERM': how a process ended, in words."""
-    if code is not None and code < 0:
-        try:
-            return f"exit code {code}, {signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return f"exit code {code}"

@@ -25,17 +25,17 @@ import time
 import weakref
 from typing import Any, Callable
 
-import multiprocess as mp
 from multiprocess.connection import Connection, wait
 
 from .backends import check_port, choose_backend, free_port
-from .errors import Failure, RunInterrupted, WorkerError, run_error, signal_name
+from .errors import Failure, RunInterrupted, WorkerError, death_hint, run_error
+from .memory import check_fits
 from .pickling import loads, pickle_task
+from .process import SPAWN, exit_text
 from .progress import SINKS
 from .stacks import Where
 from .worker import worker_main
 
-_CTX = mp.get_context("spawn")
 _ERROR_GRACE_S = 3.0       # after one rank fails, how long the others get to answer
 _LOAD_S = 60.0             # extra time to unpickle a task and import what it needs
 _WHERE_S = 2.0             # after a timeout, the most the ranks get to say where they are
@@ -79,6 +79,7 @@ class Cluster:
         _check_timeout(timeout)
         if num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
+        check_fits(world_size)                # before a single process starts
         self.world_size = world_size
         self.backend = choose_backend(backend, world_size)
         self.timeout = None if timeout is None else float(timeout)
@@ -108,11 +109,12 @@ class Cluster:
                "WORLD_SIZE": str(self.world_size), "LOCAL_WORLD_SIZE": str(self.world_size)}
         cfg = dict(world_size=self.world_size, backend=self.backend, init=init, env=env,
                    group_timeout=self.timeout or _NO_LIMIT_S, num_threads=self.num_threads,
-                   parent=os.getpid(), authkey=bytes(multiprocessing.current_process().authkey))
+                   parent=os.getpid(), authkey=bytes(multiprocessing.current_process().authkey),
+                   tmpdir=self._tmpdir)
         for rank in range(self.world_size):
-            mine, theirs = _CTX.Pipe(duplex=True)
-            ctl, their_ctl = _CTX.Pipe(duplex=True)
-            p = _CTX.Process(target=worker_main, args=(rank, theirs, their_ctl, cfg),
+            mine, theirs = SPAWN.Pipe(duplex=True)
+            ctl, their_ctl = SPAWN.Pipe(duplex=True)
+            p = SPAWN.Process(target=worker_main, args=(rank, theirs, their_ctl, cfg),
                              daemon=True, name=f"ddl_lab-rank{rank}")
             p.start()
             theirs.close()
@@ -252,8 +254,9 @@ class Cluster:
                         continue
                     self._procs[r].join(1.0)
                     code = self._procs[r].exitcode
-                    how = f"exit code {code}{signal_name(code)}"
-                    failures[r] = Failure("died", f"rank {r} died ({how})", f"died ({how})")
+                    how = exit_text(code)
+                    failures[r] = Failure("died", f"rank {r} died ({how})", f"died ({how})",
+                                          death_hint(code))
                     answered.add(r)
                 elif self._drain(r, what, results, failures, started):
                     answered.add(r)

@@ -50,16 +50,6 @@ class Failure:
     hint: str = ""
 
 
-def signal_name(code: int | None) -> str:
-    """' (SIGKILL)' for an exit code -9, else ''."""
-    if code is not None and code < 0:
-        try:
-            return f" ({signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return ""
-
-
 _DEADLOCK = (": a deadlock — every unfinished rank waits for a message that no rank will "
              "send (e.g. a recv with no matching send, or a collective that not every "
              "rank called)")
@@ -111,6 +101,26 @@ def _state(r: int, failures: dict[int, Failure], missing: list[int],
     if r in where:
         return where[r].text
     return "did not say (busy in C code that holds the GIL?)" if r in missing else "finished"
+
+
+def death_hint(code: int | None) -> str:
+    """What a rank's death by SIGKILL most often means (parent side), else ''."""
+    if code != -signal.SIGKILL:
+        return ""
+    return ("If nobody killed it, the kernel's out-of-memory killer did (memory ran out): "
+            "use fewer ranks or smaller tensors")
+
+
+_OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "Cannot allocate memory")
+
+
+def memory_hint(error: BaseException) -> str:
+    """What to do when a rank ran out of memory (worker side), else ''."""
+    if not (isinstance(error, MemoryError) or any(s in str(error) for s in _OUT_OF_MEMORY)):
+        return ""
+    return ("That rank ran out of memory: every rank holds its own copy of its tensors, so "
+            "the whole cluster needs world_size times as much. Use smaller tensors or fewer "
+            "ranks (ddl_lab.runtime.memory.worker_memory(cluster.pids) shows what each uses)")
 
 
 _OPTIONS = frozenset({"timeout", "backend", "num_threads"})
