@@ -1,5 +1,5 @@
 """Command line: ``python -m ddl_lab execute lessons``, ``python -m ddl_lab make-exercises``,
-and the instructor's ``grade`` and ``nbgrader-export`` (``ddl_lab/tools/grading/cli.py``)."""
+the learner's ``progress``, and the instructor's ``grade`` and ``nbgrader-export`` (``ddl_lab/tools/grading/cli.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -18,10 +18,17 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--out", default=None, help="where executed copies go (build/<folder>)")
     mk = sub.add_parser("make-exercises", help="generate exercises/ from solutions/")
     mk.add_argument("--check", action="store_true", help="only report stale exercises")
+    pr = sub.add_parser("progress", help="your graded tasks, lesson by lesson: passed / failed / "
+                                         "not tried")
+    pr.add_argument("--file", default=None, help="a progress file (default: the course's own)")
     grading.add_commands(sub)
     a = ap.parse_args(argv)
     if a.cmd in grading.COMMANDS:
         return grading.run(a)
+    if a.cmd == "progress":
+        from ddl_lab.welcome.progress import progress_table
+        print(progress_table(Path(a.file) if a.file else None))
+        return 0
     if a.cmd == "execute":
         path = Path(a.path)
         out = Path(a.out) if a.out else Path("build") / (path.stem if path.is_file() else path.name)

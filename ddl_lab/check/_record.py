@@ -5,28 +5,46 @@ reaches is appended to it as one JSON line ``{"task", "passed", "message", "pid"
 ``"score"`` (the fraction of the task earned) when a check with parts reports partial
 credit. Otherwise nothing is written. Printed text is never graded: a learner who prints
 "✔ passed" writes no record.
+
+The learner's own progress (``ddl-lab progress``, lesson 00) is a second record: every
+verdict is also appended to ``.ddl_lab/progress.jsonl`` in the course folder (git-ignored;
+``~/.ddl_lab/`` where the course folder is not writable), or to the file that
+``DDL_LAB_PROGRESS`` names (``off``: none). Grading runs write no progress.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
+from pathlib import Path
 
 ENV = "DDL_LAB_GRADE_RECORD"
+PROGRESS_ENV = "DDL_LAB_PROGRESS"
 MAX_MESSAGE = 4000          # characters of a message kept in the record
 
 
 def write(task: str | None, passed: bool, message: str, score: float | None = None) -> None:
-    """Append one verdict to the record file, if grading asked for one; never raises."""
-    path = os.environ.get(ENV)
-    if not path:
-        return
+    """Append one verdict to the grading record, if grading asked for one, else to the
+    learner's progress; never raises."""
     entry = {"task": task, "passed": bool(passed), "message": str(message)[:MAX_MESSAGE],
              "pid": os.getpid()}
     if score is not None:
         entry["score"] = min(1.0, max(0.0, float(score)))
+    path = os.environ.get(ENV)
+    if not path:
+        target = progress_path()
+        if target is None or task is None:
+            return
+        entry.update(lesson=current_lesson(), time=round(time.time(), 3))
+        path = str(target)
+    _append(path, entry)
+
+
+def _append(path: str, entry: dict) -> None:
     line = (json.dumps(entry, ensure_ascii=False) + "\n").encode()
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line)              # one write on an O_APPEND file: lines never mix
@@ -34,6 +52,19 @@ def write(task: str | None, passed: bool, message: str, score: float | None = No
             os.close(fd)
     except OSError:
         pass
+
+
+def progress_path() -> Path | None:
+    """Where the learner's verdicts go (lesson 00), or None (``DDL_LAB_PROGRESS=off``)."""
+    named = os.environ.get(PROGRESS_ENV)
+    if named == "off":
+        return None
+    if named:
+        return Path(named)
+    course = Path(__file__).resolve().parents[2]
+    if (course / "lessons").is_dir() and os.access(course, os.W_OK):
+        return course / ".ddl_lab" / "progress.jsonl"
+    return Path.home() / ".ddl_lab" / "progress.jsonl"
 
 
 def failed(message: str) -> None:
@@ -49,12 +80,21 @@ def partial(done: int, total: int, message: str, task: str | None = None) -> Non
 def current_task() -> str | None:
     """The graded check running now: the outermost public function of a check module
     (``ddl_lab.check.<slug>``, listed in its ``__all__``) on the call stack."""
-    task = None
+    return _current()[1]
+
+
+def current_lesson() -> str | None:
+    """The slug of the lesson whose check is running now (``ring_allreduce``)."""
+    return _current()[0]
+
+
+def _current() -> tuple[str | None, str | None]:
+    found: tuple[str | None, str | None] = (None, None)
     frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("ddl_lab.check.") \
                 and frame.f_code.co_name in frame.f_globals.get("__all__", ()):
-            task = frame.f_code.co_name
+            found = (module.rsplit(".", 1)[1], frame.f_code.co_name)
         frame = frame.f_back
-    return task
+    return found
