@@ -94,6 +94,26 @@ def returned_none(got: Any, name: str, what: str) -> str | None:
             f"some path) — return {what}.")
 
 
+def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray] | str:
+    """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (a
+    boolean mask included), or the message saying what came back instead."""
+    what = f"a tuple ({', '.join(names)})"
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        got = (f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list))
+               else describe_value(out))
+        return returned_none(out, name, what) or f"{name} must return {what}, got {got}."
+    arrays = []
+    for part, x in zip(names, out):
+        a = as_array(x)
+        if a is None and str(getattr(x, "dtype", "")) in ("bool", "torch.bool"):
+            a = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
+        if a is None:
+            return (f"{name} returned {describe_value(x)} as {part}; return a tensor (or a "
+                    "numpy array).")
+        arrays.append(a)
+    return arrays
+
+
 # ------------------------------------------------------------------ comparisons
 
 def differs(expected: Any, got: Any, rtol: float | None = None,

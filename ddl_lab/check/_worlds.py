@@ -8,10 +8,11 @@ sums over the n ranks); the other ranks wait. All of a check's cases go to the w
 one call and run one after the other; after each, the whole cluster agrees whether it
 failed, and stops there if so.
 
-Each case's group is new, so a message a wrong answer left unreceived cannot leak into the
-next case, and it has a short operation timeout, so a deadlock is reported in seconds. When
-the learner's code raises on one rank, that rank closes the group: its neighbours, blocked
-in a receive from it, fail at once instead of waiting out the cluster's timeout.
+Each check makes fresh groups (one per world size), so a message an earlier answer left
+unreceived cannot leak into it, and they have an operation timeout, so a deadlock is
+reported in seconds rather than at the cluster's time limit. When the learner's code raises
+on one rank, that rank closes the group: its neighbours, blocked in a receive from it, fail
+at once.
 """
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from typing import Any, Callable, Sequence
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 
-from ._core import DEFAULT_TIMEOUT, stub_message
+from ._core import stub_message
 
 MAX_WORLD = 5               # the largest world size a check draws; the cluster's size
-OP_TIMEOUT_S = 5.0          # a send/recv/collective that waits longer is a deadlock
+OP_TIMEOUT_S = 15.0         # a send/recv/collective that waits longer is a deadlock
+CASES_TIMEOUT = 60.0        # seconds all of a check's cases may take together
 _TIMED_OUT = "Timed out waiting"
 _CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
            "connectFullMesh failed")
@@ -74,47 +76,52 @@ class _ranks_within:
             setattr(self.pg, method, original)
 
 
-def _one_case(n: int, body: Callable, args: tuple, op_timeout: float) -> Any:
-    """``body(*args)`` on ranks 0…n−1 with a fresh n-rank default group (None elsewhere);
-    a ``Raised`` if it failed here."""
-    import gc
-    import torch.distributed as dist
+def _one_case(group: Any, n: int, body: Callable, args: tuple) -> Any:
+    """``body(*args)`` on this rank with ``group`` (n ranks) as the default group; a
+    ``Raised`` if it failed here."""
     from torch.distributed import distributed_c10d as c10d
-    group = dist.new_group(list(range(n)), backend="gloo",
-                           timeout=datetime.timedelta(seconds=op_timeout))
-    if dist.get_rank() >= n:
-        return None
     world = c10d._get_default_group()
-    out, text = None, None
     try:
-        dist.barrier(group=group)          # every member is connected before anyone may close
         _default_group(group)
         with _ranks_within(n):
-            out = body(*args)
-        dist.barrier(group=group)          # nobody closes the group while a peer still reads
+            return body(*args)
     except Exception as e:                 # the learner's error, sent home as text
-        text = "".join(traceback.format_exception(e)).rstrip()
+        return Raised("".join(traceback.format_exception(e)).rstrip())
     finally:
         _default_group(world)
-    dist.destroy_process_group(group)
-    del group                              # the last reference: its connections close, so
-    gc.collect()                           # peers blocked in a recv from this rank fail now
-    return out if text is None else Raised(text)
 
 
 def in_worlds(body: Callable, cases: Sequence[tuple[int, tuple]],
               op_timeout: float = OP_TIMEOUT_S) -> list:
-    """Worker: each case ``(n, args)`` in turn; stops after the first that failed on any
-    rank (every rank learns it through the full cluster). One entry per case run."""
+    """Worker: each case ``(n, args)`` in turn, ranks 0…n−1 in one gloo group per n (made
+    fresh for this call); stops after the first case that failed on any rank (the whole
+    cluster agrees on it with one all_reduce). One entry per case run; None on the ranks
+    outside a case."""
+    import gc
     import torch
     import torch.distributed as dist
-    out: list = []
+    rank, groups, out = dist.get_rank(), {}, []
     for n, args in cases:
-        out.append(_one_case(n, body, args, op_timeout))
+        if n not in groups:
+            groups[n] = dist.new_group(list(range(n)), backend="gloo",
+                                       timeout=datetime.timedelta(seconds=op_timeout))
+            if rank < n:
+                dist.barrier(group=groups[n])     # all connected before anyone may close
+        out.append(_one_case(groups[n], n, body, args) if rank < n else None)
         failed = torch.tensor([int(isinstance(out[-1], Raised))])
+        if failed.item():                  # close it now: peers blocked in a recv from this
+            dist.destroy_process_group(groups.pop(n))      # rank fail at once
+            gc.collect()
         dist.all_reduce(failed)
         if failed.item():
             break
+    for n, group in groups.items():
+        if rank < n:
+            try:
+                dist.barrier(group=group)  # nobody closes a group while a peer still reads
+            except RuntimeError:           # its peer already closed it after a failure
+                pass
+            dist.destroy_process_group(group)
     return out
 
 
@@ -195,7 +202,7 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     cluster = shared_cluster(MAX_WORLD)
     try:
         per_rank = cluster.run_with(in_worlds, (body, list(cases)), {},
-                                    timeout=timeout or DEFAULT_TIMEOUT)
+                                    timeout=timeout or CASES_TIMEOUT)
     except WorkerError as e:
         if any("NotImplementedError" in (t or "") for t in e.failures.values()):
             raise WorldFailed(RankFailure("stub", 0, stub_message(fn), "")) from None

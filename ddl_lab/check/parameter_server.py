@@ -1,110 +1,166 @@
 """Checks for lesson 07 (the parameter server): the SSP gate, a shard's Adagrad push
-handler, and the staleness-aware learning rate. Each is first called here on cases that
-tell the usual mistakes apart, then plugged into real shard processes."""
+handler, and the staleness-aware learning rate. Each is first called here on seeded cases
+that tell the usual mistakes apart (random clocks and bounds, learning rates, eps values,
+slice sizes and staleness), then plugged into real shard processes."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, first_difference, passed
+from ._core import call_local, fail, passed, stub_message
+from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_diagnosis,
+                        differs, refuse, returned_none)
 
-__all__ = ["ps_ssp_gate", "ps_adagrad_push", "ps_staleness_lr"]
+__all__ = ["ssp_gate", "adagrad_push", "staleness_lr"]
+
+_PACKAGE = "ddl_lab.parameter_server"
 
 
-def _real(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Run a real experiment; its failures become CheckFailed naming ``what``."""
+def _real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run a real experiment with the learner's function inside shard processes; their
+    failures become CheckFailed naming it."""
     __tracebackhide__ = True
-    from ddl_lab.parameter_server.server import ParameterServerError
+    from ddl_lab.parameter_server.errors import ParameterServerError
+    name = getattr(learner, "__name__", "your function")
     try:
-        return fn(*args, **kwargs)
+        return fn(learner, *args, **kwargs)
     except (ParameterServerError, TimeoutError) as e:
         text = str(e)
-        if "NotImplementedError" in text:
-            fail(f"{what} is not implemented yet: replace the `raise NotImplementedError` "
-                 "line with your code, run that cell, then run this check again.")
-        head = text.strip().splitlines()[0]
-        last = text.strip().splitlines()[-1]
-        fail(f"{what} failed inside a shard process: {head}"
-             + (f"\n  {last}" if last != head else ""))
+    if "NotImplementedError" in text:
+        fail(stub_message(learner))
+    head, last = text.strip().splitlines()[0], text.strip().splitlines()[-1]
+    fail(f"{name} failed inside a shard process: {head}" + (f"\n  {last}" if last != head else ""))
 
 
 # ------------------------------------------------------------------ task 1: SSP gate
 
-_GATE_CASES = [  # (clock, clocks of the live replicas, s, must wait?, what the case is)
-    (3, [3, 3, 3], 0, False, "BSP (s = 0), everyone at the same clock"),
-    (4, [4, 3, 4], 0, True, "BSP (s = 0), one replica still one clock behind"),
-    (5, [5, 2, 4], 3, False, "exactly s = 3 clocks ahead of the slowest"),
-    (6, [6, 2, 4], 3, True, "s + 1 = 4 clocks ahead of the slowest"),
-    (2, [7, 2, 5], 3, False, "the slowest replica itself"),
-    (9, [9], 1, False, "the only replica"),
-    (10, [10, 8, 3, 9], 6, True, "7 ahead of the slowest, which is not listed first"),
-    (10, [9, 10, 4, 8], 6, False, "6 ahead of the slowest, with s = 6"),
+_GATE_FIXED = [
+    {"clock": 3, "clocks": [3, 3, 3], "s": 0},         # BSP, everyone at the same clock
+    {"clock": 4, "clocks": [4, 3, 4], "s": 0},         # BSP, one replica a clock behind
+    {"clock": 5, "clocks": [5, 2, 4], "s": 3},         # exactly s ahead of the slowest
+    {"clock": 6, "clocks": [6, 2, 4], "s": 3},         # s + 1 ahead
+    {"clock": 2, "clocks": [7, 2, 5], "s": 3},         # the slowest replica itself
+    {"clock": 9, "clocks": [9], "s": 1},               # the only replica
+    {"clock": 10, "clocks": [10, 8, 3, 9], "s": 6},    # 7 ahead, the slowest not first
+    {"clock": 10, "clocks": [9, 10, 4, 8], "s": 6},    # 6 ahead, s = 6
 ]
 
-_GATE_MISTAKES = {
-    "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
-    "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
-    "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
-    "furthest behind": lambda c, cs, s: max(cs) - c > s,
-    "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
-        lambda c, cs, s: c - min(cs) > 0,
-    "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
-    "the verdict is the wrong way round: return True when the replica must WAIT":
-        lambda c, cs, s: not c - min(cs) > s,
-}
+
+def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A random replica set; the lead over the slowest is often exactly s or s + 1."""
+    s = int(rng.integers(0, 6))
+    others = [int(c) for c in rng.integers(0, 30, int(rng.integers(1, 6)))]
+    lead = int(rng.choice([s, s + 1, int(rng.integers(0, s + 3))]))
+    clock = min(others) + lead
+    clocks = list(others)
+    clocks.insert(int(rng.integers(0, len(others) + 1)), clock)
+    return {"clock": clock, "clocks": clocks, "s": s}
 
 
-def _ssp_max_lead(must_wait: Callable, s: int) -> tuple[int, Any]:
+def _gate_mistakes() -> dict[str, Callable[[int, list, int], bool]]:
+    named = {
+        "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
+        "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
+        "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
+        "furthest behind": lambda c, cs, s: max(cs) - c > s,
+        "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
+            lambda c, cs, s: c - min(cs) > 0,
+        "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
+        "compare with the slowest replica, min(clocks), not the first one listed":
+            lambda c, cs, s: c - cs[0] > s,
+        "compare THIS replica's clock (the first argument) with the slowest, not the fastest "
+        "one's": lambda c, cs, s: max(cs) - min(cs) > s,
+        "the verdict is the wrong way round: return True when the replica must WAIT":
+            lambda c, cs, s: not c - min(cs) > s,
+    }
+    for k in range(6):
+        named[f"you use the bound s = {k} whatever s is given: compare with the argument s"] = \
+            (lambda k: lambda c, cs, s: c - min(cs) > k)(k)
+    return named
+
+
+def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     from ddl_lab.parameter_server.downpour import digits_problem, run
     r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
             batch=16, gate=must_wait, eval_every=0.2, timeout=15.0)
-    return r.report.max_gap, r
+    return r.report.max_gap
 
 
-def ps_ssp_gate(must_wait: Callable[[int, list, int], bool]) -> None:
-    """Lesson 07, task 1: ``must_wait(clock, clocks, s)`` is True exactly when a replica at
+def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
+    """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
     ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
     __tracebackhide__ = True
-    for clock, clocks, s, want, case in _GATE_CASES:
-        got = call_local(must_wait, clock, list(clocks), s)
+    name = getattr(my_ssp_gate, "__name__", "your function")
+    refuse(my_ssp_gate, "ssp_gate", _PACKAGE, "ssp_must_wait", "_ssp_must_wait")
+    cases = list(Cases("ssp_gate", seed, _GATE_FIXED, draws=10, draw=_gate_draw))
+    for case in cases:
+        clock, clocks, s = case.params["clock"], case.params["clocks"], case.params["s"]
+        given = list(clocks)
+        snap = Snapshot(clocks=given)
+        got = call_local(my_ssp_gate, clock, given, s)
+        call = f"{name}({clock}, {clocks}, s={s})"
         if not isinstance(got, (bool, np.bool_)):
-            fail(f"must_wait({clock}, {clocks}, s={s}) returned {got!r} "
-                 f"({type(got).__name__}); return True (wait) or False (go).")
+            fail(returned_none(got, name, "True (wait) or False (go)") or
+                 f"{call} returned {got!r} ({type(got).__name__}); return True (wait) or "
+                 "False (go).")
+        changed = snap.changed(name)
+        if changed:
+            fail(f"{changed} ({case}) The shard keeps using its list of clocks: use min(clocks) "
+                 "or sorted(clocks), which leave it alone.")
+        want = clock - min(clocks) > s
         if bool(got) == want:
             continue
-        hint = next((h for h, wrong in _GATE_MISTAKES.items()
-                     if all(bool(wrong(c, cs, ss)) == bool(call_local(must_wait, c, list(cs), ss))
-                            for c, cs, ss, _, _ in _GATE_CASES)), "")
-        fail(f"must_wait({clock}, {clocks}, s={s}) returned {got}, expected {want} "
-             f"({case})." + (f" Hint: {hint}." if hint else ""))
-    lead, _ = _real("must_wait", _ssp_max_lead, must_wait, 2)
+        hint = next((h for h, wrong in _gate_mistakes().items()
+                     if all(bool(wrong(c["clock"], list(c["clocks"]), c["s"])) ==
+                            bool(call_local(my_ssp_gate, c["clock"], list(c["clocks"]), c["s"]))
+                            for c in (k.params for k in cases))), "")
+        fail(f"{call} returned {bool(got)}, expected {want}: this replica is "
+             f"{clock - min(clocks)} clock(s) ahead of the slowest ({case})."
+             + (f" Hint: {hint}." if hint else ""))
+    lead = _real(_ssp_max_lead, my_ssp_gate, 2)
     if lead != 2:
         fail(f"in a real SSP run with s = 2 and a replica 4× slower, the fastest replica was "
              f"at most {lead} clocks ahead of the slowest when its pull went through; SSP "
              "lets it get exactly s = 2 ahead.")
-    passed("ps_ssp_gate", "the gate is right on 8 cases; in a real SSP(s=2) run with a 4× "
-           "straggler, the shards let the fast replicas lead by exactly 2 clocks, never 3")
+    passed("ssp_gate", f"the gate is right on {len(cases)} cases (1–6 replicas, s = 0 to 5, "
+           "leads of exactly s and s + 1); in a real SSP(s=2) run with a 4× straggler, the "
+           "shards let the fast replicas lead by exactly 2 clocks, never 3")
 
 
 # ------------------------------------------------------------------ task 2: Adagrad on a shard
 
-def _adagrad_ref(theta: np.ndarray, grad: np.ndarray, G: np.ndarray, lr: float,
-                 eps: float, inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    G = G + grad * grad
-    denom = np.sqrt(G + eps) if inside else np.sqrt(G) + eps
-    return theta - lr * grad / denom, G
+def _adagrad_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"size": int(rng.choice([1, 2, 5, 7, 12])),
+            "lr": round(float(10 ** rng.uniform(-2, 0)), 4),
+            "eps": float(10 ** rng.uniform(-6, -1)), "dtype": "float64"}
 
 
-def _as_pair(res: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    if not isinstance(res, tuple) or len(res) != 2:
-        fail(f"{name} returned {type(res).__name__}; return the pair (theta, G): the shard "
-             "keeps both for the next push.")
-    try:
-        return np.asarray(res[0], dtype=float), np.asarray(res[1], dtype=float)
-    except (TypeError, ValueError):
-        fail(f"{name} returned ({type(res[0]).__name__}, {type(res[1]).__name__}); return "
-             "two numpy arrays.")
+def _adagrad_inputs(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """θ, g and G for a case: g has zeros (coordinates not pushed this time), G has zeros
+    (coordinates never pushed), and nothing is 1."""
+    p, rng = case.params, case.rng
+    if "g" in p:
+        theta, g, G = rng.normal(size=len(p["g"])), np.array(p["g"]), np.array(p["G"])
+    else:
+        k = p["size"]
+        theta = rng.normal(size=k) * 2
+        g = rng.normal(size=k) * 3 * (rng.random(k) > 0.2)
+        G = np.abs(rng.normal(size=k)) * 5 * (rng.random(k) > 0.3)
+    dtype = np.dtype(p["dtype"])
+    return theta.astype(dtype), g.astype(dtype), G.astype(dtype)
+
+
+class _Pair:
+    """The learner's handler with a list answer [θ, G] handed to the shard as a tuple (the
+    spec asks for a pair; the shard insists on a tuple)."""
+
+    def __init__(self, fn: Callable):
+        self.fn, self.__name__ = fn, getattr(fn, "__name__", "push")
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.fn(*args)
+        return tuple(out) if isinstance(out, list) else out
 
 
 def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
@@ -117,9 +173,9 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     grads = [rng.normal(size=11) * rng.integers(0, 2, size=11) for _ in range(12)]
     want, G = theta0.copy(), np.zeros(11)
     for g in grads:
-        want, G = _adagrad_ref(want, g, G, lr, eps)
+        want, G = adagrad(want, g, G, lr, eps)
     with ParameterServer(theta0, shards=2, rule="adagrad", lr=lr, eps=eps,
-                         push=adagrad_push, timeout=10.0) as ps:
+                         push=_Pair(adagrad_push), timeout=10.0) as ps:
         a, b = ps.connect("replica 0"), ps.connect("replica 1")
         for k, g in enumerate(grads):
             client = a if k % 2 == 0 else b
@@ -130,75 +186,80 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     return got, want, np.concatenate([s["G"] for s in report.shards]), G
 
 
-def ps_adagrad_push(adagrad_push: Callable, lr: float = 0.1, eps: float = 1e-8) -> None:
-    """Lesson 07, task 2: ``adagrad_push(theta, grad, G, lr, eps)`` returns (θ', G') with
-    G' = G + g² and θ' = θ − lr·g/(√G' + eps), for the shard's slice."""
+def adagrad_push(my_adagrad_push: Callable, seed: int = 0) -> None:
+    """Lesson 07, task 2: ``my_adagrad_push(theta, grad, G, lr, eps)`` returns (θ', G') with
+    G' = G + g² and θ' = θ − lr·g/(√G' + eps), for the shard's slice (θ and G may be
+    updated in place)."""
     __tracebackhide__ = True
-    rng = np.random.default_rng(3)
-    theta = rng.normal(size=6)
-    g = np.array([0.5, -2.0, 0.01, 0.0, -0.3, 0.0])      # coordinate 3: no gradient this time
-    G = np.array([4.0, 1.0, 0.0, 2.0, 0.0, 0.0])        # coordinates 2, 4, 5: never seen
-    with np.errstate(all="ignore"):
-        got_t, got_G = _as_pair(call_local(adagrad_push, theta.copy(), g.copy(), G.copy(),
-                                           lr, eps), "adagrad_push")
-    want_t, want_G = _adagrad_ref(theta, g, G, lr, eps)
-    if got_t.shape != theta.shape or got_G.shape != G.shape:
-        fail(f"adagrad_push returned θ of shape {got_t.shape} and G of shape {got_G.shape}; "
-             f"both keep the slice's shape {theta.shape}.")
-    if first_difference(want_G, got_G) is not None:
-        hint = ("accumulate the SQUARED gradient: G + g², not G + g (a negative g would "
-                "make √G undefined)" if first_difference(G + g, got_G) is None else
-                "G accumulates over all pushes: G + g², not just this push's g²"
-                if first_difference(g * g, got_G) is None else
-                "that is the old G: add g² to it" if first_difference(G, got_G) is None
-                else "G' = G + g², element by element")
-        fail(f"the new G: {first_difference(want_G, got_G)} — {hint}.")
-    if not np.all(np.isfinite(got_t)):
-        bad = int(np.flatnonzero(~np.isfinite(got_t))[0])
-        fail(f"θ[{bad}] became {got_t[bad]} where G = {G[bad]} and g = {g[bad]}: a coordinate "
-             "no replica has pushed yet has √G = 0 and 0/0 is nan — add eps to the "
-             "denominator (√G + eps).")
-    inside = _adagrad_ref(theta, g, G, lr, eps, inside=True)[0]
-    if first_difference(want_t, got_t) is not None and first_difference(inside, got_t) is not None:
-        wrongs = {"divide by √G' + eps, not by G' + eps": theta - lr * g / (want_G + eps),
-                  "use the NEW G (add g² first, then divide by √G')":
-                      theta - lr * g / (np.sqrt(G) + eps),
-                  "subtract the step: θ − lr·g/(√G' + eps)": theta + lr * g / (np.sqrt(want_G) + eps),
-                  "multiply by lr": theta - g / (np.sqrt(want_G) + eps)}
-        hint = next((h for h, w in wrongs.items()
-                     if first_difference(w, got_t, rtol=1e-6, atol=1e-9) is None),
-                    "θ' = θ − lr·g/(√G' + eps)")
-        fail(f"the new θ: {first_difference(want_t, got_t)} — {hint}.")
-    got, want, got_G, want_G = _real("adagrad_push", _adagrad_on_shards, adagrad_push, lr, eps)
-    if first_difference(want_G, got_G) is not None:
-        fail(f"after 12 pushes from 2 replicas, the shards' G: {first_difference(want_G, got_G)}."
-             " G must carry over from push to push (return the updated G).")
-    if first_difference(want, got, rtol=1e-6, atol=1e-9) is not None:
-        fail(f"after 12 pushes from 2 replicas to 2 real shards, θ: "
-             f"{first_difference(want, got)}. Each shard must keep its own θ and G between "
-             "pushes: return both.")
-    passed("ps_adagrad_push", "right on one push, and inside 2 real shard processes: after "
+    name = getattr(my_adagrad_push, "__name__", "your function")
+    refuse(my_adagrad_push, "adagrad_push", _PACKAGE, "adagrad_push", "_adagrad_push")
+    words = AdagradWords(name=name, unit="coordinate",
+                         unseen="a coordinate no replica has pushed yet", steps="pushes",
+                         pair="the shard keeps both for the next push")
+    cases = list(Cases("adagrad_push", seed, [
+        {"g": [0.5, -2.0, 0.01, 0.0, -0.3, 0.0], "G": [4.0, 1.0, 0.0, 2.0, 0.0, 0.0],
+         "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
+        {"size": 9, "lr": 0.3, "eps": 1e-3, "dtype": "float32"}], draws=4, draw=_adagrad_draw))
+    for case in cases:
+        theta, g, G = _adagrad_inputs(case)
+        lr, eps = case.params["lr"], case.params["eps"]
+        given = (theta.copy(), g.copy(), G.copy())
+        snap = Snapshot(grad=given[1])
+        with np.errstate(all="ignore"):
+            got = call_local(my_adagrad_push, *given, lr, eps)
+        message = adagrad_diagnosis(got, theta, g, G, lr, eps, words)
+        if message:
+            fail(f"{message} ({case})")
+        changed = snap.changed(name)
+        if changed:
+            fail(f"{changed} ({case}) Only θ and G belong to the shard; the gradient is the "
+                 "replica's message.")
+    got, want, got_G, want_G = _real(_adagrad_on_shards, my_adagrad_push,
+                                     cases[-1].params["lr"], 1e-8)
+    diff = differs(want_G, got_G)
+    if diff:
+        fail(f"after 12 pushes from 2 replicas, the shards' G: {diff}. G must carry over from "
+             "push to push (return the updated G).")
+    diff = differs(want, got, rtol=1e-6)
+    if diff:
+        fail(f"after 12 pushes from 2 replicas to 2 real shards, θ: {diff}. Each shard must "
+             "keep its own θ and G between pushes: return both.")
+    passed("adagrad_push", f"right on {len(cases)} pushes (slices of 1 to 12 coordinates, "
+           "float32 and float64, random lr and eps), and inside 2 real shard processes: after "
            "12 pushes from 2 replicas, θ and every shard's G match Adagrad's")
 
 
 # ------------------------------------------------------------------ task 3: staleness-aware rate
 
-_RATE_CASES = (0, 1, 2, 4, 32)                 # staleness values tried in this process
-_RATE_MISTAKES = {
-    "the lesson divides by τ itself, not by τ + 1: a gradient 1 update old keeps lr, one 4 "
-    "updates old gets lr/4": lambda lr, t: lr / (t + 1),
-    "divide the rate by the staleness (lr/τ): a stale gradient must count LESS":
-        lambda lr, t: lr * max(t, 1),
-    "divide by τ, not τ²": lambda lr, t: lr / max(t, 1) ** 2,
-    "the rate must shrink with the staleness: lr/τ for τ ≥ 1": lambda lr, t: lr,
-}
+def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
+    fixed = sorted({c["lr"] for c in cases})
+    named = {
+        "the lesson divides by τ itself, not by τ + 1: a gradient 1 update old keeps lr, one 4 "
+        "updates old gets lr/4": lambda lr, t: lr / (t + 1),
+        "divide the rate by the staleness (lr/τ): a stale gradient must count LESS":
+            lambda lr, t: lr * max(t, 1),
+        "divide by τ, not τ²": lambda lr, t: lr / max(t, 1) ** 2,
+        "divide by τ, not √τ": lambda lr, t: lr / max(t, 1) ** 0.5,
+        "the rate must shrink with the staleness: lr/τ for τ ≥ 1": lambda lr, t: lr,
+    }
+    for c in (0.1, 0.01, 0.05, 0.5, 1.0, *fixed):
+        named[f"you use the rate {c:g} whatever lr is given: divide the lr argument by τ"] = \
+            (lambda c: lambda lr, t: c / t if t else c)(c)
+    return named
+
+
+_RATE_FIXED = [{"lr": 0.5, "tau": t} for t in (0, 1, 2, 4, 32)]
+
+
+def _rate_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"lr": round(float(10 ** rng.uniform(-2.5, 0.3)), 4),
+            "tau": int(rng.choice([0, 1, 2, 3, 5, 7, 16, 32, int(rng.integers(2, 1000))]))}
 
 
 def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np.ndarray,
                                                                     np.ndarray, np.ndarray]:
     """One replica (this process) reads θ once and pushes 6 gradients against that version
     (staleness 0..5) to a real shard using the learner's rate."""
-    from ddl_lab.parameter_server.rules import _staleness_lr as reference
     from ddl_lab.parameter_server.server import ParameterServer
     rng = np.random.default_rng(5)
     theta0, grads = rng.normal(size=5), rng.normal(size=(6, 5))
@@ -210,38 +271,45 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
             client.push(g, versions)
         got, _ = client.snapshot()
         report = ps.finish()
-    rates = np.array([reference(lr, t) for t in range(6)])
+    rates = np.array([lr / t if t else lr for t in range(6)])
     return got, theta0 - rates @ grads, report.shards[0]["lr"], rates
 
 
-def ps_staleness_lr(staleness_lr: Callable[[float, int], float], lr: float = 0.5) -> None:
-    """Lesson 07, task 3: ``staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
+def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
+    """Lesson 07, task 3: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     __tracebackhide__ = True
-    for tau in _RATE_CASES:
-        want = lr / tau if tau else lr
+    name = getattr(my_staleness_lr, "__name__", "your function")
+    refuse(my_staleness_lr, "staleness_lr", _PACKAGE, "staleness_lr", "_staleness_lr")
+    cases = list(Cases("staleness_lr", seed, _RATE_FIXED, draws=8, draw=_rate_draw))
+    params = [c.params for c in cases]
+    for case in cases:
+        lr, tau = case.params["lr"], case.params["tau"]
+        call = f"{name}({lr:g}, {tau})"
         try:
-            got = staleness_lr(lr, tau)
+            got = my_staleness_lr(lr, tau)
         except ZeroDivisionError:
-            fail(f"staleness_lr({lr}, {tau}) divided by zero: a fresh gradient has τ = 0 "
-                 "and keeps the full rate lr.")
-        except NotImplementedError:
-            call_local(staleness_lr, lr, tau)
-        except Exception as e:
-            fail(f"staleness_lr({lr}, {tau}) raised {type(e).__name__}: {e}")
+            fail(f"{call} divided by zero: a fresh gradient has τ = 0 and keeps the full "
+                 f"rate lr ({case}).")
+        except Exception:
+            got = call_local(my_staleness_lr, lr, tau)
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.number)):
-            fail(f"staleness_lr({lr}, {tau}) returned {got!r} ({type(got).__name__}); return "
-                 "a number.")
+            fail(returned_none(got, name, "the rate, a number") or
+                 f"{call} returned {got!r} ({type(got).__name__}); return a number.")
+        want = lr / tau if tau else lr
         if np.isclose(float(got), want, rtol=1e-9, atol=0):
             continue
-        hint = next((h for h, wrong in _RATE_MISTAKES.items()
-                     if all(np.isclose(float(call_local(staleness_lr, lr, t)), wrong(lr, t))
-                            for t in (1, 2, 4, 32))), "")
-        fail(f"staleness_lr({lr}, {tau}) returned {float(got):.6g}, expected {want:.6g}"
+        hint = next((h for h, wrong in _rate_mistakes(params).items()
+                     if all(np.isclose(float(call_local(my_staleness_lr, p["lr"], p["tau"])),
+                                       wrong(p["lr"], p["tau"]), rtol=1e-9, atol=1e-15)
+                            for p in params)), "")
+        fail(f"{call} returned {float(got):.6g}, expected {want:.6g} ({case})"
              + (f". Hint: {hint}." if hint else "."))
-    got, want, used, rates = _real("staleness_lr", _rates_on_a_shard, staleness_lr, lr)
-    if first_difference(rates, used) is not None or first_difference(want, got) is not None:
+    lr = cases[-1].params["lr"]
+    got, want, used, rates = _real(_rates_on_a_shard, my_staleness_lr, lr)
+    if differs(rates, used) is not None or differs(want, got) is not None:
         fail(f"on a real shard, the rates applied to gradients of staleness 0..5 were "
              f"{np.round(used, 4).tolist()}, expected {np.round(rates, 4).tolist()}.")
-    passed("ps_staleness_lr", "lr/τ (lr when fresh); a real shard applied "
-           f"{np.round(used, 3).tolist()} to gradients 0, 1, …, 5 updates stale")
+    passed("staleness_lr", f"lr/τ (lr when fresh) on {len(cases)} cases (random lr, τ = 0 to "
+           f"999); a real shard applied {np.round(used, 3).tolist()} to gradients 0, 1, …, 5 "
+           "updates stale")

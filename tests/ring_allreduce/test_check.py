@@ -1,5 +1,5 @@
-"""check.ring_allreduce and check.ring_cost accept a correct answer and reject the usual
-mistakes, each with a message that says why (lesson 06)."""
+"""check.ring_cost and check.ring_allreduce pass right answers written in several styles and
+name the mistakes learners make (lesson 06)."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -8,49 +8,151 @@ from ddl_lab import check
 from ddl_lab.check import CheckFailed
 
 
-# ---------------------------------------------------------------- learner code
-
-def good_ring(tensor):
-    n, rank = dist.get_world_size(), dist.get_rank()
-    chunks = list(torch.tensor_split(tensor, n))
-    right, left = (rank + 1) % n, (rank - 1) % n
-    for s in range(n - 1):                                   # share-reduce
-        out, into = chunks[(rank - s) % n], chunks[(rank - s - 1) % n]
-        buf = torch.empty_like(into)
-        send = dist.isend(out, right)
-        dist.recv(buf, left)
-        send.wait()
-        into += buf
-    for s in range(n - 1):                                   # share-only
-        out, into = chunks[(rank + 1 - s) % n], chunks[(rank - s) % n]
-        send = dist.isend(out, right)
-        dist.recv(into, left)
-        send.wait()
-    return tensor
-
-
-def stub(tensor):
+def stub(*args):
     raise NotImplementedError("replace this line with your code")
 
 
-def divisible_only(tensor):
+# ------------------------------------------------------------------- cost model
+
+def cost_factored(n, nbytes, alpha, beta):
+    if n == 1:
+        return 0.0
+    return (n - 1) * (2 * alpha + 2 * nbytes * beta / n)
+
+
+def test_ring_cost_right_answers_pass(solution, capsys):
+    check.ring_cost(solution("06_ring_allreduce", "my_ring_cost"))
+    check.ring_cost(cost_factored)
+    check.ring_cost(lambda n, S, a, b: torch.tensor(2.0 * (n - 1) * (a + S * b / n)))
+    assert capsys.readouterr().out.count("✔ ring_cost: passed") == 3
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda n, S, a, b: None, "returned None"),
+    (lambda n, S, a, b: 2 * (n - 1) * a + 2 * (n - 1) * S * b, "whole tensor S per step"),
+    (lambda n, S, a, b: (n - 1) * a + (n - 1) / n * S * b, "factor 2"),
+    (lambda n, S, a, b: 2 * (n - 1) * a + (n - 1) / n * S * b, "factor 2 is on the latency"),
+    (lambda n, S, a, b: 2 * n * a + 2 * S * b, "n−1 steps per phase"),
+    (lambda n, S, a, b: 2 * (n - 1) / n * S * b, "latency term is missing"),
+    (lambda n, S, a, b: 2 * (n - 1) * b + 2 * (n - 1) / n * S * a, "swapped"),
+    (lambda n, S, a, b: 6 * a + 1.5 * S * b, r"cost for n = 4 ranks.*right for n = 4"),
+    (lambda n, S, a, b: 2 * a * (n - 1) + 2 * S * b / (n - 1) * (n - 1) ** 2 / n
+     if n > 1 else S / (n - 1), "divided by zero"),
+])
+def test_ring_cost_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.ring_cost(wrong)
+
+
+def test_ring_cost_refuses_the_package_model():
+    from ddl_lab.ring_allreduce import cost as engine
+
+    def my_ring_cost(n, nbytes, alpha, beta):
+        return engine.cost_model("ring", n, nbytes, alpha, beta)
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.ring_cost(my_ring_cost)
+
+
+def test_ring_cost_failure_quotes_a_replayable_case():
+    with pytest.raises(CheckFailed, match=r"case \d+ \(n=\d+.*replay: check\.ring_cost\(…, "
+                                          r"seed=7\)"):
+        check.ring_cost(lambda n, S, a, b: 2 * (n - 1) * a + 2 * (n - 1) * S * b, seed=7)
+
+
+# ---------------------------------------------------------------- learner rings
+
+def ring_loop_bounds(tensor):
+    """Another right style: bounds computed by hand, irecv into scratch buffers, no return."""
     n, rank = dist.get_world_size(), dist.get_rank()
-    size = tensor.numel() // n                             # drops the remainder
-    chunks = [tensor[i * size:(i + 1) * size] for i in range(n)]
+    base, extra = divmod(tensor.numel(), n)
+    starts = [i * base + min(i, extra) for i in range(n + 1)]
+    chunk = [tensor[starts[i]:starts[i + 1]] for i in range(n)]
+    for s in range(2 * (n - 1)):
+        out = chunk[(rank - s) % n]
+        into = chunk[(rank - s - 1) % n]
+        buf = torch.zeros_like(into)
+        reqs = [dist.irecv(buf, (rank - 1) % n), dist.isend(out, (rank + 1) % n)]
+        for r in reqs:
+            r.wait()
+        if s < n - 1:
+            into.add_(buf)
+        else:
+            into.copy_(buf)
+
+
+def ring_batched(tensor):
+    """Another right style: batch_isend_irecv, one flat view, returns the tensor."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = tensor.tensor_split(n)
+    for phase in ("reduce", "share"):
+        for s in range(n - 1):
+            k_out = (rank - s) % n if phase == "reduce" else (rank + 1 - s) % n
+            k_in = (k_out - 1) % n
+            buf = torch.empty_like(chunks[k_in])
+            ops = [dist.P2POp(dist.isend, chunks[k_out], (rank + 1) % n),
+                   dist.P2POp(dist.irecv, buf, (rank - 1) % n)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            if phase == "reduce":
+                chunks[k_in].add_(buf)
+            else:
+                chunks[k_in].copy_(buf)
+    return tensor
+
+
+def _ring(tensor, split, n=None, buffer=torch.empty_like, add_in_share=False):
+    n = n or dist.get_world_size()
+    rank = dist.get_rank()
+    chunks = split(tensor, n)
     right, left = (rank + 1) % n, (rank - 1) % n
     for s in range(n - 1):
         out, into = chunks[(rank - s) % n], chunks[(rank - s - 1) % n]
-        buf = torch.empty_like(into)
-        send = dist.isend(out, right)
-        dist.recv(buf, left)
-        send.wait()
-        into += buf
+        incoming = buffer(into)
+        sending = dist.isend(out, right)
+        dist.recv(incoming, left)
+        sending.wait()
+        into += incoming
     for s in range(n - 1):
         out, into = chunks[(rank + 1 - s) % n], chunks[(rank - s) % n]
-        send = dist.isend(out, right)
-        dist.recv(into, left)
-        send.wait()
+        sending = dist.isend(out, right)
+        if add_in_share:
+            incoming = buffer(into)
+            dist.recv(incoming, left)
+            into += incoming
+        else:
+            dist.recv(into, left)
+        sending.wait()
     return tensor
+
+
+def ring_chunk(tensor):
+    return _ring(tensor, lambda t, n: t.chunk(n))
+
+
+def ring_divisible_only(tensor):
+    def split(t, n):
+        size = t.numel() // n
+        return [t[i * size:(i + 1) * size] for i in range(n)]
+    return _ring(tensor, split)
+
+
+def ring_float32_buffer(tensor):
+    return _ring(tensor, torch.tensor_split, buffer=lambda c: torch.zeros(c.numel()))
+
+
+def ring_four_ranks(tensor):
+    return _ring(tensor, torch.tensor_split, n=4)
+
+
+def ring_adds_in_share_only(tensor):
+    return _ring(tensor, torch.tensor_split, add_in_share=True)
+
+
+def ring_returns_new(tensor):
+    out = tensor.clone()
+    _ring(out, torch.tensor_split)
+    return out
 
 
 def uses_builtin(tensor):
@@ -83,92 +185,54 @@ def blocking_ring(tensor):
     return tensor
 
 
-def adds_in_allgather(tensor):
-    n, rank = dist.get_world_size(), dist.get_rank()
-    chunks = list(torch.tensor_split(tensor, n))
-    right, left = (rank + 1) % n, (rank - 1) % n
-    for s in range(2 * (n - 1)):
-        out, into = chunks[(rank - s) % n], chunks[(rank - s - 1) % n]
-        buf = torch.empty_like(into)
-        send = dist.isend(out, right)
-        dist.recv(buf, left)
-        send.wait()
-        into += buf                                        # wrong in the second phase
-    return tensor
-
-
-def returns_new(tensor):
-    out = tensor.clone()
-    good_ring(out)
-    return out
-
-
 # ---------------------------------------------------------------------- tests
 
-def test_correct_ring_passes(capsys):
-    check.ring_allreduce(good_ring)
-    assert "✔ ring_allreduce: passed" in capsys.readouterr().out
+def test_right_rings_pass(solution, capsys):
+    check.ring_allreduce(solution("06_ring_allreduce", "my_ring_allreduce"))
+    check.ring_allreduce(ring_loop_bounds)
+    check.ring_allreduce(ring_batched)
+    out = capsys.readouterr().out
+    assert out.count("✔ ring_allreduce: passed") == 3 and "1.600·S on 5 ranks" in out
 
 
-def test_package_ring_passes(capsys):
-    from ddl_lab.ring_allreduce.engine import ring_allreduce
-    check.ring_allreduce(ring_allreduce)
-    assert "passed" in capsys.readouterr().out
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (ring_chunk, r"tensor\.chunk\(4\) gives only 3 chunks"),
+    (ring_divisible_only, r"not a multiple of 3.*remainder out"),
+    (ring_float32_buffer, r"dist\.recv with a float32 buffer while the tensor being summed "
+                          r"is float64"),
+    (ring_four_ranks, r"failed on rank \d of 3.*right for 4 ranks but not for 3 ranks"),
+    (ring_adds_in_share_only, "share-only phase does not"),
+    (ring_returns_new, "left the tensor it was given unchanged"),
+    (uses_builtin, r"called dist\.all_reduce.*point-to-point"),
+    (whole_tensor_ring, r"not bandwidth-optimal.*3\.00·S.*1\.50·S"),
+])
+def test_ring_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.ring_allreduce(wrong)
 
 
-def test_stub_is_rejected():
-    with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.ring_allreduce(stub)
+def test_the_package_ring_is_refused():
+    from ddl_lab.ring_allreduce.textbook import ring_allreduce
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.ring_allreduce(ring_allreduce)
 
 
-def test_divisible_only_is_rejected():
-    with pytest.raises(CheckFailed, match=r"not a multiple of 3.*remainder out"):
-        check.ring_allreduce(divisible_only)
+def test_deadlock_is_reported_in_seconds():
+    with pytest.raises(CheckFailed, match=r"deadlocked on 4 ranks.*gloo's blocking dist\.send"):
+        check.ring_allreduce(blocking_ring)
 
 
-def test_builtin_collective_is_rejected():
-    with pytest.raises(CheckFailed, match=r"called dist\.all_reduce.*point-to-point"):
-        check.ring_allreduce(uses_builtin)
-
-
-def test_whole_tensor_ring_is_not_bandwidth_optimal():
-    with pytest.raises(CheckFailed, match=r"not bandwidth-optimal.*2\.00·S.*1\.33·S"):
-        check.ring_allreduce(whole_tensor_ring)
-
-
-def test_wrong_sum_names_rank_and_element():
-    with pytest.raises(CheckFailed, match=r"rank \d ends with a wrong sum: element \d+ .*"
-                                          r"share-only phase does not"):
-        check.ring_allreduce(adds_in_allgather)
-
-
-def test_result_must_be_in_place():
-    with pytest.raises(CheckFailed, match="left the tensor it was given unchanged"):
-        check.ring_allreduce(returns_new)
-
-
-@pytest.mark.slow
-def test_deadlock_times_out_with_a_message():
-    with pytest.raises(CheckFailed, match=r"timed out after 4 s.*gloo's blocking dist\.send"):
-        check.ring_allreduce(blocking_ring, timeout=4)
-
-
-# ------------------------------------------------------------------- cost model
-
-def test_ring_cost():
-    check.ring_cost(lambda n, S, a, b: 2 * (n - 1) * a + 2 * (n - 1) / n * S * b)
-    with pytest.raises(CheckFailed, match="not implemented yet"):
-        check.ring_cost(stub_cost)
-    with pytest.raises(CheckFailed, match="whole tensor S per step"):
-        check.ring_cost(lambda n, S, a, b: 2 * (n - 1) * a + 2 * (n - 1) * S * b)
-    with pytest.raises(CheckFailed, match="factor 2"):
-        check.ring_cost(lambda n, S, a, b: (n - 1) * a + (n - 1) / n * S * b)
-    with pytest.raises(CheckFailed, match="returned None"):
-        check.ring_cost(lambda n, S, a, b: None)
-
-
-def stub_cost(n, nbytes, alpha, beta):
-    raise NotImplementedError("replace this line with your code")
+def test_same_verdict_twenty_times(solution, capsys):
+    right = solution("06_ring_allreduce", "my_ring_allreduce")
+    for _ in range(20):
+        check.ring_allreduce(right)
+    verdicts = set()
+    for _ in range(20):
+        with pytest.raises(CheckFailed) as e:
+            check.ring_allreduce(ring_chunk)
+        verdicts.add(str(e.value))
+    assert capsys.readouterr().out.count("passed") == 20 and len(verdicts) == 1
 
 
 def _collectives_still_work():
@@ -177,11 +241,14 @@ def _collectives_still_work():
     w = dist.isend(t, (dist.get_rank() + 1) % dist.get_world_size())
     dist.recv(torch.empty(3), (dist.get_rank() - 1) % dist.get_world_size())
     w.wait()
-    return float(t[0])
+    return float(t[0]), dist.get_world_size()
 
 
 def test_check_restores_the_process_group():
+    from ddl_lab.check._worlds import MAX_WORLD
     from ddl_lab.runtime import shared_cluster
     with pytest.raises(CheckFailed):
         check.ring_allreduce(uses_builtin)
-    assert shared_cluster(3).run(_collectives_still_work) == [3.0, 3.0, 3.0]
+    with pytest.raises(CheckFailed):
+        check.ring_allreduce(ring_chunk)
+    assert shared_cluster(MAX_WORLD).run(_collectives_still_work) == [(5.0, 5)] * MAX_WORLD
