@@ -34,7 +34,7 @@ WHERE = "ddl_lab.scaling_out.hosts:where_am_i"
 
 def ddp_vs_ours(rounds: int, steps: int) -> None:
     with Cluster(4, timeout=300) as c:
-        c.run(P.ddp_train, "digits-mlp", 2, 64, 0.1)                 # DDP's first import
+        c.run_with(P.ddp_train, ("digits-mlp", 2, 64, 0.1), timeout=300)   # DDP's first import
         for workload, batch in (("digits-mlp", 64), ("digits-wide-mlp", 256)):
             ours, ddp = [], []
             for _ in range(rounds):

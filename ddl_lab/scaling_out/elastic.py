@@ -202,6 +202,8 @@ class ElasticRun:
 
 
 def _collect(jobs: list[Job], folder: str, options: dict) -> ElasticRun:
+    for i, job in enumerate(jobs):                # kept beside the log, for a post-mortem
+        (Path(folder) / f"torchrun-{i}.err").write_text(job.stderr)
     final = Path(folder) / "final.pt"
     params = torch.load(final, weights_only=True) if final.exists() else None
     return ElasticRun(jobs, read_log(folder), params, folder, options)

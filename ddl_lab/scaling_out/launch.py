@@ -91,13 +91,13 @@ class Job:
         return (env + " " if env else "") + shlex.join(self.command)
 
     def tail(self, lines: int = 12) -> str:
-        """What went wrong: the first exception a worker printed, then the last lines of
-        stderr with torchrun's noise left out."""
+        """What went wrong: the last exception a worker printed (the one that ended the job),
+        then the last lines of stderr with torchrun's noise left out."""
         keep = [ln for ln in self.stderr.splitlines()
                 if ln.strip() and "hostname of the client socket" not in ln
                 and "OMP_NUM_THREADS" not in ln and not ln.rstrip().endswith("*****")]
-        first = next((ln for ln in keep if _ERROR.match(ln)), None)
-        return "\n".join(([first, "…"] if first else []) + keep[-lines:])
+        last = next((ln for ln in reversed(keep) if _ERROR.match(ln)), None)
+        return "\n".join(([last, "…"] if last else []) + keep[-lines:])
 
     def raise_for_failure(self) -> "Job":
         if not self.ok:

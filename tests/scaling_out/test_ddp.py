@@ -10,7 +10,9 @@ from ddl_lab.scaling_out import ddp as P
 
 @pytest.fixture(scope="module")
 def cluster():
-    return shared_cluster(3)
+    c = shared_cluster(3)
+    c.run_with(P.ddp_train, ("digits-mlp", 1, 60, 0.1), timeout=300)   # DDP's first import
+    return c
 
 
 @pytest.fixture(scope="module")

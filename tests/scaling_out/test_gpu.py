@@ -14,7 +14,8 @@ GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def test_ddp_on_nccl_takes_the_steps_sync_sgd_takes_on_gloo():
-    with Cluster(GPUS, backend="nccl") as gpu, Cluster(GPUS, backend="gloo") as cpu:
+    with Cluster(GPUS, backend="nccl", timeout=300) as gpu, \
+            Cluster(GPUS, backend="gloo", timeout=300) as cpu:
         on_gpu = gpu.run(P.ddp_train, "digits-mlp", 10, 8 * GPUS, 0.1)
         on_cpu = cpu.run(D.sync_sgd, "digits-mlp", 10, 8 * GPUS, 0.1, barrier=False)
     assert on_gpu[0].loss == pytest.approx(on_cpu[0].loss, abs=1e-4)

@@ -1,0 +1,61 @@
+"""Lesson 10's pictures and its predict-then-run widget, on small made-up records."""
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from ddl_lab.data_parallel.workloads import Run
+from ddl_lab.scaling_out import plots
+from ddl_lab.scaling_out.calculator import Fit
+from ddl_lab.scaling_out.elastic import ElasticRun
+from ddl_lab.scaling_out.federated import FedRun
+from ddl_lab.scaling_out.guess import Guess
+
+
+def texts(ax) -> str:
+    return " ".join(t.get_text() for t in ax.texts)
+
+
+def test_two_hosts_show_ranks_env_and_the_bytes_each_way():
+    ranks = [{"rank": r, "addr": f"10.200.0.{1 + r // 2}",
+              "env": {"RANK": str(r), "LOCAL_RANK": str(r % 2)}} for r in range(4)]
+    ax = plots.plot_two_hosts(ranks, {"ns-a": {"rx": 5, "tx": 96e6}, "ns-b": {"rx": 96e6,
+                                                                            "tx": 5e6}})
+    assert "A → B 96.0 MB" in texts(ax) and "B → A 5.0 MB" in texts(ax)
+    assert "host B: 10.200.0.2" in texts(ax) and "LOCAL_RANK=1" in texts(ax)
+    plt.close("all")
+
+
+def test_the_elastic_picture_marks_the_kill_and_the_resume():
+    log = [{"event": "start", "attempt": 0, "step": 0, "world": 2}] + \
+          [{"event": "step", "attempt": 0, "step": s, "loss": 2.0 - s / 100} for s in range(1, 8)] + \
+          [{"event": "checkpoint", "attempt": 0, "step": 5},
+           {"event": "start", "attempt": 1, "step": 5, "world": 2}] + \
+          [{"event": "step", "attempt": 1, "step": s, "loss": 2.0 - s / 100} for s in range(6, 11)]
+    run = ElasticRun([], log, torch.zeros(3), "")
+    ax = plots.plot_elastic(run)
+    assert "killed after step 7" in texts(ax) and "resumed from checkpoint 5" in texts(ax)
+    assert [a["start"] for a in run.attempts()] == [0, 5] and run.checkpoints() == [5]
+    plt.close("all")
+
+
+def test_ddp_federated_and_calculator_figures_have_their_panels():
+    r = Run(0, loss=[1.0, 0.9], time=[0.01, 0.02], rounds=2)
+    assert len(plots.figure_ddp({"a": [r], "b": [r]}).axes) == 2
+    fed = FedRun("x", [0.1, 0.5], [0, 10], [0.3])
+    assert len(plots.figure_federated([fed], FedRun("c", [0.1, 0.9], [0, 4])).axes) == 3
+    ax = plots.plot_calculator(Fit(0, 1e-5, 1e-4, 1e-9, 2, 1000), 64, {1: 1e-3, 2: 2e-3})
+    assert len(ax.patches) == 16                                    # 8 × (compute + comm)
+    plots.plot_seed_case([{"link_gbit": 1, "workers": n, "speedup": n ** 0.5} for n in (1, 8)])
+    plt.close("all")
+
+
+@pytest.mark.parametrize("guess, measured, says", [(1.0, 1.05, "— close"),
+                                                   (64.0, 101.0, "off by a factor 1.6")])
+def test_guess_prints_the_prediction_beside_the_measurement(capsys, guess, measured, says):
+    import ipywidgets as widgets
+    g = Guess("how many?", widgets.FloatSlider(value=guess, max=200))
+    g.reveal(measured, " MB", "because.")
+    out = capsys.readouterr().out
+    assert f"you predicted {guess:.3g} MB; measured {measured:.3g} MB" in out and says in out
+    assert np.isclose(g.value, guess)
