@@ -14,6 +14,7 @@ import importlib
 import io
 import linecache
 import sys
+import threading
 import types
 from typing import Any, Callable
 
@@ -71,6 +72,31 @@ def _save_module(pickler: dill.Pickler, module: types.ModuleType) -> None:
 
 
 Pickler.dispatch[types.ModuleType] = _save_module
+
+_dill_globalvars = dill.detect.globalvars
+_visiting = threading.local()
+
+
+def _globalvars(func: Any, recurse: bool = True, builtin: bool = False) -> dict:
+    """dill's ``detect.globalvars`` without its endless loops (dill 0.4 follows function
+    references with no memory, so two cell functions that call each other, or a cell
+    that names ``dist.all_reduce`` — a wrapper whose globals lead back to it — raised
+    RecursionError): each function is followed once, and a library's functions, which
+    travel by name with no globals of their own, are not followed at all."""
+    seen = getattr(_visiting, "ids", None)
+    if seen is None:
+        seen = _visiting.ids = set()
+    if seen and (id(func) in seen or (isinstance(func, types.FunctionType)
+                                      and func.__module__ != "__main__")):
+        return {}
+    seen.add(id(func))
+    try:
+        return _dill_globalvars(func, recurse, builtin)
+    finally:
+        seen.discard(id(func))
+
+
+dill.detect.globalvars = _globalvars        # dill's save_function looks it up per call
 
 
 def _dump(obj: Any) -> tuple[bytes, Pickler]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import linecache
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -18,7 +19,7 @@ import traceback
 from multiprocess.connection import Connection
 
 from .backends import group_backend
-from .errors import call_hint
+from .errors import call_hint, memory_hint
 from .pickling import dumps, install_in_main, loads
 from .progress import WORKER
 from .reload import ModuleWatch
@@ -56,7 +57,8 @@ def worker_main(rank: int, conn: Connection, ctl: Connection, cfg: dict) -> None
     os.environ.update(cfg["env"], RANK=str(rank), LOCAL_RANK=str(rank))
     # torch.multiprocessing hands shared memory over a socket that checks this key
     multiprocessing.current_process().authkey = cfg["authkey"]
-    threading.Thread(target=_watch, args=(cfg["parent"], ctl), daemon=True).start()
+    threading.Thread(target=_watch, args=(cfg["parent"], ctl, cfg["tmpdir"]),
+                     daemon=True).start()
     lock = threading.Lock()
     WORKER.update(conn=conn, lock=lock, last=0.0)
     sys.stdout = LineWriter(conn, "out", lock)
@@ -90,16 +92,17 @@ def worker_main(rank: int, conn: Connection, ctl: Connection, cfg: dict) -> None
         dist.destroy_process_group()
 
 
-def _watch(parent: int, ctl: Connection) -> None:
-    """Exit with the parent; answer its "where" with the main thread's position."""
-    while True:
-        if os.getppid() != parent:
-            os._exit(0)
+def _watch(parent: int, ctl: Connection, tmpdir: str) -> None:
+    """Exit with the parent (removing the cluster's store, which the parent can no longer
+    do); answer its "where" with the main thread's position."""
+    while os.getppid() == parent:
         try:
             if ctl.poll(0.5) and ctl.recv() == "where":
                 ctl.send(tuple(main_thread_where()))
-        except (EOFError, OSError):
-            os._exit(0)
+        except (EOFError, OSError):          # the parent closed it, or died
+            break
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    os._exit(0)
 
 
 def _rpc_started() -> bool:
@@ -141,7 +144,7 @@ def _run_task(task: int, payload: bytes, sources: dict, modules: ModuleWatch) ->
     except BaseException as e:
         tb = e.__traceback__.tb_next if e.__traceback__ else None   # hide this frame
         text = "".join(traceback.format_exception(type(e), e, tb))
-        hint = ""
+        hint = memory_hint(e)
         if fn is not None and isinstance(e, TypeError) and tb is None:   # fn's own signature
             hint = call_hint(fn, kwargs, e)
         return ("err", task, text, f"raised {type(e).__name__}: {e}", hint)
