@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from numbers import Integral
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -80,10 +81,10 @@ def validate_order(order: Sequence[Op], m: int) -> str | None:
     seen: dict[Op, int] = {}
     for k, item in enumerate(order):
         if (not isinstance(item, (tuple, list)) or len(item) != 2 or item[0] not in ("F", "B")
-                or not isinstance(item[1], int) or not 0 <= item[1] < m):
+                or not isinstance(item[1], Integral) or not 0 <= item[1] < m):
             return (f"item {k} is {item!r}; each item must be ('F', i) or ('B', i) with "
                     f"0 <= i < m = {m}")
-        op = (item[0], item[1])
+        op = (item[0], int(item[1]))
         if op in seen:
             return f"{op} appears twice (items {seen[op]} and {k})"
         if op[0] == "B" and ("F", op[1]) not in seen:

@@ -19,6 +19,7 @@ share of the batch, equal one un-pipelined step exactly.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -180,10 +181,15 @@ def microbatches(X: torch.Tensor, y: torch.Tensor, m: int) -> list[tuple[torch.T
     return list(zip(torch.tensor_split(X, m), torch.tensor_split(y, m)))
 
 
+@lru_cache(maxsize=1)
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    return digits(seed=0)[0].tensors()
+
+
 def digits_batches(batch: int, steps: int, seed: int = 0) -> list[tuple[torch.Tensor,
                                                                         torch.Tensor]]:
     """``steps`` mini-batches of ``batch`` digits (the same on every rank for a seed)."""
-    X, y = digits(seed=0)[0].tensors()
+    X, y = _digits()
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(len(y), (steps, batch), generator=g)
     return [(X[i], y[i]) for i in idx]
