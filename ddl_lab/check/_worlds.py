@@ -192,6 +192,20 @@ def classify(failures: dict[int, str], fn: Callable) -> RankFailure:
     return RankFailure("raised", r, _last_line(text), text)
 
 
+def _bare_stub(fn: Callable) -> bool:
+    """True if ``fn`` does nothing but raise NotImplementedError (an exercise's stub), so
+    the check need not start workers to find out."""
+    import dis
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    ops = [i for i in dis.get_instructions(code) if i.opname not in ("RESUME", "NOP")]
+    return (bool(ops) and ops[0].opname in ("LOAD_GLOBAL", "LOAD_NAME")
+            and ops[0].argval == "NotImplementedError"
+            and all(i.opname in ("LOAD_CONST", "PRECALL", "CALL", "RAISE_VARARGS")
+                    for i in ops[1:]) and ops[-1].opname == "RAISE_VARARGS")
+
+
 def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callable,
               timeout: float | None = None) -> list[Outcome]:
     """Run ``body(*args)`` for each case ``(n, args)`` on an n-rank world carved out of the
@@ -199,6 +213,8 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     A failure outside the cases raises ``WorldFailed`` (``fn``: the learner's function)."""
     if not all(1 <= n <= MAX_WORLD for n, _ in cases):
         raise ValueError(f"world sizes must lie in 1…{MAX_WORLD}")
+    if _bare_stub(fn):
+        raise WorldFailed(RankFailure("stub", 0, stub_message(fn), ""))
     cluster = shared_cluster(MAX_WORLD)
     try:
         per_rank = cluster.run_with(in_worlds, (body, list(cases)), {},

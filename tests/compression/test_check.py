@@ -292,6 +292,6 @@ def test_same_verdict_twenty_times(solution, capsys):
     right = solution("08_compression", "my_error_feedback_onebit")
     lines = set()
     for _ in range(20):
-        check.error_feedback_onebit(right, epochs=1, min_accuracy=0.5)
+        check.error_feedback_onebit(right, epochs=1, min_accuracy=0.3)
         lines.add(capsys.readouterr().out)
     assert len(lines) == 1 and "passed" in lines.pop()
