@@ -343,6 +343,8 @@ def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
             mods = [m for m in [glb.get(n) for n in names] + list(cells.values())
                     if isinstance(m, types.ModuleType)]
             mods += [_module(n) for n in names if n.startswith("ddl_lab.")]   # local imports
+            mods += [getattr(m, n) for m in list(mods) for n in names       # their submodules
+                     if isinstance(getattr(m, n, None), types.ModuleType)]
             inner += [glb.get(n) for n in names]
             inner += [getattr(m, n, None) for m in mods for n in names]
             inner += list(cells.values())
