@@ -27,6 +27,16 @@ def shared_cluster(world_size: int, **options: Any) -> Cluster:
     return c
 
 
+def close_shared() -> int:
+    """Shut down every cluster ``shared_cluster`` keeps (a lesson's last cell); how many.
+    A later ``shared_cluster`` call starts a fresh one."""
+    closed = 0
+    while _POOL:
+        _POOL.popitem()[1].shutdown()
+        closed += 1
+    return closed
+
+
 def launch(fn: Callable, world_size: int, *args: Any, **kwargs: Any) -> list:
     """One shot: start ``world_size`` ranks, run ``fn(*args, **kwargs)`` on each, shut down
     (lesson 00). Every argument goes to ``fn``; runtime options go to ``launch_with``."""
