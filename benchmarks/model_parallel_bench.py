@@ -82,7 +82,7 @@ def memory(cluster4: Cluster, cluster2: Cluster) -> None:
 def distbelief(cluster8: Cluster, steps: int) -> None:
     print("\n4. DistBelief: speed-up against partitions (slowest rank, forward pass of 3 layers, "
           f"median of {steps})")
-    for label, network in (("network 3 ms/message, 1 Gb/s", D.Network()),
+    for label, network in (("network 4 ms/message, 1 Gb/s", D.Network()),
                            ("loopback only", None)):
         for kind in D.KINDS:
             cuts = {n: cluster8.run(D.distbelief_run, kind, n, steps=steps, network=network)

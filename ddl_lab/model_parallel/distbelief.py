@@ -102,7 +102,7 @@ class Network:
     """A modelled network between the partitions: ``latency`` seconds per message one
     after another, ``bandwidth`` bytes per second (default: DistBelief's era, 1 Gb/s)."""
 
-    latency: float = 3e-3
+    latency: float = 4e-3
     bandwidth: float = 125e6
 
     def seconds(self, messages: int, values: int) -> float:

@@ -332,14 +332,14 @@ def pipeline_run(kind: str = "mlp", p: int = 2, m: int = 4, schedule: str = "gpi
     loss_fn = nn.CrossEntropyLoss()
     order = SCHEDULES[schedule](rank, p, m)
     run = StageRun(rank, p, m, schedule)
-    meter = ActivationMeter()
+    meter, shape = ActivationMeter(), input_shape(stages, rank)
     for t, (X, y) in enumerate(digits_batches(batch, steps, seed)):
         tl = Timeline(rank=rank)
         outs: list | None = [] if keep_outputs and t == 0 else None
         dist.barrier(group=g)
         t0 = time.perf_counter()
         loss = run_schedule(stage, order, microbatches(X, y, m), loss_fn, prev, nxt,
-                            input_shape(stages, rank), tl, meter, outputs=outs)
+                            shape, tl, meter, outputs=outs)
         run.step_times.append(time.perf_counter() - t0)
         run.timelines.append(tl)
         if loss is not None:

@@ -7,7 +7,9 @@ import torch.nn.functional as F
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.model_parallel.pipeline import one_f_one_b_order
 from ddl_lab.model_parallel.stages import recv_tensor, send_tensor, stage_step
+from ddl_lab.model_parallel.tensor_parallel import row_parallel
 
 STEM = "09_model_parallel"
 
@@ -88,6 +90,12 @@ def grad_to_next(stage, batches, loss_fn, prev, nxt):
     return _gpipe(stage, batches, loss_fn, prev, nxt, lambda n, B, m: n / B, grad_to="nxt")
 
 
+def grad_onward_in_the_middle(stage, batches, loss_fn, prev, nxt):
+    """The last stage gets it right; a middle stage sends its input's gradient on to nxt."""
+    return _gpipe(stage, batches, loss_fn, prev, nxt, lambda n, B, m: n / B,
+                  grad_to="nxt" if nxt is not None else "prev")
+
+
 def borrowed(stage, batches, loss_fn, prev, nxt):
     return stage_step(stage, batches, loss_fn, prev, nxt)
 
@@ -110,6 +118,8 @@ def test_stage_step(solution, capsys):
         check.stage_step(no_requires_grad)
     with pytest.raises(CheckFailed, match="gradients sent to the wrong neighbour"):
         check.stage_step(grad_to_next)
+    with pytest.raises(CheckFailed, match="wrong neighbour: rank 1 sent .* gradient to nxt"):
+        check.stage_step(grad_onward_in_the_middle)
 
 
 # ---------------------------------------------------------------- the 1F1B order
@@ -157,6 +167,8 @@ def test_one_f_one_b(solution, capsys):
     assert capsys.readouterr().out.count("✔ one_f_one_b: passed") == 2
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.one_f_one_b(stub)
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.one_f_one_b(lambda rank, p, m: one_f_one_b_order(rank, p, m))
     with pytest.raises(CheckFailed, match="too many forwards in flight.*GPipe"):
         check.one_f_one_b(gpipe)
     with pytest.raises(CheckFailed, match="too many forwards in flight"):
@@ -192,6 +204,8 @@ def test_row_parallel(solution, capsys):
     assert capsys.readouterr().out.count("✔ row_parallel: passed") == 2
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.row_parallel(stub)
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.row_parallel(row_parallel)
     with pytest.raises(CheckFailed, match="only its own partial sum.*all_reduce"):
         check.row_parallel(row_no_allreduce)
     with pytest.raises(CheckFailed, match="bias was added on every rank"):
