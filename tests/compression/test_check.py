@@ -84,11 +84,28 @@ def test_strom_mistakes_are_named(wrong, fault):
         check.strom_threshold(wrong)
 
 
-def test_strom_refuses_the_package_step():
+def _package(name):
     from ddl_lab.compression import compressors
-    step = getattr(compressors, "strom_step", None) or compressors._strom_step
+    return getattr(compressors, name, None) or getattr(compressors, "_" + name)
+
+
+def pkg_levels(v, s, u):
+    from ddl_lab.compression.compressors import qsgd_levels
+    return qsgd_levels(v.numpy(), float(v.norm()), s, u.numpy())
+
+
+def pkg_coding(indices):
+    from ddl_lab.compression import compressors
+    return compressors.varint_encode(np.diff(indices, prepend=0))
+
+
+@pytest.mark.parametrize("task, answer", [
+    ("strom_threshold", lambda: _package("strom_step")),
+    ("error_feedback_onebit", lambda: _package("ef_onebit_step")),
+    ("qsgd_rounding", lambda: pkg_levels), ("index_coding", lambda: pkg_coding)])
+def test_the_package_compressors_are_refused(task, answer):
     with pytest.raises(CheckFailed, match="package's own implementation"):
-        check.strom_threshold(step)
+        getattr(check, task)(answer())
 
 
 # ---------------------------------------------------- task 2: 1-bit with error feedback

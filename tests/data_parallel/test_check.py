@@ -254,6 +254,15 @@ def test_local_sgd_mistakes_are_named(wrong, fault):
         check.local_sgd(wrong)
 
 
+def test_local_sgd_refuses_the_package_loop():
+    from ddl_lab.data_parallel import textbook
+
+    def my_local_sgd(model, loss_fn, batches, lr, H):
+        textbook.local_sgd(model, loss_fn, batches, lr, range(H, len(batches) + 1, H))
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.local_sgd(my_local_sgd)
+
+
 def test_same_verdict_twenty_times(solution, capsys):
     right = solution("05_data_parallel", "my_sync_sgd_step")
     verdicts = set()

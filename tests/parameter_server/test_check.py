@@ -165,15 +165,23 @@ def test_a_wrong_rate_is_also_caught_on_a_real_shard(monkeypatch):
         check.staleness_lr(lambda lr, t: lr / (t + 1))
 
 
+@pytest.mark.parametrize("task, name", [("adagrad_push", "_adagrad_push"),
+                                        ("staleness_lr", "_staleness_lr")])
+def test_the_package_rules_are_refused(task, name):
+    from ddl_lab.parameter_server import rules
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        getattr(check, task)(getattr(rules, name))
+
+
 def test_same_verdict_twenty_times(solution, capsys):
     """The real runs (shard processes, a straggler) give the same verdict every time."""
-    gate = solution("07_parameter_server", "my_ssp_gate")
-    rate = solution("07_parameter_server", "my_staleness_lr")
+    right = [solution("07_parameter_server", f"my_{task}")
+             for task in ("ssp_gate", "adagrad_push", "staleness_lr")]
     verdicts = set()
     for _ in range(20):
-        check.ssp_gate(gate)
-        check.staleness_lr(rate)
+        for task, fn in zip(("ssp_gate", "adagrad_push", "staleness_lr"), right):
+            getattr(check, task)(fn)
         with pytest.raises(CheckFailed) as e:
             check.adagrad_push(adagrad_fixed_eps)
         verdicts.add(str(e.value))
-    assert capsys.readouterr().out.count("passed") == 40 and len(verdicts) == 1
+    assert capsys.readouterr().out.count("passed") == 60 and len(verdicts) == 1
