@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ from ddl_lab.ml.data import shard
 from ddl_lab.ml.models import flat_params
 from ddl_lab.runtime import device
 
-__all__ = ["ddp_step", "accumulate_step", "ddp_train", "bucket_sizes"]
+__all__ = ["ddp_step", "accumulate_step", "ddp_train", "DDPRun", "bucket_sizes"]
 
 
 # ---------------------------------------------------------------- the textbook version
@@ -62,6 +63,13 @@ def accumulate_step(model: DDP, loss_fn, micro: list[tuple[torch.Tensor, torch.T
 
 # ---------------------------------------------------------------- the instrumented run
 
+@dataclass
+class DDPRun(Run):
+    """Lesson 05's ``Run`` plus DDP's bucket sizes in bytes (``rounds``: allreduces)."""
+
+    buckets: list[int] = field(default_factory=list)
+
+
 def bucket_sizes(model: DDP) -> list[int]:
     """Bytes in each of DDP's gradient buckets (as rebuilt after the first step, in the
     order backward fills them)."""
@@ -81,12 +89,12 @@ def _wrap(model: nn.Module, bucket_mb: float, hook: str | None) -> DDP:
 
 def ddp_train(workload: str = "digits-mlp", steps: int = 30, batch: int = 64,
               lr: float = 0.1, seed: int = 0, bucket_mb: float = 25.0, accumulate: int = 1,
-              no_sync: bool = True, hook: str | None = None) -> Run:
+              no_sync: bool = True, hook: str | None = None) -> DDPRun:
     """Worker: ``steps`` of synchronous SGD with DDP on lesson 05's data (lesson 10).
 
     Same shards and mini-batch indices as ``sync_sgd(workload, steps, batch, lr, seed)``;
-    ``run.rounds`` counts the allreduces DDP launched (buckets × talking micro-batches) and
-    ``run.spread`` holds the bucket sizes in bytes.
+    ``run.rounds`` counts the allreduces DDP launched (buckets × talking micro-batches),
+    ``run.buckets`` the bucket sizes in bytes.
     """
     n, rank = dist.get_world_size(), dist.get_rank()
     if batch % n or (batch // n) % accumulate:
@@ -98,7 +106,7 @@ def ddp_train(workload: str = "digits-mlp", steps: int = 30, batch: int = 64,
     model, X, y = model.to(dev), X.to(dev), y.to(dev)
     idx = batch_indices(len(y), batch // n, steps, seed, rank)
     ddp = _wrap(model, bucket_mb, hook)
-    run = Run(rank)
+    run = DDPRun(rank)
     dist.barrier()
     t0 = time.perf_counter()
     for t in range(steps):
@@ -109,8 +117,7 @@ def ddp_train(workload: str = "digits-mlp", steps: int = 30, batch: int = 64,
             loss = accumulate_step(ddp, loss_fn, [(X[p], y[p]) for p in parts], lr, no_sync)
         run.loss.append(loss)
         run.time.append(time.perf_counter() - t0)
-    sizes = bucket_sizes(ddp)
-    run.spread = [float(s) for s in sizes]
-    run.rounds = steps * len(sizes) * (1 if no_sync else accumulate)
+    run.buckets = bucket_sizes(ddp)
+    run.rounds = steps * len(run.buckets) * (1 if no_sync else accumulate)
     run.params = flat_params(model).cpu()
     return run

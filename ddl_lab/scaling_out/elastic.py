@@ -21,6 +21,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -222,9 +223,10 @@ def run_elastic(steps: int = 40, every: int = 5, kill_at: int = -1, nproc: int =
     bound.apply_defaults()                       # torchrun passes arguments by position
     args = list(bound.arguments.values())
     cmd = torchrun_command("ddl_lab.scaling_out.elastic:train", *args, nproc=nproc,
-                           max_restarts=max_restarts)
-    env = {} if restart_safe else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0",
-                                   "DDL_LAB_TIMEOUT": "10"}
+                           max_restarts=max_restarts, local_addr="127.0.0.1")
+    env = {"GLOO_SOCKET_IFNAME": "lo0" if sys.platform == "darwin" else "lo"}  # loopback only
+    if not restart_safe:
+        env.update(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="0", DDL_LAB_TIMEOUT="10")
     jobs = run_jobs([cmd], timeout, envs=[env])
     return _collect(jobs, folder, {"steps": steps, "every": every, "kill_at": kill_at,
                                    "nproc": nproc, **options})

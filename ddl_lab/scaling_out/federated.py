@@ -103,6 +103,7 @@ class FedRun:
     picked: list[int] = field(default_factory=list)
     alive: list[int] = field(default_factory=list)
     params: torch.Tensor | None = None
+    unit: str = "rounds"                                    # "epochs" for centralised
 
     @property
     def rounds(self) -> list[int]:
@@ -115,34 +116,35 @@ def _accuracy(model: nn.Module, test: Dataset) -> float:
         return float((model(X).argmax(1) == y).float().mean())
 
 
-def _aggregate_allreduce(model: nn.Module, locals_: list[tuple[int, torch.Tensor]]
-                         ) -> tuple[torch.Tensor | None, float]:
-    """Σ n_k·w_k and Σ n_k over every rank's clients in one allreduce; the weighted
-    mean (None if every picked client dropped out) and the clients' RMS drift from it."""
-    P = sum(p.numel() for p in model.parameters())
+def _aggregate_allreduce(locals_: list[tuple[int, torch.Tensor]], P: int
+                         ) -> torch.Tensor | None:
+    """Σ n_k·w_k and Σ n_k over every rank's clients in one allreduce: the weighted mean
+    (None if every picked client dropped out)."""
     acc = torch.zeros(P + 1, dtype=torch.float64)
     for n_k, w in locals_:
         acc[:P] += n_k * w.double()
         acc[P] += n_k
     dist.all_reduce(acc)
-    if acc[P] == 0:
-        return None, 0.0
-    mean = acc[:P] / acc[P]
-    d = torch.tensor([sum(n_k * float((w.double() - mean).pow(2).sum()) for n_k, w in locals_),
-                      float(acc[P])], dtype=torch.float64)
-    dist.all_reduce(d)
-    return mean.float(), float((d[0] / d[1]).sqrt())
+    return None if acc[P] == 0 else (acc[:P] / acc[P]).float()
 
 
-def _aggregate_with(fn: Callable, model: nn.Module, mine: list[tuple[int, int, dict]]
-                    ) -> tuple[dict | None, float]:
+def _aggregate_with(fn: Callable, mine: list[tuple[int, int, dict]]) -> dict | None:
     """Gather every client's (k, n_k, state) on every rank; ``fn(states, sizes)`` in order."""
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     clients = sorted(c for part in everyone for c in part)
     if not clients:
-        return None, 0.0
-    return fn([s for _, _, s in clients], [n for _, n, _ in clients]), 0.0
+        return None
+    return fn([s for _, _, s in clients], [n for _, n, _ in clients])
+
+
+def _drift(locals_: list[tuple[int, torch.Tensor]], new: torch.Tensor) -> float:
+    """RMS over all clients of this round (weighted by n_k) of ‖w_k − w_new‖."""
+    d = torch.tensor([sum(n_k * float((w.double() - new.double()).pow(2).sum())
+                          for n_k, w in locals_), float(sum(n for n, _ in locals_))],
+                     dtype=torch.float64)
+    dist.all_reduce(d)
+    return float((d[0] / d[1]).sqrt()) if d[1] > 0 else 0.0
 
 
 def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: float = 0.5,
@@ -154,7 +156,8 @@ def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: 
     data = {k: clients[k].tensors() for k in range(rank, K, n)}
     torch.manual_seed(seed)
     model = MLP(64, 64, 10)
-    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    nparams = sum(p.numel() for p in model.parameters())
+    nbytes = nparams * 4                                    # fp32 on the wire
     run = FedRun(label or ("FedSGD" if B is None and E == 1 else f"FedAvg E={E} B={B}"))
     run.accuracy.append(_accuracy(model, test))
     run.bytes.append(0)
@@ -165,18 +168,18 @@ def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: 
             local = copy.deepcopy(model)
             client_update(local, *data[k], E, B, lr, _client_gen(seed, t, k))
             locals_.append((k, len(data[k][1]), local))
+        flat = [(m, flat_params(w)) for _, m, w in locals_]
         if aggregate is None:
-            new, drift = _aggregate_allreduce(model, [(m, flat_params(w)) for _, m, w in locals_])
+            new = _aggregate_allreduce(flat, nparams)
             if new is not None:
                 set_flat_params(model, new)
         else:
-            new, drift = _aggregate_with(aggregate, model,
-                                         [(k, m, w.state_dict()) for k, m, w in locals_])
-            if new is not None:
-                model.load_state_dict(new)
+            state = _aggregate_with(aggregate, [(k, m, w.state_dict()) for k, m, w in locals_])
+            if state is not None:
+                model.load_state_dict(state)
+        run.drift.append(_drift(flat, flat_params(model)))
         run.accuracy.append(_accuracy(model, test))
         run.bytes.append(run.bytes[-1] + (len(picked) + len(alive)) * nbytes)
-        run.drift.append(drift)
         run.picked.append(len(picked))
         run.alive.append(len(alive))
         progress(t, rounds)
@@ -196,7 +199,7 @@ def centralised(epochs: int = 10, B: int = 20, lr: float = 0.1, seed: int = 0) -
     X, y = train.tensors()
     torch.manual_seed(seed)
     model = MLP(64, 64, 10)
-    run = FedRun("centralised", [_accuracy(model, test)], [0])
+    run = FedRun("centralised", [_accuracy(model, test)], [0], unit="epochs")
     gen = torch.Generator().manual_seed(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # as one worker: two threads fight on a busy machine
@@ -212,6 +215,8 @@ def centralised(epochs: int = 10, B: int = 20, lr: float = 0.1, seed: int = 0) -
 
 
 def summary(runs: Sequence[FedRun]) -> list[str]:
-    """One line per run: final accuracy, rounds, bytes."""
+    """One line per run: final accuracy, rounds (or epochs), bytes."""
     return [f"{r.label:>24}: accuracy {r.accuracy[-1]:.1%} after {len(r.accuracy) - 1} "
-            f"rounds, {r.bytes[-1] / 1e6:.2f} MB between server and clients" for r in runs]
+            f"{r.unit}, {r.bytes[-1] / 1e6:.2f} MB "
+            + ("of data uploaded once" if r.unit == "epochs" else "between server and clients")
+            for r in runs]

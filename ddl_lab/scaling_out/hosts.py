@@ -135,8 +135,8 @@ def _delete_orphans() -> None:
 class VirtualHosts:
     """Two network namespaces joined by a veth pair (lesson 10)::
 
-        with VirtualHosts() as (a, b):
-            jobs = hosts.torchrun("ddl_lab.scaling_out.hosts:where_am_i")
+        with VirtualHosts() as vh:
+            jobs = vh.torchrun("ddl_lab.scaling_out.hosts:where_am_i")
     """
 
     def __init__(self, subnet: str = "10.200.0"):
@@ -164,9 +164,6 @@ class VirtualHosts:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __iter__(self):
-        return iter(self.hosts)
 
     def close(self) -> None:
         """Stop what runs inside, delete both namespaces (and so the veth pair)."""

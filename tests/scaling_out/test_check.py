@@ -199,3 +199,11 @@ def test_verdicts_are_the_same_every_run():
     for _ in range(3):
         with pytest.raises(CheckFailed, match="averaged the clients equally"):
             check.fedavg(unweighted)
+
+
+def test_rendezvous_env_meets_on_loopback_where_namespaces_cannot_be_made(monkeypatch,
+                                                                         capsys):
+    from ddl_lab.scaling_out import hosts
+    monkeypatch.setattr(hosts, "unavailable", lambda: "planted: not root")
+    check.rendezvous_env(env_ints)
+    assert "met on this machine's loopback (planted: not root)" in capsys.readouterr().out

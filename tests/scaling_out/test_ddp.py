@@ -25,18 +25,18 @@ def test_ddp_takes_the_same_steps_as_the_course_s_synchronous_sgd(cluster, sync)
     for s, d in zip(sync, ddp):
         assert s.loss == pytest.approx(d.loss, abs=1e-5)
         assert torch.allclose(s.params, d.params, atol=1e-6)
-    assert ddp[0].rounds == 12 * len(ddp[0].spread)         # one allreduce per bucket
+    assert ddp[0].rounds == 12 * len(ddp[0].buckets)         # one allreduce per bucket
 
 
 @pytest.mark.parametrize("no_sync", [True, False])
 def test_accumulating_micro_batches_gives_the_same_step(cluster, sync, no_sync):
     acc = cluster.run(P.ddp_train, "digits-mlp", 12, 60, 0.1, accumulate=4, no_sync=no_sync)
     assert torch.allclose(sync[0].params, acc[0].params, atol=1e-6)
-    assert acc[0].rounds == 12 * len(acc[0].spread) * (1 if no_sync else 4)
+    assert acc[0].rounds == 12 * len(acc[0].buckets) * (1 if no_sync else 4)
 
 
 def test_smaller_buckets_mean_more_of_them(cluster):
-    sizes = {mb: cluster.run(P.ddp_train, "digits-wide-mlp", 2, 30, 0.1, bucket_mb=mb)[0].spread
+    sizes = {mb: cluster.run(P.ddp_train, "digits-wide-mlp", 2, 30, 0.1, bucket_mb=mb)[0].buckets
              for mb in (0.01, 25.0)}
     assert len(sizes[0.01]) > len(sizes[25.0]) == 1
     assert sum(sizes[0.01]) == sum(sizes[25.0]) == 4 * 301066
