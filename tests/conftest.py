@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import matplotlib
-import nbformat
 import pytest
 
 from ddl_lab.runtime import Cluster
@@ -30,6 +29,7 @@ def define_cell(source: str, **globals_: Any) -> dict[str, Any]:
 def load_solution(stem: str, name: str) -> Callable:
     """``name`` as defined in ``solutions/<stem>.ipynb``: the notebook's first code cell (its
     imports) and the untagged code cell that defines ``name`` run as notebook cells."""
+    import nbformat
     nb = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("tags")]
     defining = [c for c in code if f"def {name}(" in c.source or f"class {name}" in c.source]
