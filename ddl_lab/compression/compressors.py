@@ -142,7 +142,13 @@ def _vector(x: torch.Tensor) -> np.ndarray:
         x = torch.as_tensor(x)
     if not x.is_floating_point():
         raise TypeError(f"compressors encode float gradients, got dtype {x.dtype}")
-    return x.detach().to("cpu", torch.float32).reshape(-1).numpy()
+    v = x.detach().to("cpu", torch.float32).reshape(-1).numpy()
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise ValueError(f"the vector has {bad.size} non-finite entries (NaN or ±inf as "
+                         f"float32), the first at index {bad[0]}: training has diverged "
+                         "(a smaller learning rate?); a compressor would hide it")
+    return v
 
 
 def _check_size(data: bytes, numel: int, want: int, what: str) -> None:
@@ -190,7 +196,8 @@ class FP16(Compressor):
     name = "fp16"
 
     def encode(self, x: torch.Tensor) -> bytes:
-        return _vector(x).astype(np.float16).tobytes()
+        top = np.finfo(np.float16).max                    # saturate, never overflow to inf
+        return _vector(x).clip(-top, top).astype(np.float16).tobytes()
 
     def decode(self, data: bytes, numel: int) -> torch.Tensor:
         _check_size(data, numel, 2 * numel, "an fp16")
@@ -273,7 +280,7 @@ class QSGD(Compressor):
         pad = np.zeros(nb * self.bucket, dtype=np.float32)
         pad[:v.size] = v
         pad = pad.reshape(nb, self.bucket)
-        norms = np.linalg.norm(pad, axis=1).astype(np.float32)
+        norms = np.linalg.norm(pad.astype(np.float64), axis=1).astype(np.float32)  # x² > 3e38
         u = self.rng.random(pad.shape)
         levels = qsgd_levels(pad, norms[:, None], self.s, u).ravel()[:v.size]
         return norms.tobytes() + _entropy_code(levels.tobytes(), self.coder)
@@ -345,7 +352,7 @@ class TopK(Compressor):
         self.name = f"top-k {100 * self.ratio:g}%"
 
     def k(self, numel: int) -> int:
-        return max(1, min(numel, math.ceil(self.ratio * numel)))
+        return min(numel, max(1, math.ceil(self.ratio * numel)))
 
     def encode(self, x: torch.Tensor) -> bytes:
         v = _vector(x)

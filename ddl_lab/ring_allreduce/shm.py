@@ -238,6 +238,7 @@ class _Cache:
     parent's module globals along with every task, which would reset a global cache."""
 
     comm: ShmAllreduce | None = None
+    group: str = ""                  # the default group it was made in
 
 
 def shm_allreduce(tensor: torch.Tensor, timeout: float = 30.0) -> torch.Tensor:
@@ -254,12 +255,15 @@ def shm_allreduce(tensor: torch.Tensor, timeout: float = 30.0) -> torch.Tensor:
         raise ValueError(f"the shared-memory allreduce sums CPU tensors (the memory the "
                          f"processes share); this one is on {tensor.device}. Use "
                          "dist.all_reduce for GPU tensors.")
+    if not dist.is_initialized():
+        raise RuntimeError("shm_allreduce needs torch.distributed: run it on a cluster's "
+                           "workers (cluster.run(fn)) or under torchrun")
     nbytes = max(1, tensor.numel() * tensor.element_size())
-    comm = _Cache.comm
-    if comm is None or comm.broken or comm.capacity < nbytes \
-            or comm.n != dist.get_world_size():
-        close_shm()
+    comm, group = _Cache.comm, dist.group.WORLD.group_name
+    if comm is None or comm.broken or comm.capacity < nbytes or _Cache.group != group:
+        close_shm()                  # a new default group: its ranks all make a new one
         comm = _Cache.comm = ShmAllreduce(nbytes, timeout)
+        _Cache.group = group
     comm.timeout = timeout
     try:
         return comm.allreduce(tensor)
