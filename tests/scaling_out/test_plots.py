@@ -1,7 +1,5 @@
-"""Lesson 10's pictures and its predict-then-run widget, on small made-up records."""
+"""Lesson 10's pictures, on small made-up records, and its self-check quiz."""
 import matplotlib.pyplot as plt
-import numpy as np
-import pytest
 import torch
 
 from ddl_lab.data_parallel.workloads import Run
@@ -9,7 +7,6 @@ from ddl_lab.scaling_out import plots
 from ddl_lab.scaling_out.calculator import Fit
 from ddl_lab.scaling_out.elastic import ElasticRun
 from ddl_lab.scaling_out.federated import FedRun
-from ddl_lab.scaling_out.guess import Guess
 
 
 def texts(ax) -> str:
@@ -50,12 +47,9 @@ def test_ddp_federated_and_calculator_figures_have_their_panels():
     plt.close("all")
 
 
-@pytest.mark.parametrize("guess, measured, says", [(1.0, 1.05, "— close"),
-                                                   (64.0, 101.0, "off by a factor 1.6")])
-def test_guess_prints_the_prediction_beside_the_measurement(capsys, guess, measured, says):
-    import ipywidgets as widgets
-    g = Guess("how many?", widgets.FloatSlider(value=guess, max=200))
-    g.reveal(measured, " MB", "because.")
-    out = capsys.readouterr().out
-    assert f"you predicted {guess:.3g} MB; measured {measured:.3g} MB" in out and says in out
-    assert np.isclose(g.value, guess)
+def test_the_quiz_grades_its_answers():
+    from ddl_lab.active import load_quiz
+    q = load_quiz("scaling_out")
+    assert q[0].grade("the mean of all ranks' gradients") and not q[0].grade("rank 0's gradient, broadcast")
+    assert q[3].grade(2.5) and not q[3].grade(2.0)                  # FedAvg weighs by n_k
+    assert all(q_.explanation() for q_ in q)
