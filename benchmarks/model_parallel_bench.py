@@ -99,7 +99,7 @@ def main() -> None:
     print(f"{os.cpu_count()} cores; load average before: {os.getloadavg()[0]:.1f}")
     with Cluster(4, timeout=300) as c4:
         bubbles(c4, pad=0.005 if a.quick else 0.012, batch=32, rounds=rounds)
-        hand_vs_torch(c4, rounds, steps=6 if a.quick else 10)
+        hand_vs_torch(c4, rounds + 2, steps=6 if a.quick else 10)
         with Cluster(2, timeout=300) as c2:
             memory(c4, c2)
     with Cluster(8, timeout=300) as c8:
