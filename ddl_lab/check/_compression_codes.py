@@ -191,13 +191,13 @@ def _index_draw(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _index_array(case: Case) -> np.ndarray:
-    """The case's sorted indices: a fixed set, or ``count`` distinct ones below ``span``
-    (after ``first``, if it is not 0)."""
+    """The case's sorted indices: a fixed set, or up to ``count`` distinct ones below
+    ``span`` (after ``first``, if it is not 0)."""
     p = case.params
     if "indices" in p:
         return np.array(p["indices"], dtype=p["dtype"])
     low = 200 if p["first"] else 0
-    rest = np.sort(case.rng.choice(np.arange(low, p["span"]), size=p["count"], replace=False))
+    rest = np.unique(case.rng.integers(low, p["span"], size=p["count"]))     # sorted, distinct
     return np.concatenate([[p["first"]] if p["first"] else [], rest]).astype(p["dtype"])
 
 

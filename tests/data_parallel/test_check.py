@@ -26,7 +26,7 @@ def step_flat(model, loss_fn, X, y, lr):
     flat /= dist.get_world_size()
     vec = torch.nn.utils.parameters_to_vector(params).detach() - lr * flat
     torch.nn.utils.vector_to_parameters(vec, params)
-    return float(loss)
+    return float(loss.detach())
 
 
 def step_data(model, loss_fn, X, y, lr):
