@@ -119,13 +119,19 @@ class Prediction:
     def __init__(self, question: str, options: Sequence[str] | None = None, unit: str = ""):
         self.question, self.unit = question, unit
         self.control = _control(options, unit)
+        self.touched = False            # a number left at its initial 0 is no guess
+        self.control.observe(self._touch, names="value")
         self.result = widgets.HTML()
         self.box = _box([widgets.HTML(f"<b>Predict first:</b> {html.escape(question)}"),
                          self.control, self.result])
 
+    def _touch(self, _: Any) -> None:
+        self.touched = True
+
     @property
     def value(self) -> Any:
-        return self.control.value
+        """The guess; None while the learner has not given one."""
+        return self.control.value if self.touched else None
 
     def reveal(self, measured: Any, why: str = "") -> str:
         """Show the guess beside ``measured`` and one sentence on why; return the line."""

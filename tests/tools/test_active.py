@@ -105,6 +105,7 @@ def test_the_lesson_shows_its_quiz_and_names_no_answer(slug):
 
 def test_predict_then_reveal_shows_guess_and_measurement(capsys):
     p = predict("How many seconds?", kind="number", unit="s")
+    assert p.value is None and "no guess" in p.reveal(6.1)
     p.control.value = 2.0
     line = p.reveal(6.1, why="The straggler sets the pace.")
     assert "2 s" in line and "6.1 s" in line and "factor 3" in line
