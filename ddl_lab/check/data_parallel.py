@@ -35,7 +35,7 @@ def _watched_model(d: int, theta: np.ndarray):
 
         def __iter__(self):
             if self.done:
-                owner_flags(self.owner).add("spent")
+                self.owner.flags.add("spent")
             return self
 
         def __next__(self):
@@ -62,10 +62,6 @@ def _watched_model(d: int, theta: np.ndarray):
         model.linear.weight.copy_(torch.as_tensor(theta[:d]).reshape(1, d))
         model.linear.bias.copy_(torch.as_tensor(theta[d:]))
     return model
-
-
-def owner_flags(model) -> set:
-    return model.__dict__.setdefault("flags", set())
 
 
 def _mse(out, y):
@@ -153,7 +149,7 @@ def _sync_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float
                                if not torch.equal(a, b)])
         grads = [p.grad for p in model.linear.parameters()]
         out["grads_zero"].append(all(g is None or not g.any() for g in grads))
-    out["spent"] = "spent" in owner_flags(model)
+    out["spent"] = "spent" in model.flags
     return out
 
 
@@ -186,9 +182,9 @@ def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60
     name = getattr(my_sync_sgd_step, "__name__", "your function")
     refuse(my_sync_sgd_step, "sync_sgd_step", "ddl_lab.data_parallel", "sync_sgd_step",
            "_sync_sgd_step", "sync_sgd")
-    cases = Cases("sync_sgd_step", seed, [{"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07},
-                                          {"n": 5, "d": 3, "lr": 0.17}], draws=2, draw=_draw)
-    cases = list(cases)
+    cases = list(Cases("sync_sgd_step", seed, [
+        {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
+        draws=2, draw=_draw))
     data = []
     for case in cases:
         n, d = case.params["n"], case.params["d"]
@@ -215,7 +211,7 @@ def _sync_fault(got: list[dict], want: list[np.ndarray], losses: list[list[float
     sizes that worked, named when nothing else explains a difference)."""
     n, d, lr = (case.params[k] for k in ("n", "d", "lr"))
     for r, g in enumerate(got):
-        for t, changed in enumerate(g["changed"]):
+        for changed in g["changed"]:
             if changed:
                 return (f"{name} changed its input {' and '.join(changed)} in place on rank {r}: "
                         "the minibatch must stay as it was; only the model's parameters change.")
@@ -321,7 +317,7 @@ def _local_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: floa
     fn(model, _mse, list(mine), lr, H)
     changed = any(not (torch.equal(a, c) and torch.equal(b, e))
                   for (a, b), (c, e) in zip(mine, before))
-    return {"params": _flat(model), "changed": changed, "spent": "spent" in owner_flags(model)}
+    return {"params": _flat(model), "changed": changed, "spent": "spent" in model.flags}
 
 
 def _local_reference(theta: np.ndarray, batches: list, lr: float, H: int, d: int,
@@ -388,47 +384,51 @@ def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> N
     __tracebackhide__ = True
     name = getattr(my_local_sgd, "__name__", "your function")
     refuse(my_local_sgd, "local_sgd", "ddl_lab.data_parallel", "average_params", "local_sgd")
-    cases = Cases("local_sgd", seed, [
+    cases = list(Cases("local_sgd", seed, [
         {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
         {"n": 4, "d": 2, "lr": 0.05, "H": 3, "steps": 8},
         {"n": 2, "d": 3, "lr": 0.15, "H": 1, "steps": 3},
         {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], draws=2,
-        draw=lambda rng: _draw(rng, H=True))
-    cases = list(cases)
+        draw=lambda rng: _draw(rng, H=True)))
     data = []
     for case in cases:
         n, d, T = (case.params[k] for k in ("n", "d", "steps"))
         theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
-        data.append((d, theta, _draw_batches(case.rng, n, T, d), case.params["lr"],
-                     case.params["H"]))
-    outcomes = _run(_local_case, my_local_sgd, name, cases, data, timeout)
+        data.append((theta, _draw_batches(case.rng, n, T, d)))
+    args = [(c.params["d"], *x, c.params["lr"], c.params["H"]) for c, x in zip(cases, data)]
+    outcomes = _run(_local_case, my_local_sgd, name, cases, args, timeout)
     right: list[str] = []
-    for case, (d, theta, batches, lr, H), outcome in zip(cases, data, outcomes):
-        n, T = case.params["n"], case.params["steps"]
+    for case, (theta, batches), outcome in zip(cases, data, outcomes):
         _case_failed(outcome, name, case, right)
-        got = outcome.results
-        want = _local_reference(theta, batches, lr, H, d)
-        if any(g["changed"] for g in got):
-            fail(f"{name} changed the minibatches it was given in place ({case}): the data must "
-                 "stay as it was; only the model's parameters change.")
-        if all(same(want[r], got[r]["params"], _RTOL) for r in range(n)):
-            right.append(f"{n} ranks with H = {H}")
-            continue
-        message = next((msg for options, msg in _local_mistakes(case)
-                        if all(same(alt, g["params"], _RTOL) for alt, g in zip(
-                            _local_reference(theta, batches, lr, H, d, **options), got))), None)
-        if any(g["spent"] for g in got):
-            message = (f"{name} iterated model.parameters() a second time after a first loop "
-                       "had used it up: parameters() returns a generator, empty the second "
-                       "time. Call model.parameters() again for each loop.")
-        if message is None:
-            r = next(r for r in range(n) if not same(want[r], got[r]["params"], _RTOL))
-            message = (f"after {T} steps with H = {H} on {n} ranks, rank {r}'s parameter "
-                       f"{differs(want[r], got[r]['params'], _RTOL)}. Each step: zero the "
-                       "gradients, backward, p -= lr·p.grad; after steps H, 2H, …: average the "
-                       "parameters over the ranks."
-                       + only_right_for(right, f"{n} ranks with H = {H}"))
-        fail(f"{message} ({case})")
+        message = _local_fault(outcome.results, theta, batches, case, name, right)
+        if message:
+            fail(f"{message} ({case})")
+        right.append(f"{case.params['n']} ranks with H = {case.params['H']}")
     passed("local_sgd", f"{len(cases)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts "
            "that are and are not multiples of H): every rank's parameters match a simulation of "
            "all replicas")
+
+
+def _local_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, name: str,
+                 right: list[str]) -> str | None:
+    """What the ranks' local SGD did wrong, in words; None if nothing."""
+    n, d, lr, H, T = (case.params[k] for k in ("n", "d", "lr", "H", "steps"))
+    want = _local_reference(theta, batches, lr, H, d)
+    if any(g["changed"] for g in got):
+        return (f"{name} changed the minibatches it was given in place: the data must stay as "
+                "it was; only the model's parameters change.")
+    if all(same(want[r], got[r]["params"], _RTOL) for r in range(n)):
+        return None
+    if any(g["spent"] for g in got):
+        return (f"{name} iterated model.parameters() a second time after a first loop had used "
+                "it up: parameters() returns a generator, empty the second time. Call "
+                "model.parameters() again for each loop.")
+    named = next((msg for options, msg in _local_mistakes(case)
+                  if all(same(alt, g["params"], _RTOL) for alt, g in zip(
+                      _local_reference(theta, batches, lr, H, d, **options), got))), None)
+    r = next(r for r in range(n) if not same(want[r], got[r]["params"], _RTOL))
+    return named or (f"after {T} steps with H = {H} on {n} ranks, rank {r}'s parameter "
+                     f"{differs(want[r], got[r]['params'], _RTOL)}. Each step: zero the "
+                     "gradients, backward, p -= lr·p.grad; after steps H, 2H, …: average the "
+                     "parameters over the ranks."
+                     + only_right_for(right, f"{n} ranks with H = {H}"))
