@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         return grading.run(a)
     if a.cmd == "progress":
         from ddl_lab.welcome.progress import progress_table
+        if a.file and not Path(a.file).is_file():
+            print(f"ddl-lab progress: no progress file {a.file}", file=sys.stderr)
+            return 2
         print(progress_table(Path(a.file) if a.file else None))
         return 0
     if a.cmd == "execute":

@@ -138,8 +138,10 @@ def index_coding_sizes(idx: np.ndarray) -> dict[str, int]:
 # ------------------------------------------------------------------ compressors
 
 def _vector(x: torch.Tensor) -> np.ndarray:
-    if not isinstance(x, torch.Tensor):
-        x = torch.as_tensor(x)
+    if not isinstance(x, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"compressors encode a gradient as a float tensor (or numpy array), "
+                        f"got {type(x).__name__}")
+    x = torch.as_tensor(x)
     if not x.is_floating_point():
         raise TypeError(f"compressors encode float gradients, got dtype {x.dtype}")
     v = x.detach().to("cpu", torch.float32).reshape(-1).numpy()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ddl_lab.ml.optim import (GD, Adagrad, GradFn, ReduceOnPlateau, Rule, batch_gd,
-                              minibatch_sgd_epoch)
+                              check_data, minibatch_sgd_epoch)
 
 if TYPE_CHECKING:
     from ddl_lab.ml.training import History
@@ -25,6 +25,9 @@ def record_run(X: np.ndarray, y: np.ndarray, grad: GradFn, loss: Callable, lr: f
     the first (``loss0``) and after every update, and the epoch ends (lesson 01's curves).
     A ``ReduceOnPlateau`` schedule observes the loss at the end of every epoch."""
     from ddl_lab.ml.training import History
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise ValueError(f"epochs must be an integer >= 0, got {epochs!r}")
+    check_data(X, y)
     theta = np.zeros(X.shape[1], dtype=X.dtype) if theta0 is None else np.asarray(theta0)
     hist = History(loss0=loss(theta, X, y))
     rule = lr if isinstance(lr, Rule) else GD(lr)

@@ -46,6 +46,7 @@ __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "CommError", "CommTimeout", "CommAbo
 
 ANY_SOURCE = -1
 ANY_TAG = -1
+_HANDSHAKE_S = 5.0           # a peer that has not proved its key by then is not one of ours
 _TAGS = {"bcast": -10, "scatter": -11, "gather": -12, "reduce": -13, "alltoall": -14,
          "barrier": -15}                       # collectives never match a user's recv
 
@@ -317,13 +318,7 @@ def connect(timeout: float = 10.0, authkey: bytes | None = None) -> Comm:
             s = socket.create_connection(addrs[r], timeout=timeout)
             socks[r] = s
             handshake(s, authkey, rank, accepting=False)
-        for _ in range(rank + 1, size):
-            s, _ = server.accept()
-            s.settimeout(timeout)
-            r = handshake(s, authkey, rank, accepting=True)
-            if not rank < r < size or r in socks:
-                raise CommError(f"rank {rank}: unexpected connection claiming rank {r}")
-            socks[r] = s
+        socks.update(_accept_ranks(server, authkey, rank, size, timeout))
     except (socket.timeout, TimeoutError):
         for s in socks.values():
             s.close()
@@ -339,6 +334,33 @@ def connect(timeout: float = 10.0, authkey: bytes | None = None) -> Comm:
     for s in socks.values():
         s.setblocking(False)
     return Comm(rank, size, socks, timeout)
+
+
+def _accept_ranks(server: socket.socket, authkey: bytes, rank: int, size: int,
+                  timeout: float) -> dict[int, socket.socket]:
+    """Accept every higher rank within ``timeout``; a connection that does not prove it
+    holds ``authkey`` within _HANDSHAKE_S is not one of ours: closed, and the wait goes on."""
+    deadline, socks = time.monotonic() + timeout, {}
+    try:
+        while len(socks) < size - rank - 1:
+            server.settimeout(max(deadline - time.monotonic(), 1e-3))
+            s, _ = server.accept()
+            s.settimeout(min(timeout, _HANDSHAKE_S))
+            try:
+                r = handshake(s, authkey, rank, accepting=True)
+            except (AuthenticationError, OSError, EOFError, ValueError):
+                s.close()
+                continue
+            if not rank < r < size or r in socks:
+                s.close()
+                raise CommError(f"rank {rank}: unexpected connection claiming rank {r}")
+            s.settimeout(timeout)
+            socks[r] = s
+    except BaseException:
+        for s in socks.values():
+            s.close()
+        raise
+    return socks
 
 
 # ---------------------------------------------------------------- running fn(comm)

@@ -60,7 +60,8 @@ def parallel_gd(comm: Comm, shards: list[tuple[np.ndarray, np.ndarray]], steps: 
 def split_sizes(m: int, k: int) -> list[int]:
     """Shard sizes of m examples over k workers, as equal as possible."""
     if not 1 <= k <= m:
-        raise ValueError(f"cannot split {m} examples over {k} workers")
+        raise ValueError(f"cannot split {m} examples over {k} workers: the world size must "
+                         f"be between 1 and {m}")
     return [len(a) for a in np.array_split(np.arange(m), k)]
 
 

@@ -86,6 +86,7 @@ def pagerank_step(graph: Graph, r: np.ndarray, damping: float = 0.85, teleport: 
 def pagerank_power(graph: Graph, damping: float = 0.85, tol: float = 1e-10,
                    max_iter: int = 200) -> list[np.ndarray]:
     """Power iteration from the uniform vector until the L1 change < tol: every iterate."""
+    _check_damping(damping)
     iterates = [np.full(graph.n, 1.0 / graph.n)]
     for _ in range(max_iter):
         iterates.append(pagerank_step(graph, iterates[-1], damping))
@@ -94,9 +95,15 @@ def pagerank_power(graph: Graph, damping: float = 0.85, tol: float = 1e-10,
     return iterates
 
 
+def _check_damping(damping: float) -> None:
+    if not 0 < damping < 1:
+        raise ValueError(f"damping must be between 0 and 1, got {damping!r}")
+
+
 def pagerank_exact(graph: Graph, damping: float = 0.85) -> np.ndarray:
     """PageRank solved directly, (I − d·M) r = (1 − d)/n · 1 with M the transition matrix
     (dangling pages link to every page): the reference the iterations converge to."""
+    _check_damping(damping)
     n, out = graph.n, graph.out_degree()
     M = np.zeros((n, n))
     np.add.at(M, (graph.dst, graph.src), 1.0 / out[graph.src])
@@ -273,7 +280,6 @@ def _pagerank_vertex(vertex: Vertex, messages: list[float], ctx: Context,
 def pregel_pagerank(graph: Graph, world_size: int = 4, damping: float = 0.85,
                     tol: float = 1e-10, max_supersteps: int = 200) -> PregelRun:
     """PageRank of ``graph`` in supersteps on ``world_size`` workers (lesson 04)."""
-    if not 0 < damping < 1:
-        raise ValueError(f"damping must be between 0 and 1, got {damping!r}")
+    _check_damping(damping)
     return pregel(graph, world_size, functools.partial(_pagerank_vertex, damping=damping,
                                                         tol=tol), max_supersteps)

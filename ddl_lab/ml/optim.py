@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["GradFn", "Record", "Schedule", "get_batches", "minibatch_sgd_epoch", "batch_gd",
-           "sgd", "minibatch_gd", "Rule", "GD", "Momentum", "Adagrad", "step_decay",
+__all__ = ["GradFn", "Record", "Schedule", "check_data", "get_batches", "minibatch_sgd_epoch",
+           "batch_gd", "sgd", "minibatch_gd", "Rule", "GD", "Momentum", "Adagrad", "step_decay",
            "exponential_decay", "inverse_time", "ReduceOnPlateau", "TorchOptimizer",
            "lipschitz"]
 
@@ -81,6 +81,18 @@ class ReduceOnPlateau:
 def _positive(name: str, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def check_data(X: np.ndarray, y: np.ndarray) -> None:
+    """Raise a ValueError unless X has one row per label in y."""
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} examples (rows) but y has {len(y)} labels: "
+                         "they must match")
+
+
+def _count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 def _sqrt(x: Any) -> Any:
@@ -191,6 +203,7 @@ def minibatch_sgd_epoch(theta: np.ndarray, X: np.ndarray, y: np.ndarray, grad: G
     if not isinstance(rule, Rule):
         raise TypeError(f"minibatch_sgd_epoch takes an update rule such as GD(lr), got "
                         f"{type(rule).__name__}; minibatch_gd takes a plain learning rate")
+    check_data(X, y)
     for batch in get_batches(len(y), batch_size, rng):
         theta = rule.step(theta, grad(theta, X[batch], y[batch]))
         if record:
@@ -215,6 +228,7 @@ def minibatch_gd(theta: np.ndarray, X: np.ndarray, y: np.ndarray, grad: GradFn,
                  lr: float | Rule, epochs: int, rng: np.random.Generator | None,
                  batch_size: int = 256, record: Record | None = None) -> np.ndarray:
     """Mini-batch gradient descent: shuffle every epoch, one update per mini-batch."""
+    _count("epochs (steps)", epochs)
     rule = lr if isinstance(lr, Rule) else GD(lr)     # one rule (and state) for all epochs
     for _ in range(epochs):
         theta = minibatch_sgd_epoch(theta, X, y, grad, rule, batch_size, rng, record)

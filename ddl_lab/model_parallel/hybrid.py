@@ -23,6 +23,9 @@ __all__ = ["layout", "average_stage_grads", "hybrid_run"]
 
 def layout(replicas: int, stages: int) -> tuple[list[list[int]], list[list[int]]]:
     """(the ranks of each pipeline, the ranks holding each stage)."""
+    if replicas < 1 or stages < 1:
+        raise ValueError(f"need replicas >= 1 and stages >= 1, got replicas={replicas}, "
+                         f"stages={stages}")
     pipelines = [[d * stages + s for s in range(stages)] for d in range(replicas)]
     return pipelines, [list(col) for col in zip(*pipelines)]
 

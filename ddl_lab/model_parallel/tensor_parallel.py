@@ -38,6 +38,8 @@ _MESH: dict[int, Any] = {}
 
 def shard(t: torch.Tensor, dim: int, rank: int, n: int) -> torch.Tensor:
     """Rank ``rank``'s block of ``t`` along ``dim`` (n blocks, sizes differ by at most 1)."""
+    if not 0 <= rank < n:
+        raise ValueError(f"need n >= 1 blocks and a rank in 0..n-1, got n={n}, rank={rank}")
     return torch.tensor_split(t, n, dim)[rank].clone()
 
 

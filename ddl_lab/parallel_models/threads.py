@@ -178,6 +178,8 @@ def parallel_for(body: Callable[[Any], Any], iterations: int | Sequence, num_thr
         identity: the reduction's starting value (needed for a function reduction).
         timeout: seconds to wait for the other threads before ``TimeoutError``.
     """
+    if isinstance(iterations, (int, np.integer)) and iterations < 0:
+        raise ValueError(f"iterations must be >= 0 (or a sequence), got {iterations}")
     seq = range(iterations) if isinstance(iterations, (int, np.integer)) else iterations
     n = len(seq)
     if schedule not in SCHEDULES:

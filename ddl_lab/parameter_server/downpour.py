@@ -29,7 +29,7 @@ from multiprocess.connection import wait
 from ddl_lab.parameter_server.errors import ParameterServerError
 from ddl_lab.parameter_server.problem import Problem, compute_gradient, digits_problem, one_blas_thread
 from ddl_lab.parameter_server.roles import Roles, from_driver, tell_driver
-from ddl_lab.parameter_server.rules import MODES
+from ddl_lab.parameter_server.rules import validate
 from ddl_lab.parameter_server.server import ParameterServer, ServerReport
 from ddl_lab.parameter_server.wire import Pulled, ShardClient
 from ddl_lab.timeline import Timeline
@@ -114,8 +114,7 @@ class Setup:
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        validate(self.rule, self.lr, self.mode, self.s)       # rule, lr, mode, the bound s
         if self.mode != "async" and self.n_fetch != self.n_push:
             raise ValueError(f"{self.mode.upper()} counts a clock per push and pulls at every "
                              f"clock, so n_fetch must equal n_push (got {self.n_fetch} and "

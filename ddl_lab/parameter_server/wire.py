@@ -6,8 +6,10 @@ Every answer is awaited with a timeout; a shard that died raises ``ShardLost``.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Hashable, Sequence
@@ -19,6 +21,8 @@ from multiprocess.connection import Connection, answer_challenge, deliver_challe
 from ddl_lab.parameter_server.errors import ShardLost
 
 __all__ = ["send_msg", "recv_msg", "connect", "accept", "Pulled", "ShardClient"]
+
+_HANDSHAKE_S = 5              # seconds a new client has to prove it holds the key
 
 
 def send_msg(conn: Connection, msg: tuple) -> None:
@@ -67,6 +71,7 @@ def accept(server: socket.socket, authkey: bytes) -> Connection | None:
         return None
     sock.setblocking(True)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    _read_timeout(sock, _HANDSHAKE_S)       # a client that says nothing cannot hold the shard
     conn = Connection(sock.detach())
     try:
         deliver_challenge(conn, authkey)
@@ -74,7 +79,14 @@ def accept(server: socket.socket, authkey: bytes) -> Connection | None:
     except (mp.AuthenticationError, EOFError, OSError):
         conn.close()
         return None
+    with socket.socket(fileno=os.dup(conn.fileno())) as same:
+        _read_timeout(same, 0)               # proved: reads wait as long as they need again
     return conn
+
+
+def _read_timeout(sock: socket.socket, seconds: float) -> None:
+    """A blocking read on ``sock`` fails (EAGAIN) after ``seconds`` (0: never)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(seconds), 0))
 
 
 

@@ -91,8 +91,9 @@ def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
     The first ``length % parts`` pieces are one element longer (as ``torch.tensor_split``);
     pieces may be empty when ``length < parts``.
     """
-    if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts}")
+    if parts < 1 or length < 0:
+        raise ValueError(f"need parts >= 1 and length >= 0, got parts={parts}, "
+                         f"length={length}")
     base, extra = divmod(length, parts)
     bounds, start = [], 0
     for i in range(parts):
@@ -136,6 +137,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def ring_bytes(world_size: int, nbytes: int) -> float:
     """Bytes each rank sends in a ring allreduce of ``nbytes``: 2(n−1)/n · S (lesson 06)."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
     return 2 * (world_size - 1) / world_size * nbytes
 
 

@@ -77,8 +77,8 @@ class Cluster:
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
         _check_timeout(timeout)
-        if num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
+        if not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be an integer >= 1, got {num_threads!r}")
         check_fits(world_size)                # before a single process starts
         self.world_size = world_size
         self.backend = choose_backend(backend, world_size)

@@ -47,6 +47,9 @@ def launch_with(fn: Callable, world_size: int, args: tuple = (), kwargs: dict | 
                 *, backend: str = "auto", timeout: float | None = 30.0,
                 num_threads: int = 1) -> list:
     """``launch`` with runtime options (see ``Cluster``); ``timeout=None``: no limit."""
+    if not callable(fn):                    # before any process starts
+        raise TypeError(f"launch() needs a function to run on every rank, got "
+                        f"{type(fn).__name__}")
     with Cluster(world_size, backend=backend, timeout=timeout, num_threads=num_threads) as c:
         return c.run_with(fn, args, kwargs)
 
