@@ -41,8 +41,11 @@ browser:                        ## Debian's Chromium for tests/browser (Playwrig
 		     "Install it with: sudo apt-get install chromium (Debian/Ubuntu)"; \
 	fi
 
+# The reliability phase (tests/reliability: faults, soak, scale, properties, bad input,
+# loopback) runs on its own after the main suite, bounded; DDL_SOAK_SCALE=20 soaks longer.
 test: setup | browser           ## the whole test suite, notebooks and browser included
-	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadscope -m reliability --timeout=300 tests/reliability
 
 bench: setup                    ## benchmarks: ratios measured side by side (a quiet machine)
 	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
