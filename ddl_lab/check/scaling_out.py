@@ -1,21 +1,16 @@
-"""Checks for lesson 10 (scaling out): FedAvg's weighted aggregation, checkpoint and resume,
-the env:// settings of a multi-host layout, and when adding workers pays.
-
-``fedavg`` and ``resume`` run the learner's code on 3 real workers; ``rendezvous_env``
-starts real processes that join with the learner's settings (on two network namespaces
-where the machine allows it, else on this machine's loopback); ``best_workers`` runs in
-this process. Each draws several seeded cases per call (``seed=`` replays them).
-"""
+"""Checks for lesson 10 (scaling out), each on several seeded cases (``seed=`` replays them):
+FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
+multi-host layout, with real processes joining (in two network namespaces where possible,
+else on loopback); when adding workers pays, in this process."""
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, stub_message
 from ._diagnose import Cases, describe_value, differs, explain, refuse_package_copy
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers"]
@@ -34,6 +29,28 @@ def _name(fn: Callable) -> str:
     return getattr(fn, "__name__", "your function")
 
 
+def _stub_first(fn: Callable, *args: Any) -> None:
+    """The stub reported here, before any worker starts (other errors: on the workers)."""
+    __tracebackhide__ = True
+    try:
+        fn(*args)
+    except NotImplementedError:
+        fail(stub_message(fn))
+    except Exception:
+        pass
+
+
+def _probe_checkpoint(save: Callable, load: Callable) -> None:
+    __tracebackhide__ = True
+    import torch
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tempfile.TemporaryDirectory(prefix="ddl-check-") as folder:
+        path = os.path.join(folder, "ckpt.pt")
+        _stub_first(load, path, model, opt)
+        _stub_first(save, path, 1, model, opt)
+
+
 # ------------------------------------------------------------------ task 1: FedAvg
 
 def _fed_case(rng: np.random.Generator) -> dict[str, Any]:
@@ -46,13 +63,10 @@ def _client_states(case: dict, k: int) -> dict:
     """Client k's model after a real local SGD step on its own data (every rank agrees)."""
     import torch
     dtype = getattr(torch, case["dtype"])
-    g = torch.Generator().manual_seed(1000 * case["seed"] + k)
+    torch.manual_seed(1000 * case["seed"] + k)
     model = torch.nn.Linear(case["d"], 3).to(dtype)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) * (k + 1))
-    X = torch.randn(case["sizes"][k], case["d"], generator=g, dtype=dtype)
-    y = torch.randint(3, (case["sizes"][k],), generator=g)
+    X = torch.randn(case["sizes"][k], case["d"], dtype=dtype) * (k + 1)
+    y = torch.randint(3, (case["sizes"][k],))
     torch.nn.functional.cross_entropy(model(X), y).backward()
     with torch.no_grad():
         for p in model.parameters():
@@ -115,8 +129,7 @@ def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
             _mean(before, sizes, 1),
         "it weighted each client by 1/n_k — the small clients count most; weight by n_k":
             _mean(before, [1 / s for s in sizes], sum(1 / s for s in sizes)),
-        "it returned the first client's model: average over all of them": before[0],
-        "it returned the last client's model: average over all of them": before[-1],
+        "it returned one client's model: average over all of them": before[-1],
     }
     hint = explain(got[key], {m: v[key] for m, v in mistakes.items()})
     detail = f"entry {key!r}: {bad[key]}"
@@ -131,6 +144,8 @@ def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     __tracebackhide__ = True
     from ddl_lab.scaling_out import federated
     _refuse(my_fedavg, "fedavg", federated.fedavg, federated.federated)
+    import torch
+    _stub_first(my_fedavg, [{"w": torch.ones(1)}], [1])
     fixed = [{"K": 3, "sizes": [10, 50, 200], "dtype": "float32", "d": 4},
              {"K": 1, "sizes": [7], "dtype": "float64", "d": 2},
              {"K": 2, "sizes": [1, 99], "dtype": "float64", "d": 3},
@@ -279,19 +294,17 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
     __tracebackhide__ = True
     from ddl_lab.scaling_out import elastic
-    for fn, task in ((my_save_checkpoint, "resume"), (my_resume, "resume")):
-        _refuse(fn, task, elastic.save_checkpoint, elastic.resume, elastic.train)
+    for fn in (my_save_checkpoint, my_resume):
+        _refuse(fn, "resume", elastic.save_checkpoint, elastic.resume, elastic.train)
+    _probe_checkpoint(my_save_checkpoint, my_resume)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
              {"steps": 12, "every": 3, "kill": 6, "opt": "adam", "dtype": "float32"}]
     cases = list(Cases("resume", seed, fixed, draws=3, draw=_resume_case))
     payload = [{**c.params, "seed": seed * 100 + c.index} for c in cases]
-    folder = tempfile.mkdtemp(prefix="ddl-check-resume-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="ddl-check-resume-") as folder:
         got = run_on_workers(_resume_runs, WORKERS, my_save_checkpoint, my_resume, payload,
-                             folder, learner_fn=my_resume)[0]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+                             folder, timeout=60, learner_fn=my_resume)[0]
     for case, r in zip(cases, got):
         message = _resume_message(_name(my_resume), r, case)
         if message:
@@ -370,17 +383,11 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
     return None
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _real_run(fn: Callable) -> str:
     """Start 2 hosts × 2 processes with the learner's settings; what they reported."""
     __tracebackhide__ = True
-    from ddl_lab.scaling_out.hosts import Layout, VirtualHosts, run_with_env, unavailable
+    from ddl_lab.scaling_out.hosts import (Layout, VirtualHosts, free_port, run_with_env,
+                                           unavailable)
     name, why = _name(fn), unavailable()
     if why is None:
         with VirtualHosts() as vh:
@@ -388,7 +395,7 @@ def _real_run(fn: Callable) -> str:
             jobs = run_with_env(_envs(fn, layout), vh, timeout=20)
         where = "two network namespaces"
     else:
-        layout = Layout(("127.0.0.1", "127.0.0.1"), 2, _free_port())
+        layout = Layout(("127.0.0.1", "127.0.0.1"), 2, free_port())
         jobs = run_with_env(_envs(fn, layout), None, timeout=20)
         where = f"this machine's loopback ({why})"
     results = next((j.results() for j in jobs if j.results()), {})
@@ -408,10 +415,9 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     __tracebackhide__ = True
     from ddl_lab.scaling_out.hosts import Layout
     name = _name(my_rendezvous_env)
-    fixed = [{"hosts": ("10.200.0.1", "10.200.0.2"), "nproc": 2, "port": 29400},
-             {"hosts": ("192.168.1.10", "192.168.1.11", "192.168.1.12"), "nproc": 3,
-              "port": 29500},
-             {"hosts": ("10.0.0.5", "10.0.0.9"), "nproc": 1, "port": 23456}]
+    fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
+        (("10.200.0.1", "10.200.0.2"), 2, 29400), (("10.0.0.5", "10.0.0.9"), 1, 23456),
+        (("192.168.1.10", "192.168.1.11", "192.168.1.12"), 3, 29500))]
     cases = list(Cases("rendezvous_env", seed, fixed, draws=4, draw=_env_case))
     for case in cases:
         layout = Layout(**case.params)
@@ -458,16 +464,12 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     from ddl_lab.scaling_out import calculator
     _refuse(my_best_workers, "best_workers", calculator.step_time, calculator.seed_case)
     name = _name(my_best_workers)
-    fixed = [{"params": 16_000_000, "batch": 256, "per_example": 6e-4, "alpha": 5e-5,
-              "beta": 8e-10, "max_workers": 64},
-             {"params": 25_000_000, "batch": 64, "per_example": 2e-6, "alpha": 1e-4,
-              "beta": 8e-9, "max_workers": 16},
-             {"params": 10_000, "batch": 8192, "per_example": 1e-4, "alpha": 1e-5,
-              "beta": 1e-10, "max_workers": 32},
-             {"params": 5_000_000, "batch": 1024, "per_example": 1e-5, "alpha": 2e-4,
-              "beta": 8e-10, "max_workers": 40}]
-    cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
+    fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle
+                                           (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
+                                           (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
+                                           (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
+    cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
     got = [call_local(my_best_workers, *(c.params[k] for k in order)) for c in cases]
     for case, n in zip(cases, got):
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool):

@@ -151,6 +151,12 @@ def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: 
               lr: float = 0.1, skew: float = 1.0, drop: float = 0.0, seed: int = 0,
               aggregate: Callable | None = None, label: str = "") -> FedRun:
     """Worker: ``rounds`` of FedAvg (FedSGD with E=1, B=None) over K clients (lesson 10)."""
+    for name, value in (("K", K), ("rounds", rounds), ("E", E), ("B", 1 if B is None else B)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not (0 < C <= 1 and 0 <= drop <= 1):
+        raise ValueError(f"need 0 < C <= 1 (the fraction of clients picked) and 0 <= drop <= 1"
+                         f", got C={C!r}, drop={drop!r}")
     rank, n = dist.get_rank(), dist.get_world_size()
     clients, test = make_clients(K, skew, seed)
     data = {k: clients[k].tensors() for k in range(rank, K, n)}
@@ -188,7 +194,10 @@ def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: 
 
 
 def run_federated(cluster, **options) -> FedRun:
-    """``federated`` on every rank of ``cluster`` (all ranks agree); rank 0's record."""
+    """``federated`` on every rank of ``cluster`` (all ranks agree); rank 0's record.
+    An ``aggregate`` is tried here on one client first, so that an error shows at once."""
+    if options.get("aggregate") is not None:
+        options["aggregate"]([{"w": torch.ones(1)}], [1])
     return cluster.run(federated, **options)[0]
 
 

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from .launch import Job, run_jobs, torchrun_command
 
 __all__ = ["Host", "VirtualHosts", "Layout", "unavailable", "setup_commands",
-           "teardown_commands", "run_with_env", "where_am_i", "ENV_VARS"]
+           "teardown_commands", "run_with_env", "free_port", "where_am_i", "ENV_VARS"]
 
 ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
             "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT")
@@ -211,6 +211,13 @@ class Layout:
     hosts: tuple[str, ...]
     nproc: int
     port: int
+
+
+def free_port() -> int:
+    """A TCP port free on this machine's loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_with_env(envs: list[list[dict[str, Any]]], vhosts: VirtualHosts | None = None,
