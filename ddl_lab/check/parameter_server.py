@@ -15,6 +15,9 @@ from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_di
 __all__ = ["ssp_gate", "adagrad_push", "staleness_lr"]
 
 _PACKAGE = "ddl_lab.parameter_server"
+# seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
+# and only answers right on every local case get that far
+_REAL_TIMEOUT = 60.0
 
 
 def _real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -83,7 +86,7 @@ def _gate_mistakes() -> dict[str, Callable[[int, list, int], bool]]:
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     from ddl_lab.parameter_server.downpour import digits_problem, run
     r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
-            batch=16, gate=must_wait, eval_every=0.2, timeout=15.0)
+            batch=16, gate=must_wait, eval_every=0.2, timeout=_REAL_TIMEOUT)
     return r.report.max_gap
 
 
@@ -175,7 +178,7 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     for g in grads:
         want, G = adagrad(want, g, G, lr, eps)
     with ParameterServer(theta0, shards=2, rule="adagrad", lr=lr, eps=eps,
-                         push=_Pair(adagrad_push), timeout=10.0) as ps:
+                         push=_Pair(adagrad_push), timeout=_REAL_TIMEOUT) as ps:
         a, b = ps.connect("replica 0"), ps.connect("replica 1")
         for k, g in enumerate(grads):
             client = a if k % 2 == 0 else b
@@ -264,7 +267,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
     rng = np.random.default_rng(5)
     theta0, grads = rng.normal(size=5), rng.normal(size=(6, 5))
     with ParameterServer(theta0, shards=1, rule="sgd", lr=lr, staleness_aware=True,
-                         rate=staleness_lr, timeout=10.0) as ps:
+                         rate=staleness_lr, timeout=_REAL_TIMEOUT) as ps:
         client = ps.connect("replica 0")
         versions = client.snapshot()[1]
         for g in grads:
