@@ -198,7 +198,7 @@ def run_schedule(stage: nn.Module, order: Sequence[Op], batches: Sequence, loss_
                  prev: int | None, nxt: int | None, in_shape: Sequence[int] = (),
                  timeline: Timeline | None = None, meter: ActivationMeter | None = None,
                  on_wait: Callable[[str, int, int], None] | None = None,
-                 outputs: list | None = None, lookahead: int = 2,
+                 outputs: list | None = None, lookahead: int = 4,
                  dtype: torch.dtype = torch.float32) -> float | None:
     """Run one stage's ``order`` of forwards and backwards over ``batches`` (lesson 09).
 
