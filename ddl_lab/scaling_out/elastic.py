@@ -104,7 +104,7 @@ def _average_gradients(model: torch.nn.Module, n: int) -> None:
 
 def _die(kill_host: str | None) -> None:
     """SIGKILL this worker; with ``kill_host`` also its torchrun agent: the host is gone."""
-    if kill_host:
+    if kill_host and "TORCHELASTIC_RUN_ID" in os.environ:     # the parent is torchrun's agent
         os.kill(os.getppid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
