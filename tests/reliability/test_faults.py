@@ -11,8 +11,10 @@ import sys
 import textwrap
 import threading
 import time
+from contextlib import contextmanager, suppress
 
 import numpy as np
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -226,21 +228,33 @@ KERNEL = """
 """
 
 
+@contextmanager
 def kernel(tmp_path, *flags):
+    """A notebook kernel (a Python process) running a cluster: (process, worker pids),
+    once the run is under way. Killed, with its workers, if the test fails."""
     script = tmp_path / "kernel.py"
     script.write_text(textwrap.dedent(KERNEL))
     p = subprocess.Popen([sys.executable, str(script), *flags], stdout=subprocess.PIPE,
                          text=True, cwd=tmp_path)
-    line = p.stdout.readline()
-    assert line.startswith("RUNNING"), line
-    return p, [int(x) for x in line.split()[1:]]
+    family = []
+    try:
+        line = p.stdout.readline()
+        family = psutil.Process(p.pid).children(recursive=True)
+        assert line.startswith("RUNNING"), line
+        yield p, [int(x) for x in line.split()[1:]]
+    finally:
+        p.kill()
+        for child in family:                   # psutil never signals a reused pid
+            with suppress(psutil.NoSuchProcess):
+                child.kill()
+        p.wait()
 
 
 def test_ctrl_c_during_a_run_stops_the_workers_and_the_next_run_works(tmp_path, leftovers):
-    p, pids = kernel(tmp_path)
-    sent = time.time()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=120)
+    with kernel(tmp_path) as (p, pids):
+        sent = time.time()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
     lines = dict(line.split(" ", 1) for line in out.splitlines())
     seconds = float(lines["INTERRUPTED"].split()[0]) - sent
     print(f"\n  SIGINT -> RunInterrupted after {seconds:.2f} s")
@@ -252,13 +266,13 @@ def test_ctrl_c_during_a_run_stops_the_workers_and_the_next_run_works(tmp_path, 
 
 
 def test_the_kernel_killed_with_a_cluster_and_shards_up_leaves_nothing(tmp_path, leftovers):
-    p, pids = kernel(tmp_path, "--ps")
-    family = descendants(p.pid)
-    assert set(pids) < family and len(family) >= 6        # 4 ranks, 2 shards
-    p.kill()
-    killed = time.monotonic()
-    p.wait(10)
-    assert gone(family, within=5.0), "workers outlived their kernel"
+    with kernel(tmp_path, "--ps") as (p, pids):
+        family = descendants(p.pid)
+        assert set(pids) < family and len(family) >= 6        # 4 ranks, 2 shards
+        p.kill()
+        killed = time.monotonic()
+        p.wait(10)
+        assert gone(family, within=5.0), "workers outlived their kernel"
     print(f"\n  kernel SIGKILL -> all {len(family)} processes gone after "
           f"{time.monotonic() - killed:.2f} s")
     assert leftovers() == []
