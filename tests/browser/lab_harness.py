@@ -375,6 +375,12 @@ class NotebookPage:
         return " | ".join(panel.locator(".widget-html-content").evaluate_all(
             "es => es.map(e => e.textContent)"))
 
+    def panel_started(self, panel: "Locator", status_before: str) -> bool:
+        """Has the panel itself begun a run? (Not the kernel's busy light: that also flickers
+        while the kernel takes a control's new value, which a loaded machine lets us see.)"""
+        status = self.panel_status(panel)
+        return "running" in status or status != status_before
+
     def panel_busy(self, panel: "Locator") -> bool:
         return "running" in self.panel_status(panel) or self.kernel_status() != "idle"
 
@@ -451,7 +457,7 @@ class NotebookPage:
         ran, quiet_since = False, None
         while time.monotonic() - start < timeout:
             busy = self.panel_busy(panel)
-            ran = ran or busy or self.panel_status(panel) != status_before
+            ran = ran or self.panel_started(panel, status_before)
             now = time.monotonic()
             quiet_since = None if busy else (quiet_since or now)
             snap = self.snapshot(panel)
@@ -489,7 +495,7 @@ def exercise_panel(nb: NotebookPage, spec: Control = Control()) -> Interaction:
     action = nb.change(control)
     button = nb.run_button(panel)
     if button is not None and "mod-primary" not in (control.get_attribute("class") or ""):
-        ran_by_itself = _started(nb, panel, before, 2.0)
+        ran_by_itself = _started(nb, panel, before, status_before, 2.0)
         if not ran_by_itself:
             button.click(timeout=INTERACTION_S * 1000)
             action += ", Run pressed"
@@ -519,11 +525,12 @@ def check_lesson(nb: NotebookPage, spec: Control = Control()) -> tuple[float, In
     return took, exercise_panel(nb, spec)
 
 
-def _started(nb: NotebookPage, panel: "Locator", before: Snapshot, within: float) -> bool:
+def _started(nb: NotebookPage, panel: "Locator", before: Snapshot, status_before: str,
+             within: float) -> bool:
     """Did a live panel start a run by itself within ``within`` seconds?"""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if nb.panel_busy(panel) or nb.snapshot(panel) != before:
+        if nb.panel_started(panel, status_before) or nb.snapshot(panel) != before:
             return True
         time.sleep(POLL_S)
     return False

@@ -42,7 +42,7 @@ def test_exercise_04s_parallel_gradient_is_the_full_gradient_on_every_rank(data,
     X, y = data
     theta = np.linspace(-1, 1, X.shape[1])
     shards = [(X[:50], y[:50]), (X[50:400], y[50:400]), (X[400:], y[400:])]
-    mine = solution("04_message_passing", "parallel_gradient")
+    mine = solution("04_message_passing", "my_parallel_gradient")
     for g in comm_run(gradient_on_shards, 3, theta, shards, mine):
         np.testing.assert_allclose(g, linreg_grad(theta, X, y), rtol=1e-12, atol=1e-12)
 

@@ -56,9 +56,11 @@ def test_bsp_gradients_are_never_stale_and_everyone_waits_for_the_straggler(prob
     r = D.run(problem, quick(mode="bsp", slow=4.0))
     assert set(r.staleness.tolist()) == {0} and r.report.max_gap == 0
     assert [x["steps"] for x in r.replicas] == [60, 60, 60]
-    fast_wait = r.replicas[0]["timeline"].total("wait")
-    assert fast_wait > r.replicas[2]["timeline"].total("wait")
-    assert r.replicas[2]["timeline"].total("straggle") > 0
+    straggle = r.replicas[2]["timeline"].total("straggle")
+    assert straggle > 0
+    # at every barrier the fast replica waits out the straggler's extra time (most of it;
+    # comparing the two replicas' waits with each other is a coin toss on a busy machine)
+    assert r.replicas[0]["timeline"].total("wait") > 0.5 * straggle
 
 
 def test_ssp_lets_the_fast_replicas_lead_by_exactly_s(problem):
