@@ -33,7 +33,7 @@ def figure_ddp(results: dict):
     for bar, k in zip(bars, labels):
         rounds = results[k][0].rounds / max(len(results[k][0].loss), 1)
         b.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-               f" {bar.get_width():.2f} ms · {rounds:g} allreduce/step", va="center", fontsize=8)
+               f" {bar.get_width():.2f} ms · {rounds:.3g} allreduce/step", va="center", fontsize=8)
     b.set_yticks(range(len(labels)), labels, fontsize=8)
     b.set(xlabel="median time per step (ms, slowest rank)", xlim=(0, max(ms) * 1.9))
     b.invert_yaxis()

@@ -10,7 +10,7 @@ from ddl_lab.active import Question, Quiz, load_quiz, predict, seal_choice, seal
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ["welcome", "gradient_descent", "parallel_models", "hogwild", "message_passing",
-           "data_parallel", "ring_allreduce", "parameter_server", "compression"]
+           "data_parallel", "ring_allreduce", "parameter_server", "compression", "model_parallel"]
 
 
 def choice_q():
