@@ -62,11 +62,13 @@ def shm_segments() -> dict[str, float]:
     return out
 
 
-def shm_in_use() -> set[str]:
-    """Names of the /dev/shm entries some process holds open or mapped."""
+def shm_in_use(pids: Iterable[int] | None = None) -> set[str]:
+    """Names of the /dev/shm entries some process (of ``pids``; default: any) holds open
+    or mapped."""
     used = set()
     prefix = str(SHM) + "/"
-    for proc in Path("/proc").iterdir():
+    procs = (Path(f"/proc/{p}") for p in pids) if pids is not None else Path("/proc").iterdir()
+    for proc in procs:
         if not proc.name.isdigit():
             continue
         try:
