@@ -1,6 +1,8 @@
 """Checks for lesson 01 (gradient descent): the batch gradient, the mini-batch SGD epoch,
-the Adagrad update and a learning rate that converges. All run in this process, on
-several seeded cases per call (``seed=`` replays one); a failure quotes its case."""
+the Adagrad update, a learning rate that converges, the best fixed step and its contraction
+(reasoning) and a mini-batch SGD plan within budgets (design, ``_gradient_descent_plans``).
+All run in this process, on several seeded cases per call (``seed=`` replays one); a
+failure quotes its case."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,8 +13,10 @@ from ._core import call_local, fail, passed
 from ._diagnose import (AdagradWords, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor,
                         refuse, returned_none, same)
+from ._gradient_descent_plans import check_best_step, check_sgd_plan
 
-__all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate"]
+__all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
+           "best_step", "sgd_plan"]
 
 
 def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -366,6 +370,28 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
                     if lr > 1.5 / L else "")
             fail(f"γ = {lr:.4g} has not converged within {steps} steps {where}: J − J* is "
                  f"still {excess / start:.2g} of its start (needs < {LR_TOL:g})"
-                 + (f" — {slow}" if slow else "") + f".{same_rate or ' Try γ = 1/L.'} [{case}]")
+                 + (f" — {slow}" if slow else "")
+                 + f".{same_rate or ' Try γ = 2/(L + μ), or 1/L.'} [{case}]")
     passed("learning_rate", f"converged within {steps} steps on {len(results)} scales of X — "
            + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4]) + " …")
+
+
+# ------------------------------------------------------------------ task 5 (reasoning)
+
+def best_step(my_best_step: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
+    XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
+    minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
+    __tracebackhide__ = True
+    check_best_step(my_best_step, seed)
+
+
+# ------------------------------------------------------------------ task 6 (design)
+
+def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 6: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
+    "lr"}`` with which the lesson's mini-batch SGD on its linear regression (m = 1024),
+    trained for real for as many steps as both budgets allow, ends with J − J* ≤ 0.002 on
+    each of three shuffles; tried with (8192, 256) and (16384, 64)."""
+    __tracebackhide__ = True
+    check_sgd_plan(my_sgd_plan, seed)

@@ -1,4 +1,6 @@
-"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop.
+"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop; the
+coordinates an update expects to share with the others' (reasoning) and a lock-free plan that
+reaches a target loss on real processes (design) — those two in ``_hogwild_plans``.
 
 The update runs on seeded cases (dimensions, learning rates, non-unit feature values,
 float32 θ). The worker loop first runs here on a θ that notes every read and write and a
@@ -13,12 +15,13 @@ import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
 from ._diagnose import Cases, Snapshot, differs, explain, factor_of, refuse, tolerance
+from ._hogwild_plans import check_expected_overlap, check_hogwild_plan
 from .parallel_models import PROCESSES, FileLock, shared_file
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem
 
-__all__ = ["hogwild_update", "hogwild_worker"]
+__all__ = ["hogwild_update", "hogwild_worker", "expected_overlap", "hogwild_plan"]
 
 _COPY_HINT = ("`w = theta[idx]` (fancy indexing) and `theta = theta - ...` both make a new "
               "array; write into the shared one: `theta[idx] -= step`.")
@@ -299,3 +302,26 @@ def _worker_on_process(fn: Callable, path: str, lock: FileLock, problem: "Proble
     theta = np.memmap(path, np.float64, "r+", offset=8, shape=(problem.d,))
     fn(theta, problem, shards[dist.get_rank()], problem.lr, lock, locked)
     theta.flush()
+
+
+# ------------------------------------------------------------------ task 3 (reasoning)
+
+def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
+    """Lesson 03, task 3: ``my_expected_overlap(freq, workers)`` — ``freq[j]`` the fraction
+    of examples that use feature j — returns how many coordinates an in-flight update expects
+    to share with the other workers − 1 in-flight updates, on independent examples:
+    (workers − 1)·Σ_j freq[j]²."""
+    __tracebackhide__ = True
+    check_expected_overlap(my_expected_overlap, seed)
+
+
+# ------------------------------------------------------------------ task 4 (design)
+
+def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
+    """Lesson 03, task 4: ``my_hogwild_plan(examples, max_updates_per_worker, max_workers)``
+    returns ``{"workers", "epochs", "lr"}`` with which lock-free Hogwild! — the lesson's loop
+    on real processes sharing θ — trains the lesson's sparse problem (2,000 examples) to a
+    training loss ≤ 0.20, each of at most 3 workers doing at most 3,000 updates; two
+    shuffles."""
+    __tracebackhide__ = True
+    check_hogwild_plan(my_hogwild_plan, seed)

@@ -1,4 +1,6 @@
-"""Checks for lesson 02 (parallel models): a race-free threaded sum; a dynamic schedule.
+"""Checks for lesson 02 (parallel models): a race-free threaded sum; a dynamic schedule's
+dispenser; Amdahl's bound from a measured speedup (reasoning) and a chunk size for an uneven
+loop on real threads (design) — those two in ``_parallel_models_plans``.
 
 Verdicts never depend on scheduling luck: the threaded sum's threads are made to meet
 (a barrier at their first touch of x), so a shared total read before the sum loses its
@@ -19,8 +21,9 @@ import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
 from ._diagnose import Cases, Snapshot, describe_value, differs, refuse
+from ._parallel_models_plans import check_amdahl_bound, check_dynamic_chunk
 
-__all__ = ["threaded_sum", "next_chunk"]
+__all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 
 MEET_TIMEOUT_S = 3.0    # how long the first thread to touch x waits for the others
 PROCESSES = 3           # the warm workers that share next_chunk's counter (lesson 00's size)
@@ -430,3 +433,27 @@ def _claim_on_worker(fn: Callable, path: str, lock: FileLock, chunk: int,
                                "and never returned None: does it move the shared counter "
                                "on, and return None once it reaches stop?")
     return np.array(claimed, dtype=np.int64)
+
+
+# ------------------------------------------------------------------ task 3 (reasoning)
+
+def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
+    workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
+    Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
+    __tracebackhide__ = True
+    refuse(my_amdahl_bound, "amdahl_bound", "ddl_lab.parallel_models", "amdahl",
+           "fit_parallel_fraction")
+    check_amdahl_bound(my_amdahl_bound, seed)
+
+
+# ------------------------------------------------------------------ task 4 (design)
+
+def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
+    returns a chunk size with which ``schedule(dynamic, chunk)``, run on real threads, hands
+    out at most max_claims chunks and leaves the busiest thread at most max_imbalance × the
+    mean work (each chunk going to the first free thread); a triangular, a uniform and a
+    random heavy-tailed loop."""
+    __tracebackhide__ = True
+    check_dynamic_chunk(my_dynamic_chunk, seed)

@@ -1,15 +1,20 @@
-"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks.
+"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks;
+the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
+darts that lands within a tolerance of π in most runs.
 
-Both run the learner's function on real workers with 4 ranks (the lesson's) and then 3, so
-a hard-coded world size shows; lesson 04's checks use the same two warm clusters."""
+Tasks 1, 2 and 4 run on real workers with 4 ranks (the lesson's) and then 3, so a hard-coded
+world size shows; lesson 04's checks use the same two warm clusters (task 4 carves its worlds
+of 1–4 ranks out of the 4-rank one)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
-from ._core import fail, passed, run_on_workers
-from ._diagnose import only_right_for, refuse
+from ._core import call_local, fail, passed, run_on_workers
+from ._diagnose import Cases, describe_value, only_right_for, refuse, returned_none
+from ._worlds import Raised, in_worlds
 
-__all__ = ["rank", "sum_of_ranks"]
+__all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
 WORLD_SIZES = (4, 3)
 
@@ -148,3 +153,185 @@ def _sum_hint(values: list[int], calls: list[list], n: int, right: list[str]) ->
                 "return the tensor's value after it.")
     return (only_right_for(right, f"{n} ranks").strip()
             or "Put the rank in a tensor and all_reduce it.")
+
+
+# ------------------------------------------------------------------ task 3: darts per rank
+
+PI_VARIANCE = math.pi * (4 - math.pi)   # one dart's 4·hit has variance 16·p(1 − p), p = π/4
+
+
+def _standard_error(total_darts: float) -> float:
+    """The standard error of the combined π estimate from ``total_darts`` darts."""
+    return math.sqrt(PI_VARIANCE / total_darts)
+
+
+def _as_count(value: Any) -> float | None:
+    """A finite real number (int, float, numpy or 0-d tensor scalar), else None."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _darts_case(rng: Any) -> dict[str, Any]:
+    return {"eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))}
+
+
+def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0) -> None:
+    """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
+    ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
+    √(π(4−π)/N) ≤ eps: ⌈π(4−π) / (workers·eps²)⌉ (one more is accepted)."""
+    __tracebackhide__ = True
+    name = getattr(my_darts_per_rank, "__name__", "my_darts_per_rank")
+    fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
+             {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
+    cases = Cases("darts_per_rank", seed, fixed, draws=3, draw=_darts_case)
+    for case in cases:
+        eps, w = case.params["eps"], case.params["workers"]
+        got = call_local(my_darts_per_rank, eps, w)
+        n = _as_count(got)
+        if n is None:
+            fail((returned_none(got, name, "the number of darts per rank") or
+                  f"{name} returned {describe_value(got)}; return a number of darts (an int)")
+                 + f" [{case}].")
+        need = PI_VARIANCE / (w * eps ** 2)
+        if need * (1 - 1e-9) <= n <= math.ceil(need) + 1:
+            continue
+        fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
+             f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
+             f"{_darts_fault(n, need, w, eps)} [{case}].")
+    passed("darts_per_rank", f"on {len(cases)} cases (eps from 0.2 down to 0.0005, 1–16 "
+           "workers): N = π(4−π)/eps² darts in all, shared by the ranks, rounded up")
+
+
+def _darts_fault(n: float, need: float, workers: int, eps: float) -> str:
+    """What a wrong number of darts per rank says about the reasoning behind it."""
+    named = {
+        "that is the total for all ranks — the all_reduce pools every rank's hits, so each "
+        "rank throws 1/workers of it": need * workers,
+        "that is p(1 − p)/eps², the variance of one hit (0 or 1) with p = π/4; the estimate "
+        "is 4·hits/N, so one dart contributes 16·p(1 − p) = π(4 − π)": need / 16,
+        "that uses the standard deviation √(π(4−π)) where the variance π(4−π) belongs: "
+        "√(π(4−π)/N) ≤ eps ⇔ N ≥ π(4−π)/eps²": need / math.sqrt(PI_VARIANCE),
+        "eps must be squared: the standard error falls as 1/√N, so N ≥ π(4−π)/eps²":
+            need * eps,
+        "you divided by the number of workers twice": need / workers,
+    }
+    for why, value in named.items():
+        if abs(n - value) <= 1 + 1e-6 * value and abs(value - need) > 1 + 1e-6 * need:
+            return why
+    se = _standard_error(n * workers)
+    if n < need:
+        return (f"with {n:,.6g} darts on each of {workers} ranks the standard error is "
+                f"{se:.4g} > eps = {eps:g}" + (" — round up, not down" if n >= need - 1 else ""))
+    return (f"more than needed: the standard error would be {se:.4g}, below eps = {eps:g} — "
+            "ask for the fewest darts that reach it")
+
+
+# ------------------------------------------------------------------ task 4: a plan for π
+
+PI_WORKERS = 4          # the lesson's cluster: a plan may use 1–4 of its ranks
+PI_RUNS = 200           # seeded runs per case: seeds 0…199 of the lesson's monte_carlo_pi
+PI_SHARE = 0.8          # the fraction of runs that must land within tol
+
+
+def _pi_runs(darts: int, runs: int) -> list[float]:
+    """On the ranks of one world: the lesson's Monte Carlo π with seeds 0…runs−1."""
+    from ddl_lab.welcome import monte_carlo_pi
+    return [monte_carlo_pi(darts, seed)["pi"] for seed in range(runs)]
+
+
+def _pi_case(rng: Any) -> dict[str, Any]:
+    tol = float(f"{rng.uniform(0.012, 0.03):.3g}")
+    return _pi_limits(tol, float(rng.uniform(1.5, 3.5)))
+
+
+def _pi_limits(tol: float, spread: float) -> dict[str, Any]:
+    """A case whose 90 % plan needs ``spread`` ranks' worth of darts: per_rank_max is
+    1/spread of it, and the budget three times what 80 % needs."""
+    n90 = 1.6449 ** 2 * PI_VARIANCE / tol ** 2
+    return {"tol": tol, "per_rank_max": int(round(n90 / spread, -2)),
+            "budget": int(round(3 * 1.2816 ** 2 * PI_VARIANCE / tol ** 2, -3))}
+
+
+def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int = 0) -> None:
+    """Lesson 00, task 4: ``my_pi_plan(tol, per_rank_max, budget)`` returns ``(workers,
+    darts)`` — 1–4 workers, at most per_rank_max darts each, at most budget in all — and the
+    lesson's ``monte_carlo_pi``, run for real on that many ranks with seeds 0…199, lands
+    within tol of π in at least 80 % of the runs."""
+    __tracebackhide__ = True
+    name = getattr(my_pi_plan, "__name__", "my_pi_plan")
+    fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
+    cases = list(Cases("pi_plan", seed, fixed, draws=1, draw=_pi_case))
+    plans = [_pi_valid_plan(name, call_local(my_pi_plan, c.params["tol"], c.params["per_rank_max"],
+                                             c.params["budget"]), c) for c in cases]
+    per_rank = run_on_workers(in_worlds, PI_WORKERS, _pi_runs,
+                              [(w, (d, PI_RUNS)) for w, d in plans], learner_fn=my_pi_plan,
+                              timeout=60.0)
+    report = []
+    for k, (case, (w, d)) in enumerate(zip(cases, plans)):
+        estimates = per_rank[0][k]
+        if isinstance(estimates, Raised):
+            fail(f"the workers failed running monte_carlo_pi({d}, seed) on {w} ranks: "
+                 f"{estimates.text.splitlines()[-1]} [{case}]")
+        tol = case.params["tol"]
+        within = sum(abs(e - math.pi) <= tol for e in estimates)
+        if within < PI_SHARE * PI_RUNS:
+            fail(_pi_short(name, w, d, within, tol, case))
+        report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")
+    passed("pi_plan", f"on real workers, seeds 0–{PI_RUNS - 1}: " + "; ".join(report))
+
+
+def _pi_valid_plan(name: str, plan: Any, case: Any) -> tuple[int, int]:
+    """The learner's (workers, darts) as ints, or a CheckFailed naming the broken limit."""
+    __tracebackhide__ = True
+    p = case.params
+    if not isinstance(plan, (tuple, list)) or len(plan) != 2:
+        fail((returned_none(plan, name, "a pair (workers, darts)") or
+              f"{name} returned {describe_value(plan)}; return a pair (workers, darts)")
+             + f" [{case}].")
+    counts = [_as_count(v) for v in plan]
+    if any(c is None or c != int(c) or c < 1 for c in counts):
+        fail(f"{name} returned {tuple(plan)!r}; workers and darts must be whole numbers ≥ 1 "
+             f"[{case}].")
+    w, d = (int(c) for c in counts)
+    if w > PI_WORKERS:
+        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS} [{case}].")
+    if w * d > p["budget"]:
+        total = _pi_total(p["tol"])
+        hint = (f" — that is about the total the plan needs ({total:,.0f}) on EVERY rank: "
+                "the all_reduce pools the ranks' darts, so divide it among them"
+                if w > 1 and abs(d - total) < 0.35 * total else
+                ": a smaller standard error than tol needs is wasted darts")
+        fail(f"{name} planned {w} × {d:,} = {w * d:,} darts, over the budget of "
+             f"{p['budget']:,}{hint} [{case}].")
+    if d > p["per_rank_max"]:
+        fail(f"{name} asked for {d:,} darts per rank, but a rank can throw at most "
+             f"per_rank_max = {p['per_rank_max']:,} in the time there is: share the darts "
+             f"over more workers [{case}].")
+    return w, d
+
+
+def _pi_total(tol: float, z: float = 1.6449) -> float:
+    """Darts in all for a standard error of tol/z (z = 1.645: 90 % of runs within tol)."""
+    return z ** 2 * PI_VARIANCE / tol ** 2
+
+
+def _pi_short(name: str, w: int, d: int, within: int, tol: float, case: Any) -> str:
+    """The message for a plan whose runs landed within tol too rarely."""
+    se = _standard_error(w * d)
+    z = tol / se
+    share = math.erf(z / math.sqrt(2))
+    hint = (" That is about the standard error you get from p(1 − p) without the factor "
+            "16: the estimate is 4·hits/N, its variance π(4 − π)/N." if z < 0.45 else
+            " A standard error equal to tol keeps only about 68 % of the runs within tol"
+            " (one standard error each side)." if 0.9 <= z <= 1.1 else "")
+    return (f"{name}'s plan, {w} × {d:,} = {w * d:,} darts, landed within {tol:g} of π in "
+            f"{within} of {PI_RUNS} runs ({100 * within / PI_RUNS:.0f} %); at least "
+            f"{PI_SHARE * PI_RUNS:.0f} must. Its standard error is √(π(4−π)/N) = {se:.4g} = "
+            f"tol/{z:.2f}, and a normal estimate lands within {z:.2f} standard errors in "
+            f"about {100 * share:.0f} % of runs.{hint} Aim for 90 % (tol/1.645) to leave a "
+            f"margin for the luck of {PI_RUNS} runs [{case}].")

@@ -1,6 +1,7 @@
 """Lesson 01's checks: right answers in several styles pass (vectorised and looped, numpy
-and torch, float32 and float64); the stub, hard-coded hyper-parameters, mutated inputs and
-the other mistakes learners make fail with a message naming the fault."""
+and torch, float32 and float64); the stub, hard-coded hyper-parameters, mutated inputs, the
+slips of the best-step reasoning (1/L, the ends of an unsorted list, ρ²) and SGD plans that
+take too few steps, too small a rate or too much noise fail with a message naming the fault."""
 import numpy as np
 import pytest
 import torch
@@ -283,7 +284,7 @@ def standardises_in_place(X):
     return 1.0
 
 
-@pytest.mark.parametrize("right", [by_power_iteration, by_spectral_norm])
+@pytest.mark.parametrize("right", [one_over_L, by_power_iteration, by_spectral_norm])
 def test_learning_rate_right_answers_pass(right, solution, capsys):
     check.learning_rate(solution(NB, "my_learning_rate"))
     check.learning_rate(right)
@@ -299,7 +300,8 @@ def test_learning_rate_stub_is_not_implemented_yet():
     (lambda X: 0.1, r"γ = 0.1 diverges.*the same γ for every X"),
     (lambda X: 0.01, "the same γ for every X"),
     (lambda X: one_over_L(X) if X.std() > 0.5 else 1.0,
-     r"has not converged within 50 steps.*too slow. Try γ = 1/L. \[case 2 \(scale=0.1"),
+     r"has not converged within 50 steps.*too slow. Try γ = 2/\(L \+ μ\), or 1/L. "
+     r"\[case 2 \(scale=0.1"),
     (lambda X: 2 * one_over_L(X), "diverges|close to 2/L"),
     (lambda X: 0.3 * one_over_L(X), "far below 1/L: too slow"),
     (lambda X: -one_over_L(X), "must be > 0"),
@@ -311,3 +313,80 @@ def test_learning_rate_stub_is_not_implemented_yet():
 def test_learning_rate_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         check.learning_rate(wrong)
+
+
+# ------------------------------------------------------------ task 5: the best fixed step
+
+def best_step_sorted(curvatures):
+    lams = np.sort(np.asarray(curvatures))
+    gamma = 2 / (lams[0] + lams[-1])
+    return gamma, abs(1 - gamma * lams[0])
+
+
+def best_step_by_kappa(curvatures):
+    kappa = max(curvatures) / min(curvatures)
+    return (2 / (max(curvatures) + min(curvatures)), float((kappa - 1) / (kappa + 1)))
+
+
+def best_step_torch(curvatures):
+    lams = torch.as_tensor(curvatures)
+    mu, L = lams.min(), lams.max()
+    return [2 / (L + mu), (L - mu) / (L + mu)]            # 0-d tensors in a list
+
+
+@pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch])
+def test_best_step_right_answers_pass(right, solution, capsys):
+    check.best_step(solution(NB, "my_best_step"))
+    check.best_step(right)
+    assert capsys.readouterr().out.count("✔ best_step: passed") == 2
+
+
+def right_step(c):
+    return 2 / (max(c) + min(c)), (max(c) - min(c)) / (max(c) + min(c))
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (stub, "stub is not implemented yet"),
+    (lambda c: (1 / max(c), 1 - min(c) / max(c)), "1/L empties the steepest direction"),
+    (lambda c: (2 / max(c), 1.0), "2/L is the edge of divergence"),
+    (lambda c: (2 / (c[0] + c[-1]), abs(c[-1] - c[0]) / (c[0] + c[-1])),
+     "you took the first and the last curvature"),
+    (lambda c: (1 / (max(c) + min(c)), 0.5), "the 2 is missing"),
+    (lambda c: (right_step(c)[0], right_step(c)[1] ** 2), "that is ρ², the factor for J − J"),
+    (lambda c: (right_step(c)[0], 1 - min(c) / max(c)),
+     "1 − μ/L = 1 − 1/κ is the rate at γ = 1/L"),
+    (lambda c: right_step(c)[0], r"must return a tuple \(gamma, rate\)"),
+    (lambda c: None, "returned None"),
+])
+def test_best_step_wrong_answers_are_explained(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.best_step(wrong)
+
+
+# ------------------------------------------------------------ task 6: a mini-batch SGD plan
+
+def plan(batch_size, lr):
+    return lambda max_examples, max_steps: {"batch_size": batch_size, "lr": lr}
+
+
+@pytest.mark.parametrize("right", [plan(128, 0.5), plan(256, 0.8)])
+def test_sgd_plan_right_answers_pass(right, solution, capsys):
+    check.sgd_plan(solution(NB, "my_sgd_plan"))
+    check.sgd_plan(right)
+    out = capsys.readouterr().out
+    assert out.count("✔ sgd_plan: passed — the lesson's mini-batch SGD") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (stub, "stub is not implemented yet"),
+    (plan(1024, 1.73), "batches of 1024 at γ = 1.73: 8 steps.*only 8 steps: even exact gradients"),
+    (plan(1, 0.05), "hit the step limit after 256 of the 8,192 examples"),
+    (plan(32, 1.7), "noise: exact gradients at this γ would reach ≈ 0"),
+    (plan(64, 0.05), r"too slow: .*\|1 − γμ\| = 0.995 per step"),
+    (plan(64, 3.0), "it diverged: exact gradients need γ < 2/L = 1.91"),
+    (plan(2048, 0.5), "a whole number of examples from 1 to m = 1,024"),
+    (lambda e, s: (64, 0.5), "return a dict"),
+])
+def test_sgd_plan_wrong_answers_are_explained(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.sgd_plan(wrong)

@@ -1,7 +1,11 @@
 """Lesson 03's checks: right updates and loops in several styles pass; copies, missing
 factors, hard-coded rates, a lock around the write only and the other real mistakes fail
-with a message naming the fault — the same verdict every run."""
+with a message naming the fault — the same verdict every run. The overlap reasoning names the
+uniform approximation, counting oneself and counting all pairs; the plan names too small and
+too large a rate, too few epochs and a worker over its budget."""
+import numpy as np
 import pytest
+import torch
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
@@ -152,3 +156,76 @@ def test_worker_lock_around_the_write_only_is_seen_every_time(worker, solution_w
 def test_worker_refuses_the_package_s_loop():
     with pytest.raises(CheckFailed, match="package's own implementation"):
         check.hogwild_worker(engine.hogwild_loop)
+
+
+# ------------------------------------------------------------------ task 3: expected overlap
+
+def overlap_loop(freq, workers):
+    total = 0.0
+    for f in freq:                            # per coordinate: both touch it
+        total += f * f
+    return total * (workers - 1)
+
+
+def overlap_torch(freq, workers):
+    f = torch.as_tensor(freq)
+    return (workers - 1) * (f @ f)            # a 0-d tensor
+
+
+@pytest.mark.parametrize("right", [overlap_loop, overlap_torch])
+def test_overlap_right_answers_pass(right, solution, capsys):
+    check.expected_overlap(solution(NB, "my_expected_overlap"))
+    check.expected_overlap(right)
+    assert capsys.readouterr().out.count("✔ expected_overlap: passed") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda f, w: (w - 1) * np.sum(f), "counts the coordinates the other updates touch"),
+    (lambda f, w: (w - 1) * np.sum(f) ** 2 / len(f), "assumes every feature equally frequent"),
+    (lambda f, w: w * np.sum(f ** 2), "your own update is no clash"),
+    (lambda f, w: w * (w - 1) / 2 * np.sum(f ** 2), "every pair of workers"),
+    (lambda f, w: (w - 1) * (1 - np.prod(1 - f ** 2)), "the chance that an update shares at least"),
+    (lambda f, w: [1.0, 2.0], "return one number"),
+    (lambda f, w: None, "returned None"),
+])
+def test_overlap_wrong_answers_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.expected_overlap(wrong)
+
+
+# ------------------------------------------------------------------ task 4: a Hogwild! plan
+
+def plan(workers, epochs, lr):
+    return lambda examples, max_updates, max_workers: {"workers": workers, "epochs": epochs,
+                                                       "lr": lr}
+
+
+def test_plan_right_answers_pass(solution, capsys):
+    check.hogwild_plan(solution(NB, "my_hogwild_plan"))
+    check.hogwild_plan(plan(3, 4, 0.3))                 # a more cautious rate
+    out = capsys.readouterr().out
+    assert out.count("✔ hogwild_plan: passed — lock-free on real processes sharing θ") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (plan(3, 4, 0.05), "too small a rate: serial SGD at γ = 0.05 also stops"),
+    (plan(3, 4, 3.0), "too large a rate.*hottest feature is in \\d+% of the examples"),
+    (plan(3, 1, 0.3), "1 epoch\\(s\\) are not enough at any rate"),
+    (plan(1, 4, 0.3), "each worker would do 8,000 updates, but there is time for 3,000"),
+    (plan(4, 4, 0.3), "lends you 3 processes"),
+    (plan(3, 2.5, 0.3), "epochs = 2.5: a whole number"),
+    (lambda e, u, w: (3, 4, 0.3), "return a dict"),
+])
+def test_plan_wrong_answers_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.hogwild_plan(wrong)
+
+
+@pytest.mark.parametrize("task, args", [("expected_overlap", "freq, workers"),
+                                        ("hogwild_plan", "examples, max_updates, max_workers")])
+def test_reasoning_and_design_reject_the_stub(task, args, define):
+    stub = define(f"def my_{task}({args}):\n"
+                  "    raise NotImplementedError('replace this line with your code')\n",
+                  f"my_{task}")
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        getattr(check, task)(stub)

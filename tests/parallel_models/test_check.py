@@ -1,6 +1,9 @@
 """Lesson 02's checks: right answers in several styles pass; races, serial "threads",
 dropped remainders and locks in the wrong place fail with a message naming the fault —
-the same verdict every run (the checks force the interleavings; no scheduling luck)."""
+the same verdict every run (the checks force the interleavings; no scheduling luck). The
+Amdahl reasoning names 1 − efficiency, the parallel fraction, linear and Gustafson scaling;
+the chunk design names too many claims, a static split in disguise and an uneven last round."""
+import numpy as np
 import pytest
 
 from ddl_lab import check
@@ -227,3 +230,92 @@ def test_next_chunk_verdicts_are_the_same_20_times(define, solution):
         check.next_chunk(right)
         with pytest.raises(CheckFailed, match="BEFORE taking the lock"):
             check.next_chunk(half)
+
+
+# ------------------------------------------------------------ task 3: Amdahl's bound
+
+def amdahl_via_parallel_fraction(n, speedup, cores):
+    p = (1 - 1 / speedup) / (1 - 1 / n)             # the lesson's p, then f = 1 − p
+    return 1 - p, 1 / ((1 - p) + p / cores)
+
+
+def amdahl_numpy(n, speedup, cores):
+    f = np.float32((n / speedup - 1) / (n - 1)).astype(np.float64)   # any float type
+    return np.array([f, 1 / (f + (1 - f) / cores)])
+
+
+def right_f(n, s):
+    return (n / s - 1) / (n - 1)
+
+
+@pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy])
+def test_amdahl_bound_right_answers_pass(right, solution, capsys):
+    check.amdahl_bound(solution(NB, "my_amdahl_bound"))
+    check.amdahl_bound(right)
+    assert capsys.readouterr().out.count("✔ amdahl_bound: passed") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda n, s, c: (1 - s / n, 1.0), "that is 1 − S/n, one minus the efficiency"),
+    (lambda n, s, c: (1 - right_f(n, s), 1.0), "that is the parallel fraction p = 1 − f"),
+    (lambda n, s, c: (right_f(n, s), s * c / n), "scales the measured speedup linearly"),
+    (lambda n, s, c: (right_f(n, s), 1 / right_f(n, s)), "1/f is the limit"),
+    (lambda n, s, c: (right_f(n, s), 1 / ((1 - right_f(n, s)) + right_f(n, s) / c)),
+     "divides the serial part by the cores"),
+    (lambda n, s, c: (right_f(n, s), right_f(n, s) + (1 - right_f(n, s)) * c),
+     "Gustafson's scaled speedup"),
+    (lambda n, s, c: right_f(n, s), r"must return a tuple \(serial_fraction, speedup\)"),
+])
+def test_amdahl_bound_wrong_answers_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.amdahl_bound(wrong)
+
+
+def test_amdahl_bound_rejects_the_stub_and_the_package(define):
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check.amdahl_bound(define(STUB.format(name="my_amdahl_bound"), "my_amdahl_bound"))
+    from ddl_lab.parallel_models.speedup import amdahl
+    with pytest.raises(CheckFailed, match="package's own implementation"):
+        check.amdahl_bound(lambda n, s, c: (right_f(n, s), float(amdahl(1 - right_f(n, s), c))))
+
+
+# ------------------------------------------------------------ task 4: a dynamic chunk size
+
+def chunk_with_least_imbalance(costs, num_threads, max_claims, max_imbalance):
+    import heapq
+
+    def imbalance(chunk):
+        free = [(0, t) for t in range(num_threads)]
+        for lo in range(0, len(costs), chunk):
+            at, t = heapq.heappop(free)
+            heapq.heappush(free, (at + int(costs[lo:lo + chunk].sum()), t))
+        work = [at for at, _ in free]
+        return max(work) * num_threads / sum(work)
+
+    smallest = -(-len(costs) // max_claims)
+    return min(range(smallest, len(costs) + 1), key=imbalance)
+
+
+def test_dynamic_chunk_right_answers_pass(solution, capsys):
+    check.dynamic_chunk(solution(NB, "my_dynamic_chunk"))
+    check.dynamic_chunk(chunk_with_least_imbalance)
+    assert capsys.readouterr().out.count("✔ dynamic_chunk: passed — on real threads") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda costs, t, mc, mi: -(-len(costs) // mc),
+     "chunk 12: 10 claims.*10 is not a multiple of 4: in the last round 2 thread"),
+    (lambda costs, t, mc, mi: len(costs) // t, "chunk 30: 4 claims.*a static split in disguise"),
+    (lambda costs, t, mc, mi: 1, "handed out 120 chunks, more than max_claims = 30"),
+    (lambda costs, t, mc, mi: 20, r"largest chunk costs \d+% of a thread's fair share"),
+    (lambda costs, t, mc, mi: 0, "a whole number of iterations from 1 to n = 120"),
+    (lambda costs, t, mc, mi: None, "returned None"),
+])
+def test_dynamic_chunk_wrong_answers_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.dynamic_chunk(wrong)
+
+
+def test_dynamic_chunk_rejects_the_stub(define):
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check.dynamic_chunk(define(STUB.format(name="my_dynamic_chunk"), "my_dynamic_chunk"))

@@ -1,5 +1,8 @@
 """Lesson 00's checks: right answers in several styles pass; the stub, hard-coded world
-sizes, closed forms and other real mistakes fail with a message naming the fault."""
+sizes, closed forms, the slips of the π reasoning (the total on every rank, p(1 − p) without
+the 16, eps not squared) and plans that miss a limit fail with a message naming the fault."""
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,7 +17,7 @@ def short_timeout(monkeypatch):
     monkeypatch.setattr(_core, "DEFAULT_TIMEOUT", 4.0)
 
 
-def stub():
+def stub(*args):
     raise NotImplementedError("replace this line with your code")
 
 
@@ -193,3 +196,100 @@ def test_verdicts_are_the_same_20_times(solution):
 def test_check_failed_renders_as_one_line_in_ipython():
     lines = CheckFailed("rank 2 returned 5, expected 2")._render_traceback_()
     assert len(lines) == 1 and "rank 2 returned 5" in lines[0]
+
+
+NB = "00_welcome"
+VAR = math.pi * (4 - math.pi)
+
+
+# ------------------------------------------------------------ task 3: darts per rank
+
+def exact_real_number(eps, workers):          # not rounded: its standard error is eps exactly
+    return VAR / (workers * eps ** 2)
+
+
+def total_then_share(eps, workers):
+    return -(-math.ceil(VAR / eps ** 2) // workers)
+
+
+def bisection(eps, workers):
+    lo, hi = 1, 10 ** 12
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if math.sqrt(VAR / (workers * mid)) <= eps:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("style", [exact_real_number, total_then_share, bisection])
+def test_darts_right_answers_pass(style, solution, capsys):
+    check.darts_per_rank(solution(NB, "my_darts_per_rank"))
+    check.darts_per_rank(style)
+    assert capsys.readouterr().out.count("✔ darts_per_rank: passed") == 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (stub, "stub is not implemented yet"),
+    (lambda eps, w: math.ceil(VAR / eps ** 2), "that is the total for all ranks"),
+    (lambda eps, w: math.ceil(math.pi / 4 * (1 - math.pi / 4) / (w * eps ** 2)),
+     r"p\(1 − p\)/eps², the variance of one hit"),
+    (lambda eps, w: math.ceil(VAR / (w * eps)), "eps must be squared"),
+    (lambda eps, w: math.ceil(math.sqrt(VAR) / (w * eps ** 2)), "uses the standard deviation"),
+    (lambda eps, w: math.floor(VAR / (w * eps ** 2)), "round up, not down"),
+    (lambda eps, w: None, "returned None"),
+    (lambda eps, w: 2 * math.ceil(VAR / (w * eps ** 2)), "more than needed"),
+])
+def test_darts_wrong_answers_are_explained(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.darts_per_rank(wrong)
+
+
+# ------------------------------------------------------------ task 4: a plan for π
+
+def all_four_workers_at_two_sigma(tol, per_rank_max, budget):
+    return 4, math.ceil(4 * VAR / tol ** 2 / 4)
+
+
+def with_the_reasoning_task(tol, per_rank_max, budget):
+    for workers in range(1, 5):
+        darts = math.ceil(VAR / (workers * (tol / 1.96) ** 2))
+        if darts <= per_rank_max:
+            return workers, darts
+
+
+def sigma_equals_tol(tol, per_rank_max, budget):
+    total = math.ceil(VAR / tol ** 2)
+    workers = math.ceil(total / per_rank_max)
+    return workers, math.ceil(total / workers)
+
+
+def total_on_every_rank(tol, per_rank_max, budget):
+    return 2, math.ceil(1.645 ** 2 * VAR / tol ** 2)
+
+
+def one_worker_does_it_all(tol, per_rank_max, budget):
+    return 1, math.ceil(1.645 ** 2 * VAR / tol ** 2)
+
+
+def test_plan_solution_and_other_styles_pass(solution, capsys):
+    check.pi_plan(solution(NB, "my_pi_plan"))
+    check.pi_plan(all_four_workers_at_two_sigma)
+    check.pi_plan(with_the_reasoning_task)
+    out = capsys.readouterr().out
+    assert out.count("✔ pi_plan: passed — on real workers") == 3
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (stub, "stub is not implemented yet"),
+    (sigma_equals_tol, r"within 0.02 of π in 1\d\d of 200 runs.*about 68 % of the runs"),
+    (total_on_every_rank, "over the budget.*on EVERY rank: the all_reduce pools"),
+    (one_worker_does_it_all, "a rank can throw at most per_rank_max = 9,100"),
+    (lambda tol, m, b: (5, 1000), "the lesson's cluster has 4"),
+    (lambda tol, m, b: 3, "return a pair \\(workers, darts\\)"),
+    (lambda tol, m, b: (2, 0.5), "whole numbers ≥ 1"),
+])
+def test_plan_wrong_answers_are_explained(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check.pi_plan(wrong)

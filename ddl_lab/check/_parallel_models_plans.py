@@ -1,0 +1,225 @@
+"""Lesson 02's reasoning and design checks (``check/parallel_models.py`` exports them):
+Amdahl's serial fraction from one measured speedup and the speedup it allows on more cores;
+the dynamic schedule's chunk size for an uneven loop, run on real threads.
+
+The chunk check runs the loop with the package's ``parallel_for(schedule="dynamic")`` on real
+threads (each iteration sleeps its cost, so the threads overlap even on busy cores) and
+counts the chunks the dispenser handed out. The balance it judges is that of those chunks
+when each thread claims the next one the moment it is free — what the schedule does on free
+cores — so a busy machine's scheduling noise cannot flip the verdict; the split the threads
+really did is quoted beside it.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ._core import call_local, fail, passed
+from ._diagnose import Case, Cases, describe_value, returned_arrays, returned_none, same
+
+# ------------------------------------------------------------------ Amdahl's bound
+
+
+def _amdahl_case(rng: np.random.Generator) -> dict[str, Any]:
+    n = int(rng.integers(2, 33))
+    return {"n": n, "speedup": float(f"{rng.uniform(1.05, 0.95 * n):.3g}"),
+            "cores": int(2 ** rng.uniform(1, 12))}
+
+
+def check_amdahl_bound(fn: Callable, seed: int) -> None:
+    """Lesson 02, task 3 (see ``check.amdahl_bound``)."""
+    __tracebackhide__ = True
+    name = getattr(fn, "__name__", "my_amdahl_bound")
+    fixed = [{"n": 4, "speedup": 3.0, "cores": 16}, {"n": 2, "speedup": 2.0, "cores": 64},
+             {"n": 8, "speedup": 1.0, "cores": 3}, {"n": 2, "speedup": 1.6, "cores": 1024},
+             {"n": 6, "speedup": 2.2, "cores": 6}]
+    cases = Cases("amdahl_bound", seed, fixed, draws=3, draw=_amdahl_case)
+    for case in cases:
+        n, s, cores = case.params["n"], case.params["speedup"], case.params["cores"]
+        f, sp = two_numbers(call_local(fn, n, s, cores), ("serial_fraction", "speedup"),
+                            name, case)
+        want_f = (n / s - 1) / (n - 1)
+        want_s = 1 / (want_f + (1 - want_f) / cores)
+        if not same(want_f, f, rtol=1e-6, scale=1.0):
+            fail(f"measured S({n}) = {s:g}: serial fraction {f:.6g}, expected "
+                 f"(n/S − 1)/(n − 1) = {want_f:.6g} — {_fraction_fault(f, n, s)} [{case}].")
+        if not same(want_s, sp, rtol=1e-6):
+            fail(f"the serial fraction {f:.4g} is right; the speedup on {cores} cores is "
+                 f"{sp:.6g}, expected 1/(f + (1 − f)/{cores}) = {want_s:.6g} — "
+                 f"{_speedup_fault(sp, f, n, s, cores)} [{case}].")
+    passed("amdahl_bound", f"on {len(cases)} measurements (perfect, none, 2–32 workers, up to "
+           "4096 cores): f = (n/S − 1)/(n − 1) and S(cores) = 1/(f + (1 − f)/cores) ≤ 1/f")
+
+
+def two_numbers(got: Any, names: tuple[str, str], name: str, case: Case) -> tuple[float, float]:
+    """The learner's pair of finite numbers (a tuple, a list, an array of two, tensors), or
+    a CheckFailed saying what came back instead (lessons 01 and 02's reasoning tasks)."""
+    __tracebackhide__ = True
+    if isinstance(got, np.ndarray) and got.shape == (2,):
+        got = tuple(got)
+    parts = returned_arrays(got, names, name)
+    if isinstance(parts, str):
+        fail(f"{parts} [{case}]")
+    if any(p.size != 1 or not np.isfinite(p.astype(float)).all() for p in parts):
+        fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+             f"({', '.join(names)}) [{case}].")
+    return float(parts[0].ravel()[0]), float(parts[1].ravel()[0])
+
+
+def _real(v: Any) -> bool:
+    try:
+        return not isinstance(v, (str, bytes, bool)) and math.isfinite(float(v))
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _named(got: float, right: float, named: dict[str, float]) -> str | None:
+    return next((why for why, v in named.items() if not same(v, right, rtol=1e-6, scale=1.0)
+                 and same(v, got, rtol=1e-6, scale=1.0)), None)
+
+
+def _fraction_fault(f: float, n: int, s: float) -> str:
+    right = (n / s - 1) / (n - 1)
+    return _named(f, right, {
+        "that is 1 − S/n, one minus the efficiency: idle time is not the serial fraction. "
+        "Solve S = 1/(f + (1 − f)/n) for f": 1 - s / n,
+        "that is the parallel fraction p = 1 − f; the serial fraction is what is left": 1 - right,
+        "divide by n − 1, not n: 1/S = f + (1 − f)/n ⇒ n/S − 1 = f·(n − 1)":
+            (n / s - 1) / n,
+        "1/S is the time on n workers as a fraction of one, not the serial fraction": 1 / s,
+    }) or "solve Amdahl's law S = 1/(f + (1 − f)/n) for f"
+
+
+def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
+    right = 1 / (f + (1 - f) / cores)
+    return _named(sp, right, {
+        "that scales the measured speedup linearly (S·cores/n): the serial part does not "
+        "shrink with more cores": s * cores / n,
+        "1/f is the limit for infinitely many cores, not for this many": 1 / f if f else math.inf,
+        "that divides the serial part by the cores: it is the parallel part (1 − f) that "
+        "shrinks": 1 / ((1 - f) + f / cores),
+        "that is Gustafson's scaled speedup f + (1 − f)·cores, for a problem that grows with "
+        "the machine; Amdahl's law keeps the problem fixed": f + (1 - f) * cores,
+    }) or "plug the serial fraction into S = 1/(f + (1 − f)/cores)"
+
+
+# ------------------------------------------------------------------ a dynamic chunk size
+
+UNIT_S = 5e-5                   # seconds a unit of cost sleeps in the real run
+CHUNK_CASES = [
+    {"loop": "triangular", "n": 120, "threads": 4, "max_claims": 30, "max_imbalance": 1.13},
+    {"loop": "uniform", "n": 120, "threads": 4, "max_claims": 10, "max_imbalance": 1.05},
+]
+
+
+def loop_costs(case: Case) -> np.ndarray:
+    """The cost of each iteration: 1, 2, …, n (triangular), 60 each (uniform), or a heavy
+    tail drawn from the case's generator (random)."""
+    p = case.params
+    if p["loop"] == "triangular":
+        return np.arange(1, p["n"] + 1)
+    if p["loop"] == "uniform":
+        return np.full(p["n"], 60)
+    return np.minimum(1 + np.floor(5 * case.rng.pareto(1.5, p["n"])), 200).astype(int)
+
+
+def balance(costs: np.ndarray, threads: int, chunk: int) -> tuple[float, list[float]]:
+    """Busiest thread's work over the mean, and each thread's work, when the chunks of a
+    dynamic schedule go in order to whichever thread is free first (ties: the lowest)."""
+    finish = [0.0] * threads
+    for lo in range(0, len(costs), chunk):
+        t = finish.index(min(finish))
+        finish[t] += float(costs[lo:lo + chunk].sum())
+    return max(finish) / (sum(finish) / threads), finish
+
+
+def _random_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
+    """A heavy-tailed loop whose bound some chunk within the claims meets (by 0.05)."""
+    n, threads = int(rng.integers(60, 161)), int(rng.integers(2, 7))
+    max_claims = math.ceil(n / int(rng.integers(2, 7)))
+    return {"loop": "random", "n": n, "threads": threads, "max_claims": max_claims,
+            "max_imbalance": None}
+
+
+def _chunk_cases(seed: int) -> list[tuple[Case, np.ndarray]]:
+    """The cases with their loops' costs; a random loop's bound is set 0.05 above the best
+    balance a chunk within its claims reaches."""
+    out = []
+    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=1, draw=_random_chunk_case):
+        p, costs = case.params, loop_costs(case)
+        if p["max_imbalance"] is None:
+            best = min(balance(costs, p["threads"], c)[0]
+                       for c in range(math.ceil(p["n"] / p["max_claims"]), p["n"] + 1))
+            p["max_imbalance"] = math.ceil(100 * (best + 0.05)) / 100
+        out.append((case, costs))
+    return out
+
+
+def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list[float]]:
+    """The loop on real threads, schedule(dynamic, chunk): chunks claimed, work per thread."""
+    from ddl_lab.parallel_models.threads import parallel_for
+    work: dict[int, float] = {}
+    guard = threading.Lock()
+
+    def body(i: int) -> None:
+        time.sleep(float(costs[i]) * UNIT_S)
+        me = threading.get_ident()
+        with guard:
+            work[me] = work.get(me, 0.0) + float(costs[i])
+
+    result = parallel_for(body, len(costs), num_threads=threads, schedule="dynamic",
+                          chunk=chunk, timeout=30.0)
+    split = sorted(work.values(), reverse=True) + [0.0] * (threads - len(work))
+    return len(result.chunks), split
+
+
+def check_dynamic_chunk(fn: Callable, seed: int) -> None:
+    """Lesson 02, task 4 (see ``check.dynamic_chunk``)."""
+    __tracebackhide__ = True
+    name = getattr(fn, "__name__", "my_dynamic_chunk")
+    report = []
+    for case, costs in _chunk_cases(seed):
+        p = case.params
+        got = call_local(fn, costs.copy(), p["threads"], p["max_claims"], p["max_imbalance"])
+        if not _real(got) or float(got) != int(float(got)) or not 1 <= float(got) <= p["n"]:
+            fail((returned_none(got, name, "a chunk size") or
+                  f"{name} returned {describe_value(got)}; the chunk is a whole number of "
+                  f"iterations from 1 to n = {p['n']}") + f" [{case}].")
+        chunk = int(float(got))
+        claims, split = _run_threads(costs, p["threads"], chunk)
+        ratio = balance(costs, p["threads"], chunk)[0]
+        measured = max(split) / (sum(split) / p["threads"])
+        if claims > p["max_claims"]:
+            fail(f"chunk {chunk}: the dispenser handed out {claims} chunks, more than "
+                 f"max_claims = {p['max_claims']} — every claim is a trip through the lock: "
+                 f"a chunk of at least ⌈n/max_claims⌉ = {math.ceil(p['n'] / p['max_claims'])}"
+                 f" [{case}].")
+        if ratio > p["max_imbalance"]:
+            fail(f"chunk {chunk}: {claims} claims (≤ {p['max_claims']}), but the busiest "
+                 f"thread gets {ratio:.3f}× the mean work, over max_imbalance = "
+                 f"{p['max_imbalance']:g} — {_balance_fault(costs, p['threads'], chunk)}"
+                 f" (on the real threads, busy as this machine is: {measured:.2f}×) [{case}].")
+        report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}× "
+                      f"(threads measured {measured:.2f}×)")
+    passed("dynamic_chunk", "on real threads — " + "; ".join(report))
+
+
+def _balance_fault(costs: np.ndarray, threads: int, chunk: int) -> str:
+    """Why the threads' shares of a dynamic schedule came out uneven."""
+    pieces = [float(costs[lo:lo + chunk].sum()) for lo in range(0, len(costs), chunk)]
+    share = sum(pieces) / threads
+    if len(pieces) <= threads:
+        return (f"{len(pieces)} chunk(s) for {threads} threads is a static split in disguise: "
+                "nothing is left to balance once the first claims are made")
+    if max(pieces) / min(pieces[:-1] or pieces) < 1.5 and len(pieces) % threads:
+        short = threads - len(pieces) % threads
+        return (f"the {len(pieces)} chunks are about equal, but {len(pieces)} is not a "
+                f"multiple of {threads}: in the last round {short} thread(s) get nothing — "
+                "choose a chunk whose number of chunks the threads share evenly")
+    return (f"the largest chunk costs {max(pieces) / share:.0%} of a thread's fair share "
+            f"({share:.0f} units): near the end of the loop, chunks that big cannot be evened "
+            "out — simulate the claims (each chunk to the first free thread) for a few sizes")
