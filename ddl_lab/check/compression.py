@@ -4,7 +4,9 @@ with error feedback (also trained on real workers), QSGD's unbiased rounding, in
 Each draws seeded cases (lengths 0, 1 and larger, float32 and float64, random τ and s,
 values far from ±1, the edge values of each encoding) and accepts answers in torch or numpy,
 in any float dtype, compared with a tolerance of the learner's dtype. The references are
-written here, independently of the package's compressors."""
+written here, independently of the package's compressors. The reasoning task (a Strom
+message's size) and the design task (choosing τ) live in ``_compression_plans.py``; thin
+entry points here keep their records named."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -13,12 +15,14 @@ import numpy as np
 import torch
 
 from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
+from . import _compression_plans as _plans
 from ._compression_codes import _changed, _inputs, _parts, index_coding, qsgd_rounding
 from ._core import call_local, fail, passed
 from ._diagnose import Case, Cases, Snapshot, differs, explain, refuse, same, tolerance
 from ._worlds import WorldFailed, run_in_world
 
-__all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding"]
+__all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
+           "strom_bytes", "strom_plan"]
 
 _PACKAGE = "ddl_lab.compression"
 # ----------------------------------------------------------------- task 1: Strom
@@ -287,3 +291,18 @@ def _ef_residual_fault(new: np.ndarray, q: np.ndarray, v: np.ndarray,
         "the new residual has the wrong sign: it is v − q (what is still owed), not q − v":
             -want}) or f"the new residual differs: {differs(want, new, scale=scale)}; " \
                        "expected v − q"
+
+
+# ------------------------------------------------------------------ reasoning and design
+
+def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
+    """Lesson 08, task 5: the bytes of a Strom message (see ``_compression_plans``)."""
+    __tracebackhide__ = True
+    _plans.strom_bytes(my_strom_bytes, seed)
+
+
+def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> None:
+    """Lesson 08, task 6: τ for 99 % less traffic within a point of fp32 (see
+    ``_compression_plans``)."""
+    __tracebackhide__ = True
+    _plans.strom_plan(my_strom_plan, seed)

@@ -1,6 +1,7 @@
 """Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
 (real workers, seeded cases, compared with float64 in one process; each stage's messages
-logged, so a deadlock says what each rank waited for) and memory per rank (reasoning)."""
+logged, so a deadlock says what each rank waited for), memory per rank (reasoning) and a
+pipeline plan (design, in ``_model_parallel_plans.py``; the entry point is here)."""
 from __future__ import annotations
 
 import os
@@ -11,12 +12,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from . import _model_parallel_plans as _plans
 from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, describe_value, differs, explain, package_functions,
                         refuse_package_copy, same)
 from ._worlds import OP_TIMEOUT_S, WorldFailed, run_cases
 
-__all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank"]
+__all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
 _PKG = "ddl_lab.model_parallel"
 _GUARD = "[neighbours]"
@@ -496,3 +498,9 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
                  + (f": {hint}." if hint else ".") + f" ({case})")
     passed("bytes_per_rank", f"{len(cases)} cases × {len(_SHARDED)} schemes: your bytes per "
            "rank match ZeRO's accounting (4 + 4 + state bytes per parameter, sharded or not)")
+
+
+def pipeline_plan(my_pipeline_plan: Callable, seed: int = 0) -> None:
+    """Lesson 09, task 5 (design): a pipeline plan (see ``_model_parallel_plans``)."""
+    __tracebackhide__ = True
+    _plans.pipeline_plan(my_pipeline_plan, seed)

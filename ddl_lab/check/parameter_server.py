@@ -1,39 +1,24 @@
 """Checks for lesson 07 (the parameter server): the SSP gate, a shard's Adagrad push
 handler, and the staleness-aware learning rate. Each is first called here on seeded cases
 that tell the usual mistakes apart (random clocks and bounds, learning rates, eps values,
-slice sizes and staleness), then plugged into real shard processes."""
+slice sizes and staleness), then plugged into real shard processes. The reasoning task (the
+worst staleness SSP admits) and the design task (a Downpour plan within a message budget)
+live in ``_parameter_server_plans.py``; thin entry points here keep their records named."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed, stub_message
+from . import _parameter_server_plans as _plans
+from ._core import call_local, fail, passed
 from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_diagnosis,
                         differs, refuse, returned_none)
+from ._parameter_server_plans import REAL_TIMEOUT, real
 
-__all__ = ["ssp_gate", "adagrad_push", "staleness_lr"]
+__all__ = ["ssp_gate", "adagrad_push", "staleness_lr", "worst_staleness", "downpour_plan"]
 
 _PACKAGE = "ddl_lab.parameter_server"
-# seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
-# and only answers right on every local case get that far
-_REAL_TIMEOUT = 60.0
-
-
-def _real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Run a real experiment with the learner's function inside shard processes; their
-    failures become CheckFailed naming it."""
-    __tracebackhide__ = True
-    from ddl_lab.parameter_server.errors import ParameterServerError
-    name = getattr(learner, "__name__", "your function")
-    try:
-        return fn(learner, *args, **kwargs)
-    except (ParameterServerError, TimeoutError) as e:
-        text = str(e)
-    if "NotImplementedError" in text:
-        fail(stub_message(learner))
-    head, last = text.strip().splitlines()[0], text.strip().splitlines()[-1]
-    fail(f"{name} failed inside a shard process: {head}" + (f"\n  {last}" if last != head else ""))
 
 
 # ------------------------------------------------------------------ task 1: SSP gate
@@ -86,7 +71,7 @@ def _gate_mistakes() -> dict[str, Callable[[int, list, int], bool]]:
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     from ddl_lab.parameter_server.downpour import digits_problem, run
     r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
-            batch=16, gate=must_wait, eval_every=0.2, timeout=_REAL_TIMEOUT)
+            batch=16, gate=must_wait, eval_every=0.2, timeout=REAL_TIMEOUT)
     return r.report.max_gap
 
 
@@ -121,7 +106,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
         fail(f"{call} returned {bool(got)}, expected {want}: this replica is "
              f"{clock - min(clocks)} clock(s) ahead of the slowest ({case})."
              + (f" Hint: {hint}." if hint else ""))
-    lead = _real(_ssp_max_lead, my_ssp_gate, 2)
+    lead = real(_ssp_max_lead, my_ssp_gate, 2)
     if lead != 2:
         fail(f"in a real SSP run with s = 2 and a replica 4× slower, the fastest replica was "
              f"at most {lead} clocks ahead of the slowest when its pull went through; SSP "
@@ -178,7 +163,7 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     for g in grads:
         want, G = adagrad(want, g, G, lr, eps)
     with ParameterServer(theta0, shards=2, rule="adagrad", lr=lr, eps=eps,
-                         push=_Pair(adagrad_push), timeout=_REAL_TIMEOUT) as ps:
+                         push=_Pair(adagrad_push), timeout=REAL_TIMEOUT) as ps:
         a, b = ps.connect("replica 0"), ps.connect("replica 1")
         for k, g in enumerate(grads):
             client = a if k % 2 == 0 else b
@@ -217,7 +202,7 @@ def adagrad_push(my_adagrad_push: Callable, seed: int = 0) -> None:
         if changed:
             fail(f"{changed} ({case}) Only θ and G belong to the shard; the gradient is the "
                  "replica's message.")
-    got, want, got_G, want_G = _real(_adagrad_on_shards, my_adagrad_push,
+    got, want, got_G, want_G = real(_adagrad_on_shards, my_adagrad_push,
                                      cases[-1].params["lr"], 1e-8)
     diff = differs(want_G, got_G)
     if diff:
@@ -267,7 +252,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
     rng = np.random.default_rng(5)
     theta0, grads = rng.normal(size=5), rng.normal(size=(6, 5))
     with ParameterServer(theta0, shards=1, rule="sgd", lr=lr, staleness_aware=True,
-                         rate=staleness_lr, timeout=_REAL_TIMEOUT) as ps:
+                         rate=staleness_lr, timeout=REAL_TIMEOUT) as ps:
         client = ps.connect("replica 0")
         versions = client.snapshot()[1]
         for g in grads:
@@ -309,10 +294,25 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
         fail(f"{call} returned {float(got):.6g}, expected {want:.6g} ({case})"
              + (f". Hint: {hint}." if hint else "."))
     lr = cases[-1].params["lr"]
-    got, want, used, rates = _real(_rates_on_a_shard, my_staleness_lr, lr)
+    got, want, used, rates = real(_rates_on_a_shard, my_staleness_lr, lr)
     if differs(rates, used) is not None or differs(want, got) is not None:
         fail(f"on a real shard, the rates applied to gradients of staleness 0..5 were "
              f"{np.round(used, 4).tolist()}, expected {np.round(rates, 4).tolist()}.")
     passed("staleness_lr", f"lr/τ (lr when fresh) on {len(cases)} cases (random lr, τ = 0 to "
            f"999); a real shard applied {np.round(used, 3).tolist()} to gradients 0, 1, …, 5 "
            "updates stale")
+
+
+# ------------------------------------------------------------------ reasoning and design
+
+def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0) -> None:
+    """Lesson 07, task 4: the worst staleness SSP(s) admits (see ``_parameter_server_plans``)."""
+    __tracebackhide__ = True
+    _plans.worst_staleness(my_worst_staleness, seed)
+
+
+def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -> None:
+    """Lesson 07, task 5: a Downpour plan within a message budget (see
+    ``_parameter_server_plans``)."""
+    __tracebackhide__ = True
+    _plans.downpour_plan(my_downpour_plan, seed)

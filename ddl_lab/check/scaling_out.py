@@ -1,7 +1,8 @@
 """Checks for lesson 10 (scaling out), each on several seeded cases (``seed=`` replays them):
 FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
 multi-host layout, with real processes joining (in two network namespaces where possible,
-else on loopback); when adding workers pays, in this process."""
+else on loopback); when adding workers pays, in this process; a FedAvg plan within budgets
+(design, in ``_scaling_out_plans.py``; the entry point is here)."""
 from __future__ import annotations
 
 import os
@@ -10,10 +11,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _scaling_out_plans as _plans
 from ._core import call_local, fail, passed, run_on_workers, stub_message
 from ._diagnose import Cases, describe_value, differs, explain, refuse_package_copy
 
-__all__ = ["fedavg", "resume", "rendezvous_env", "best_workers"]
+__all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
 
 WORKERS = 3
 
@@ -497,3 +499,9 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     fail(f"{name} chose n = {n} for {c}: its step takes {_times(c.params, int(n)):.4g} s, "
          f"but n = {b} takes {_times(c.params, b):.4g} s (compute "
          f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).")
+
+
+def fedavg_plan(my_fedavg_plan: Callable, seed: int = 0) -> None:
+    """Lesson 10, task 5 (design): a FedAvg plan within budgets (see ``_scaling_out_plans``)."""
+    __tracebackhide__ = True
+    _plans.fedavg_plan(my_fedavg_plan, seed)

@@ -1,0 +1,158 @@
+"""Lesson 09's design check (``check/model_parallel.py`` exports it): a pipeline plan — GPipe
+or 1F1B, and the number of micro-batches m — whose bubble stays under a target while no stage
+keeps more than a budget of examples' activations, run on real workers.
+
+The bubble is counted in operation slots (every forward and backward one slot, as with the
+lesson's padded stages): the orders the stages really ran, replayed with their dependencies,
+give the makespan, and 1 − 2m/makespan is the idle share — (p − 1)/(m + p − 1) for both
+schedules. The clock's bubble of the same run is quoted beside it. The memory is measured:
+the bytes autograd kept for backward on each stage (``ActivationMeter``), in examples."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._core import call_local, fail, passed
+from ._diagnose import Cases, describe_value, returned_none
+from ._worlds import WorldFailed, run_in_world
+
+PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
+FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},
+         {"p": 3, "batch": 36, "max_bubble": 0.25, "max_examples": 36},
+         {"p": 2, "batch": 24, "max_bubble": 0.1, "max_examples": 4}]
+
+
+def _draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A feasible case: 1F1B with some m0 meets it (bubble rounded up, its memory)."""
+    p, batch = int(rng.integers(2, 5)), int(rng.integers(16, 49))
+    m0 = int(rng.integers(p, batch // 2 + 1))
+    bubble = np.ceil(100 * (p - 1) / (m0 + p - 1)) / 100
+    return {"p": p, "batch": batch, "max_bubble": float(bubble),
+            "max_examples": min(p, m0) * -(-batch // m0)}
+
+
+def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
+    __tracebackhide__ = True
+    if not isinstance(out, dict) or {"schedule", "m"} - set(out):
+        fail(returned_none(out, name, "a dict with schedule and m") or
+             f"{name} returned {describe_value(out)}; return a dict with the keys schedule "
+             f"('gpipe' or '1f1b') and m ({case}).")
+    schedule, m = out["schedule"], out["m"]
+    if schedule not in ("gpipe", "1f1b"):
+        fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
+    batch = case.params["batch"]
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) \
+            or not 1 <= m <= batch:
+        fail(f"{name} chose m = {m!r}: the number of micro-batches is a whole number from 1 to "
+             f"the batch size, {batch} (a micro-batch holds at least one example) ({case}).")
+    return str(schedule), int(m)
+
+
+def slot_bubble(orders: Sequence[Sequence[tuple[str, int]]]) -> float:
+    """The idle share of a pipeline whose stage r ran ``orders[r]``, every operation one slot:
+    F i after F i on the stage before, B i after B i on the stage after, each stage in its
+    order. 1 − (busy slots) / (p × makespan)."""
+    p = len(orders)
+    finish: dict[tuple[int, str, int], int] = {}
+    clock, pos = [0] * p, [0] * p
+    while any(pos[r] < len(orders[r]) for r in range(p)):
+        moved = False
+        for r in range(p):
+            if pos[r] == len(orders[r]):
+                continue
+            op, i = orders[r][pos[r]]
+            dep = (r - 1, "F", i) if op == "F" and r > 0 else \
+                (r + 1, "B", i) if op == "B" and r < p - 1 else None
+            if dep is not None and dep not in finish:
+                continue
+            clock[r] = max(clock[r], finish[dep] if dep else 0) + 1
+            finish[(r, op, i)] = clock[r]
+            pos[r] += 1
+            moved = True
+        if not moved:
+            raise ValueError("these orders wait for each other: no schedule")
+    return 1.0 - sum(len(o) for o in orders) / (p * max(clock))
+
+
+def _ran(runs: Sequence[Any]) -> list[list[tuple[str, int]]]:
+    """The order each stage ran in its last step, read off its timeline."""
+    kinds = {"forward": "F", "backward": "B"}
+    return [[(kinds[s.kind], s.step) for s in sorted(r.timelines[-1].spans, key=lambda s: s.start)
+             if s.kind in kinds] for r in runs]
+
+
+@functools.lru_cache(maxsize=16)
+def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
+    """Bytes each stage keeps for backward per example: one micro-batch of the whole batch."""
+    from ddl_lab.model_parallel.pipeline import pipeline_run
+    runs = run_in_world(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch, fn=pipeline_run)
+    return tuple(r.peak_activations / batch for r in runs)
+
+
+def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
+    """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
+    from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
+    runs = run_in_world(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
+                        fn=pipeline_run)
+    per = _bytes_per_example(p, batch)
+    # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per
+    # micro-batch that are not an example's, so the stages before it are the ones measured
+    held = {r: runs[r].peak_activations / per[r] for r in range(p - 1 if p > 1 else 1)
+            if per[r] > 0}
+    worst = max(held, key=held.get)
+    return slot_bubble(_ran(runs)), bubble_fraction(runs), held[worst], worst
+
+
+def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
+                  seed: int = 0) -> None:
+    """Lesson 09, design: ``my_pipeline_plan(p, batch, max_bubble, max_examples)`` returns
+    {schedule: 'gpipe' | '1f1b', m} for the lesson's MLP cut into p padded stages training
+    on batches of ``batch``: its bubble at most ``max_bubble`` and no stage keeping the
+    activations of more than ``max_examples`` examples at once. Each plan runs on p real
+    workers; the bubble is counted in slots, the memory measured."""
+    __tracebackhide__ = True
+    name = getattr(my_pipeline_plan, "__name__", "your function")
+    cases = list(Cases("pipeline_plan", seed, FIXED, draws=1, draw=_draw))
+    plans = [_choice(call_local(my_pipeline_plan, *(c.params[k] for k in
+                                                    ("p", "batch", "max_bubble", "max_examples"))),
+                     name, c) for c in cases]
+    done = []
+    for case, (schedule, m) in zip(cases, plans):
+        p, batch = case.params["p"], case.params["batch"]
+        target, budget = case.params["max_bubble"], case.params["max_examples"]
+        try:
+            slots, clock, held, stage = _measure(p, batch, schedule, m)
+        except WorldFailed as e:
+            fail(e.failure.message(name, p))
+        chose = (f"{name}(p={p}, batch={batch}, max_bubble={target:g}, max_examples={budget}) "
+                 f"chose {schedule} with m = {m}")
+        if slots > target + 1e-9:
+            fail(f"{chose}: its bubble is {slots:.3f} of each step ({clock:.3f} on the clock), "
+                 f"over {target:g}. " + _bubble_hint(p, m, target) + f" ({case})")
+        if held > budget + 0.25:
+            fail(f"{chose}: stage {stage} kept the activations of {held:.0f} examples at once, "
+                 f"over {budget}. " + _memory_hint(p, batch, schedule, m) + f" ({case})")
+        done.append(f"p={p}: {schedule} m={m}, bubble {slots:.2f} ({clock:.2f} on the clock), "
+                    f"{held:.0f} ≤ {budget} examples")
+    passed("pipeline_plan", f"on real workers — {'; '.join(done)}")
+
+
+def _bubble_hint(p: int, m: int, target: float) -> str:
+    need = int(np.ceil((p - 1) * (1 - target) / target - 1e-9))
+    if m < p:
+        return (f"The bubble is (p − 1)/(m + p − 1): with m = {m} ≤ p micro-batches most of "
+                f"each step is filling and draining; it takes m ≥ {need}.")
+    return (f"The bubble is (p − 1)/(m + p − 1), the same for GPipe and 1F1B: it falls to "
+            f"{target:g} only at m ≥ {need}.")
+
+
+def _memory_hint(p: int, batch: int, schedule: str, m: int) -> str:
+    if schedule == "gpipe":
+        return (f"GPipe runs every forward before any backward, so each stage keeps all m "
+                f"micro-batches — the whole batch of {batch}, whatever m is. 1F1B keeps at "
+                "most p − rank micro-batches.")
+    return (f"1F1B keeps up to p micro-batches on the first stages (p − rank on rank rank), "
+            f"here of up to ⌈{batch}/{m}⌉ = {-(-batch // m)} examples each: more, smaller "
+            "micro-batches keep fewer examples.")

@@ -1,0 +1,229 @@
+"""Lesson 07's reasoning and design checks (``check/parameter_server.py`` exports them): the
+worst staleness a stale-synchronous gate admits, shown on a real shard driven through the
+worst schedule; and a Downpour plan (n_fetch, n_push, lr) that reaches a target loss within a
+budget of messages, run on real shard and replica processes."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ._core import call_local, fail, passed, stub_message
+from ._diagnose import Cases, describe_value, returned_none
+
+# seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
+# and only answers right on every local case get that far
+REAL_TIMEOUT = 60.0
+
+
+def real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run a real experiment with the learner's function inside shard processes; their
+    failures become CheckFailed naming it."""
+    __tracebackhide__ = True
+    from ddl_lab.parameter_server.errors import ParameterServerError
+    name = getattr(learner, "__name__", "your function")
+    try:
+        return fn(learner, *args, **kwargs)
+    except (ParameterServerError, TimeoutError) as e:
+        text = str(e)
+    if "NotImplementedError" in text:
+        fail(stub_message(learner))
+    head, last = text.strip().splitlines()[0], text.strip().splitlines()[-1]
+    fail(f"{name} failed inside a shard process: {head}" + (f"\n  {last}" if last != head else ""))
+
+
+# ------------------------------------------------------------------ reasoning: worst staleness
+
+def _worst(s: int, n: int) -> int:
+    """The largest staleness SSP(s) admits with n replicas: each other replica may be s
+    clocks behind at the pull and s + 1 ahead at the push, 2s + 1 pushes in between."""
+    return (n - 1) * (2 * s + 1)
+
+
+def _staleness_mistakes() -> dict[str, Callable[[int, int], float]]:
+    return {
+        "you let the other replicas start level with you: when your pull passes the gate they "
+        "may be as many as s clocks BEHIND you (the gate bounds the lead over the slowest), and "
+        "before you push they may run up to s + 1 clocks ahead — 2s + 1 pushes each, not s + 1":
+            lambda s, n: (n - 1) * (s + 1),
+        "one push short per replica: a replica exactly s clocks ahead of the slowest may still "
+        "pull (the gate holds only MORE than s) and then push, so each other replica gets 2s + 1 "
+        "pushes in, not 2s": lambda s, n: (n - 1) * 2 * s,
+        "count only the OTHER replicas' pushes: your own gradient is the one being applied, not "
+        "one it missed (n − 1 replicas, not n)": lambda s, n: n * (2 * s + 1),
+        "every one of the other n − 1 replicas can push that often while you compute, not just "
+        "one": lambda s, n: 2 * s + 1,
+        "the bound s counts clocks of one replica, but the staleness counts the updates of all "
+        "the other replicas: each of the n − 1 may push 2s + 1 times": lambda s, n: s,
+        "that is the bound on the lead, s clocks per other replica; they can start s behind and "
+        "end s + 1 ahead of your clock: 2s + 1 pushes each": lambda s, n: (n - 1) * s,
+    }
+
+
+_STALE_FIXED = [{"s": 0, "replicas": 1}, {"s": 0, "replicas": 2}, {"s": 0, "replicas": 4},
+                {"s": 1, "replicas": 2}, {"s": 2, "replicas": 3}, {"s": 3, "replicas": 4},
+                {"s": 5, "replicas": 2}]
+
+
+def _stale_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))}
+
+
+def _as_int(value: Any) -> int | None:
+    """An integral number (int, numpy integer, integral float), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
+def _worst_schedule(s: int, n: int, timeout: float) -> int:
+    """Drive a real SSP(s) shard through the worst schedule and return the staleness it
+    measured for replica 0's push: replica 0 pushes s times alone, pulls at clock s; every
+    other replica then pulls and pushes 2s + 1 times (clocks 0 … 2s); replica 0 pushes."""
+    from ddl_lab.parameter_server.server import ParameterServer
+    zero = np.zeros(4)
+    with ParameterServer(zero, shards=1, rule="sgd", lr=0.1, mode="ssp", s=s,
+                         timeout=timeout) as ps:
+        clients = [ps.connect(f"replica {r}") for r in range(n)]
+        for c in clients:
+            c.join()
+
+        def step(c: Any) -> None:
+            c.push(zero, c.pull().versions)
+            c.snapshot()                    # same connection: the push has been applied
+        for _ in range(s):
+            step(clients[0])
+        mine = clients[0].pull()
+        for _ in range(2 * s + 1):
+            for c in clients[1:]:
+                step(c)
+        clients[0].push(zero, mine.versions)
+        clients[0].snapshot()
+        return int(ps.finish().staleness[-1])
+
+
+def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0) -> None:
+    """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
+    (updates applied between a replica's pull and its push) that SSP with bound s admits:
+    (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
+    __tracebackhide__ = True
+    name = getattr(my_worst_staleness, "__name__", "your function")
+    cases = list(Cases("worst_staleness", seed, _STALE_FIXED, draws=4, draw=_stale_draw))
+    got = []
+    for case in cases:
+        s, n = case.params["s"], case.params["replicas"]
+        out = call_local(my_worst_staleness, s, n)
+        if _as_int(out) is None:
+            fail(returned_none(out, name, "the staleness, a whole number of updates") or
+                 f"{name}({s}, {n}) returned {describe_value(out)}; return a whole number of "
+                 f"updates ({case}).")
+        got.append(_as_int(out))
+    wrong = [(c, g) for c, g in zip(cases, got)
+             if g != _worst(c.params["s"], c.params["replicas"])]
+    if wrong:
+        case, g = wrong[0]
+        s, n = case.params["s"], case.params["replicas"]
+        hint = next((h for h, f in _staleness_mistakes().items()
+                     if all(f(c.params["s"], c.params["replicas"]) == v
+                            for c, v in zip(cases, got))), None)
+        fail(f"{name}(s={s}, replicas={n}) returned {g}, expected {_worst(s, n)}"
+             + (f": {hint}." if hint else ".") + f" The worst schedule: replica 0 pushes {s} "
+             f"time(s) alone and pulls at clock {s} (the others, at clock 0, are exactly s "
+             f"behind); each other replica then pulls and pushes at clocks 0 … {2 * s} (the "
+             f"last {s + 1} of them ahead of replica 0) before replica 0 pushes. ({case})")
+    s, n = 2, 3
+    measured = real(lambda _, *a: _worst_schedule(*a), my_worst_staleness, s, n, REAL_TIMEOUT)
+    passed("worst_staleness", f"(replicas − 1)(2s + 1) on {len(cases)} cases (s = 0 to 8, 1 to "
+           f"9 replicas); a real SSP(s={s}) shard with {n} replicas, driven through the worst "
+           f"schedule, measured a staleness of {measured} for the last push")
+
+
+# ------------------------------------------------------------------ design: a Downpour plan
+
+PLAN_REPLICAS = 4
+PLAN_TARGET = 0.5           # training loss the plan must reach
+PLAN_CASES = [{"steps": 120, "budget": 120}, {"steps": 120, "budget": 60},
+              {"steps": 120, "budget": 40}]
+
+
+def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
+    """(pulls, pushes) of one replica: a pull at steps 0, n_fetch, …; a push every n_push
+    steps and at the end."""
+    return math.ceil(steps / n_fetch), math.ceil(steps / n_push)
+
+
+def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
+    """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
+    __tracebackhide__ = True
+    keys = ("n_fetch", "n_push", "lr")
+    if not isinstance(out, dict) or set(keys) - set(out):
+        fail(returned_none(out, name, "a dict with n_fetch, n_push and lr") or
+             f"{name} returned {describe_value(out)}; return a dict with the keys n_fetch, "
+             f"n_push and lr ({case}).")
+    n_fetch, n_push, lr = _as_int(out["n_fetch"]), _as_int(out["n_push"]), out["lr"]
+    if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
+        fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
+             f"are numbers of steps, whole numbers ≥ 1 ({case}).")
+    if not isinstance(lr, (int, float, np.number)) or not 0 < float(lr) < math.inf:
+        fail(f"{name} chose lr = {lr!r}: a learning rate is a positive number ({case}).")
+    return n_fetch, n_push, float(lr)
+
+
+def _downpour(_: Callable, steps: int, n_fetch: int, n_push: int, lr: float) -> tuple:
+    """One real asynchronous Downpour run with SGD on the shards: (final loss, pulls and
+    pushes per replica, as the shards counted them)."""
+    from ddl_lab.parameter_server.downpour import digits_problem, run
+    r = run(digits_problem(example_cost=0.0), replicas=PLAN_REPLICAS, shards=2, mode="async",
+            rule="sgd", lr=lr, n_fetch=n_fetch, n_push=n_push, steps=steps, batch=32,
+            eval_every=0.5, timeout=REAL_TIMEOUT)
+    shard = r.report.shards[0]
+    return r.final_loss, shard["pulls"] / PLAN_REPLICAS, shard["pushes"] / PLAN_REPLICAS
+
+
+def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -> None:
+    """Lesson 07, design: ``my_downpour_plan(steps, budget)`` returns {n_fetch, n_push, lr}
+    for 4 asynchronous Downpour replicas of ``steps`` steps each, SGD on 2 shards, such that
+    each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
+    ends at or below 0.5. Each plan runs on real shard and replica processes."""
+    __tracebackhide__ = True
+    name = getattr(my_downpour_plan, "__name__", "your function")
+    cases = list(Cases("downpour_plan", seed, PLAN_CASES))
+    plans = [_plan(call_local(my_downpour_plan, c.params["steps"], c.params["budget"]), name, c)
+             for c in cases]
+    done = []
+    for case, (n_fetch, n_push, lr) in zip(cases, plans):
+        steps, budget = case.params["steps"], case.params["budget"]
+        loss, pulls, pushes = real(_downpour, my_downpour_plan, steps, n_fetch, n_push, lr)
+        chose = f"{name}({steps}, {budget}) chose n_fetch = {n_fetch}, n_push = {n_push}, lr = {lr:g}"
+        if pulls + pushes > budget:
+            fail(f"{chose}: each replica sent {pulls:g} pulls + {pushes:g} pushes = "
+                 f"{pulls + pushes:g} messages, over the budget of {budget}. "
+                 + _over_budget_hint(steps, budget, n_fetch, n_push) + f" ({case})")
+        if not loss <= PLAN_TARGET:
+            fail(f"{chose}: the training loss ended at {loss:.3g}, above the target "
+                 f"{PLAN_TARGET:g}. " + _loss_hint(loss, lr, n_push) + f" ({case})")
+        done.append(f"{budget} messages: {pulls + pushes:g} sent, loss {loss:.2f}")
+    passed("downpour_plan", f"on real shards and 4 replicas of {cases[0].params['steps']} steps "
+           f"each — {'; '.join(done)}")
+
+
+def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int) -> str:
+    pulls, pushes = _messages(steps, n_fetch, n_push)
+    if max(n_fetch, n_push) <= math.ceil(steps / budget):
+        return ("Pulls count as well as pushes: with n steps between them, a replica sends "
+                "steps/n_fetch + steps/n_push messages.")
+    if pulls >= budget:
+        return (f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less "
+                "often too — a fetch is a message as much as a push is.")
+    return (f"A replica sends ⌈steps/n_fetch⌉ + ⌈steps/n_push⌉ = {pulls} + {pushes} messages; "
+            "choose larger intervals.")
+
+
+def _loss_hint(loss: float, lr: float, n_push: int) -> str:
+    if not np.isfinite(loss) or loss > 2.0:
+        return (f"The run diverged: a push carries the SUM of the {n_push} gradients computed "
+                f"since the last one, so the shards step {n_push} × lr = {n_push * lr:.3g} at "
+                "once — scale lr down as n_push grows.")
+    return ("The run was stable but did not get far enough: the budget allows more messages, "
+            "or a larger step per push (lr·n_push), without diverging.")

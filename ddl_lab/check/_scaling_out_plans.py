@@ -1,0 +1,102 @@
+"""Lesson 10's design check (``check/scaling_out.py`` exports it): a FedAvg plan — local
+epochs E and the fraction C of clients per round — that reaches a target test accuracy
+within R rounds, uploading at most U client models and spending at most W client-epochs,
+run as the lesson's federated training on 3 real workers (deterministic: every random
+choice comes from the seed, the round and the client)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from ._core import call_local, fail, passed, run_on_workers
+from ._diagnose import Cases, describe_value, returned_none
+
+CLIENTS = 10                # K, as in the lesson
+SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
+TARGET = 0.85               # test accuracy to reach
+MAX_E = 20                  # local epochs a client may run in one round
+FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
+         {"rounds": 8, "uploads": 16, "epochs": 240}]
+
+
+def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
+    __tracebackhide__ = True
+    if not isinstance(out, dict) or {"E", "C"} - set(out):
+        fail(returned_none(out, name, "a dict with E and C") or
+             f"{name} returned {describe_value(out)}; return a dict with the keys E (local "
+             f"epochs) and C (the fraction of clients per round) ({case}).")
+    E, C = out["E"], out["C"]
+    if isinstance(E, (bool, np.bool_)) or not isinstance(E, (int, np.integer)) \
+            or not 1 <= E <= MAX_E:
+        fail(f"{name} chose E = {E!r}: a whole number of local epochs from 1 to {MAX_E} (what "
+             f"a client can afford in one round) ({case}).")
+    if isinstance(C, (bool, np.bool_)) or not isinstance(C, (int, float, np.number)) \
+            or not 0 < C <= 1:
+        fail(f"{name} chose C = {C!r}: the fraction of the {CLIENTS} clients picked each "
+             f"round, 0 < C ≤ 1 ({case}).")
+    return int(E), float(C)
+
+
+@functools.lru_cache(maxsize=16)
+def _federated(rounds: int, E: int, C: float) -> tuple[list[float], int]:
+    """(test accuracy after each round, models uploaded) of the lesson's FedAvg run."""
+    from ddl_lab.scaling_out.federated import federated
+    run = run_on_workers(federated, 3, K=CLIENTS, rounds=rounds, E=E, C=C, skew=SKEW,
+                         timeout=120)[0]
+    return run.accuracy, sum(run.alive)
+
+
+def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) -> None:
+    """Lesson 10, design: ``my_fedavg_plan(rounds, uploads, epochs)`` returns {E, C} such that
+    FedAvg on the lesson's 10 label-skewed clients (skew 0.5) reaches 85 % test accuracy
+    within ``rounds`` rounds, with at most ``uploads`` client models sent to the server and
+    at most ``epochs`` local epochs in all (each picked client runs E per round)."""
+    __tracebackhide__ = True
+    name = getattr(my_fedavg_plan, "__name__", "your function")
+    cases = list(Cases("fedavg_plan", seed, FIXED))
+    plans = [_choice(call_local(my_fedavg_plan, *(c.params[k] for k in
+                                                  ("rounds", "uploads", "epochs"))), name, c)
+             for c in cases]
+    done = []
+    for case, (E, C) in zip(cases, plans):
+        R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
+        per_round = max(1, int(C * CLIENTS))
+        chose = (f"{name}(rounds={R}, uploads={U}, epochs={W}) chose E = {E}, C = {C:g} "
+                 f"({per_round} client(s) a round)")
+        if per_round * R > U:
+            fail(f"{chose}: {R} rounds upload {per_round * R} models, over {U}. "
+                 + _upload_hint(per_round, U) + f" ({case})")
+        if per_round * R * E > W:
+            fail(f"{chose}: the clients would run {per_round * R} × {E} = {per_round * R * E} "
+                 f"local epochs, over {W}: fewer epochs per round, or fewer clients. ({case})")
+        accuracy, uploaded = _federated(R, E, C)
+        reached = next((t for t, a in enumerate(accuracy) if a >= TARGET), None)
+        if reached is None:
+            fail(f"{chose}: after {R} rounds the test accuracy was "
+                 f"{', '.join(f'{100 * a:.1f}%' for a in accuracy[1:])} — never {TARGET:.0%}. "
+                 + _accuracy_hint(E, per_round, R, U, W) + f" ({case})")
+        done.append(f"{TARGET:.0%} in round {reached} of {R}, {uploaded} of {U} uploads, "
+                    f"{uploaded * E} of {W} epochs")
+    passed("fedavg_plan", f"FedAvg on 3 real workers — {'; '.join(done)}")
+
+
+def _upload_hint(per_round: int, U: int) -> str:
+    if per_round >= min(U, CLIENTS):
+        return ("The budget is for the whole run, not one round: every picked client uploads "
+                "its model in every round.")
+    return f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}."
+
+
+def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:
+    if clients == 1:
+        return ("One client a round: the average of one model is that client's model, which "
+                "knows its own digits best — take more clients a round.")
+    spare = W // (clients * R)
+    if E < spare:
+        return (f"Local epochs cost no bytes: with {clients} clients a round the budget allows "
+                f"E = {min(spare, MAX_E)}, and more local work makes each round count more "
+                "(FedAvg's point against FedSGD).")
+    return ("Spend the budgets differently: more clients a round average out the clients' "
+            f"skew, more local epochs make each round count (U = {U}, W = {W}).")

@@ -1,0 +1,80 @@
+"""Lesson 07's reasoning and design checks: the worst staleness SSP admits (a real shard driven
+through the worst schedule agrees) and a Downpour plan within a message budget (real shard and
+replica processes). Right answers in several styles pass; the usual slips are named."""
+import math
+
+import numpy as np
+import pytest
+
+from ddl_lab import check
+from ddl_lab.check import CheckFailed
+
+STEM = "07_parameter_server"
+
+
+def stub(*args):
+    raise NotImplementedError("replace this line with your code")
+
+
+# ------------------------------------------------------------------ the worst staleness
+
+def staleness_by_counting(s, replicas):
+    """Another right style: count the others' pushes clock by clock, a numpy int back."""
+    behind, ahead = s, s + 1                 # clocks behind at my pull, ahead at my push
+    return np.int64(sum(behind + ahead for _ in range(replicas - 1)))
+
+
+def test_right_worst_staleness_passes(solution, capsys):
+    check.worst_staleness(solution(STEM, "my_worst_staleness"))
+    check.worst_staleness(staleness_by_counting)
+    check.worst_staleness(lambda s, n: float((n - 1) * (2 * s + 1)))
+    out = capsys.readouterr().out
+    assert out.count("✔ worst_staleness: passed") == 3
+    assert "measured a staleness of 10" in out
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda s, n: (n - 1) * (s + 1), "start level with you"),
+    (lambda s, n: (n - 1) * 2 * s, "one push short per replica"),
+    (lambda s, n: n * (2 * s + 1), "count only the OTHER replicas"),
+    (lambda s, n: 2 * s + 1, "not just one"),
+    (lambda s, n: None, "returned None"),
+    (lambda s, n: (n - 1) * (s + 0.5), "whole number of updates"),
+])
+def test_worst_staleness_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.worst_staleness(wrong)
+
+
+# ------------------------------------------------------------------ the Downpour plan
+
+def plan_by_search(steps, budget):
+    """Another right style: the smallest interval whose messages fit, numpy ints, lr·k = 0.4."""
+    k = next(k for k in range(1, steps + 1) if 2 * math.ceil(steps / k) <= budget)
+    return {"n_fetch": np.int64(k), "n_push": np.int64(k), "lr": 0.4 / k}
+
+
+def test_right_downpour_plans_pass(solution, capsys):
+    check.downpour_plan(solution(STEM, "my_downpour_plan"))
+    check.downpour_plan(plan_by_search)
+    out = capsys.readouterr().out
+    assert out.count("✔ downpour_plan: passed") == 2
+    assert "40 messages: 40 sent" in out
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda steps, budget: {"n_fetch": 1, "n_push": 1, "lr": 0.1},
+     "Pulls count as well as pushes"),
+    (lambda steps, budget: {"n_fetch": 1, "n_push": steps, "lr": 0.1},
+     "a fetch is a message as much as a push"),
+    (lambda steps, budget: {"n_fetch": math.ceil(2 * steps / budget),
+                            "n_push": math.ceil(2 * steps / budget), "lr": 0.2},
+     "diverged: a push carries the SUM"),
+    (lambda steps, budget: (4, 4, 0.1), "return a dict with the keys n_fetch"),
+    (lambda steps, budget: {"n_fetch": 2.5, "n_push": 4, "lr": 0.1}, "whole numbers ≥ 1"),
+])
+def test_downpour_plan_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.downpour_plan(wrong)

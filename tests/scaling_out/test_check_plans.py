@@ -1,0 +1,41 @@
+"""Lesson 10's design check: a FedAvg plan (local epochs E, fraction C of clients) that reaches
+85 % within R rounds under an upload and a compute budget, run on 3 real workers. Right plans
+in two styles pass; the usual slips are named (most before any worker starts)."""
+import pytest
+
+from ddl_lab import check
+from ddl_lab.check import CheckFailed
+
+STEM = "10_scaling_out"
+
+
+def stub(*args):
+    raise NotImplementedError("replace this line with your code")
+
+
+def two_clients_many_epochs(rounds, uploads, epochs):
+    """Another right style: two clients a round, as many local epochs as the budget allows."""
+    return {"C": 0.2, "E": min(20, epochs // (2 * rounds))}
+
+
+def test_right_fedavg_plans_pass(solution, capsys):
+    check.fedavg_plan(solution(STEM, "my_fedavg_plan"))
+    check.fedavg_plan(two_clients_many_epochs)
+    out = capsys.readouterr().out
+    assert out.count("✔ fedavg_plan: passed") == 2
+    assert "18 of 18 uploads" in out
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda R, U, W: {"E": 1, "C": U // R / 10}, "Local epochs cost no bytes"),
+    (lambda R, U, W: {"E": 5, "C": 0.5}, r"upload 30 models, over 18\. Each round uploads ⌊C·K⌋"),
+    (lambda R, U, W: {"E": 20, "C": U // R / 10}, "local epochs, over 180"),
+    (lambda R, U, W: {"E": W // U, "C": min(1.0, U / 10)}, "for the whole run, not one round"),
+    (lambda R, U, W: {"E": 25, "C": 0.3}, "from 1 to 20"),
+    (lambda R, U, W: {"E": 10, "C": 0}, "0 < C ≤ 1"),
+    (lambda R, U, W: (10, 0.3), "return a dict with the keys E"),
+])
+def test_fedavg_plan_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.fedavg_plan(wrong)
