@@ -1,10 +1,13 @@
-"""Checks for lesson 05 (synchronous data parallelism): one synchronous SGD step, local SGD.
+"""Checks for lesson 05 (synchronous data parallelism): one synchronous SGD step, local SGD,
+the time of local SGD with a straggler, and a plan of averaging steps.
 
-Both run the learner's function on real workers, on seeded cases (world sizes 2–5, random
-learning rates, averaging periods and batch sizes, a small linear regression whose replicas
-see different data) and compare every rank's parameters with a single-process float64
-simulation of all replicas. When they differ, simulations of the usual mistakes (no
-allreduce, no division by R, averaging at the wrong steps, …) name the mistake.
+The first two run the learner's function on real workers, on seeded cases (world sizes 2–5,
+random learning rates, averaging periods and batch sizes, a small linear regression whose
+replicas see different data) and compare every rank's parameters with a single-process
+float64 simulation of all replicas. When they differ, simulations of the usual mistakes (no
+allreduce, no division by R, averaging at the wrong steps, …) name the mistake. The
+straggler's time is a formula tried on seeded cases; the averaging plan is trained on real
+workers with the lesson's engine (non-IID digits) and judged by accuracy and allreduces.
 """
 from __future__ import annotations
 
@@ -12,12 +15,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core import fail, passed
+from . import _data_parallel_plans as plans
+from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, refuse, same)
+from ._message_passing_formula import formula_cases
 from ._worlds import Outcome, WorldFailed, run_cases
 
-__all__ = ["sync_sgd_step", "local_sgd"]
+__all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
 
 _RTOL = 2e-4                     # float32 workers against a float64 simulation
 
@@ -432,3 +437,53 @@ def _local_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, 
                      "gradients, backward, p -= lr·p.grad; after steps H, 2H, …: average the "
                      "parameters over the ranks."
                      + only_right_for(right, f"{n} ranks with H = {H}"))
+
+
+# ------------------------------------------------------------ the straggler's time
+
+def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
+    """Lesson 05, task 3: ``my_straggler_time(n, steps, H, compute, slow, allreduce,
+    rotating)`` is the time of local SGD with period H when one rank computes ``slow``×
+    slower — always rank 0, or (rotating) rank t % n at step t: steps/H periods, each the
+    slowest rank's H steps plus one allreduce."""
+    __tracebackhide__ = True
+    cases = Cases("straggler_time", seed, plans.STRAGGLER_FIXED, draws=5,
+                  draw=plans.straggler_draw)
+    formula_cases(my_straggler_time, cases, plans.ARGS, plans.straggler_time,
+                  plans.STRAGGLER_MISTAKES, "the predicted seconds as a number",
+                  "a period ends when the slowest rank has done its H steps, then one "
+                  "allreduce; count the slow steps that rank takes in a period.", vary="H")
+    passed("straggler_time", f"{len(cases)} cases (2–8 ranks, H = 1 to 12, a persistent and "
+           "a rotating straggler): a straggler that is always slow costs every period its H "
+           "slow steps whatever H is; one that moves costs a period only ⌈H/n⌉ of them")
+
+
+# --------------------------------------------------------- the averaging plan
+
+def sync_plan(my_sync_plan: Callable, timeout: float = 120.0) -> None:
+    """Lesson 05, task 4: ``my_sync_plan(steps, max_allreduces)`` returns an averaging period
+    H or the steps after which to average. Local SGD with that plan trains logistic
+    regression on 4 real workers with non-IID digit shards; every replica must reach the
+    target test accuracy with at most ``max_allreduces`` averagings."""
+    __tracebackhide__ = True
+    name = getattr(my_sync_plan, "__name__", "my_sync_plan")
+    chosen = []
+    for case in plans.PLAN_CASES:
+        T, N = case["steps"], case["max_allreduces"]
+        call = f"{name}(steps={T}, max_allreduces={N})"
+        chosen.append(plans.plan_of(call_local(my_sync_plan, T, N), call, T, N))
+    try:
+        outcomes = run_cases(plans.plan_run, [(plans.RANKS, (c["steps"], p)) for c, p in
+                                              zip(plans.PLAN_CASES, chosen)],
+                             fn=my_sync_plan, timeout=timeout)
+    except WorldFailed as e:
+        fail(e.failure.message(name, plans.RANKS))
+    shown = []
+    for case, plan, outcome in zip(plans.PLAN_CASES, chosen, outcomes):
+        if outcome.failure is not None:
+            fail(outcome.failure.message(name, plans.RANKS))
+        good, text = plans.judge_plan(case, plan, outcome.results)
+        if not good:
+            fail(text)
+        shown.append(text)
+    passed("sync_plan", "non-IID digits on 4 real workers: " + "; ".join(shown))

@@ -1,7 +1,8 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient over shards, one Pregel superstep of PageRank. Each runs the learner's function
-on real worker processes that talk through ``ddl_lab.message_passing.comm``, on seeded
-cases with 4 and 3 ranks and several roots; a failure quotes its case.
+gradient over shards, one Pregel superstep of PageRank, the time of a tree gather, and the
+chunking of a pipelined broadcast. Each runs the learner's function on seeded cases (on
+real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
+ranks and several roots, except the tree gather's formula); a failure quotes its case.
 
 A receive from ANY_SOURCE may return the messages in any order; on the gather's root
 the check makes it return them latest rank first, so an answer that relies on arrival
@@ -14,12 +15,15 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _core
-from ._core import CheckFailed, fail, passed, run_on_workers
+from . import _message_passing_costs as costs
+from ._core import CheckFailed, call_local, fail, passed, run_on_workers
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         refuse, returned_none)
+from ._message_passing_formula import formula_cases
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, _comm_main
 
-__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute"]
+__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
+           "pipeline_chunks"]
 
 WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 shows
 _PKG = "ddl_lab.message_passing"
@@ -399,3 +403,67 @@ def _pagerank_one(fn: Callable, case: Any) -> None:
              "at 1). new value = (1 − d)/n + d·(sum(messages) + ctx.aggregated('dangling')/n);"
              " then send value/len(out_edges) to each out-edge, or aggregate it as "
              "'dangling' if there are none.")
+
+
+# ------------------------------------------------------- task 5: a tree gather's time
+
+def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 5: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
+    a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
+    __tracebackhide__ = True
+    cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
+    formula_cases(my_tree_gather_time, cases, ("n", "nbytes", "alpha", "beta"),
+                  costs.tree_gather, costs.TREE_MISTAKES, "the predicted seconds as a number",
+                  "count the rounds, and in each round the size of its longest message (how "
+                  "many values its sender holds by then).")
+    passed("tree_gather_time", f"{len(cases)} cases (n = 1 to 1000, powers of two and not, "
+           "S = 0 and α = 0 included) match ⌈log2 n⌉·α + (n − 1)·S·β: the tree saves latency "
+           "terms, not the bytes that reach the root")
+
+
+# ------------------------------------------------ task 6: pipelining a broadcast
+
+def _pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
+    from ddl_lab.message_passing.pipeline import chain_bcast
+    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
+    out = chain_bcast(comm, data, pieces)
+    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
+
+
+def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 6: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
+    pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
+    real workers; its α–β time, counted from the messages it sent, must be within 10 % of
+    the fastest chunking's."""
+    __tracebackhide__ = True
+    from ddl_lab.message_passing.pipeline import chain_time
+    from ddl_lab.message_passing.trace import join_records
+    from ddl_lab.message_passing.wire import encode
+    name = getattr(my_pipeline_chunks, "__name__", "my_pipeline_chunks")
+    header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
+    cases = Cases("pipeline_chunks", seed, costs.PIPE_FIXED, draws=1, draw=costs.pipe_draw)
+    shown: list[str] = []
+    answers: list[int] = []
+    for case in cases:
+        n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
+        call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
+        k = costs.pieces_of(call_local(my_pipeline_chunks, n, S, a, b), name, call, S // 8)
+        answers.append(k)
+        t, sent = None, (n - 1) * k
+        if k <= costs.MAX_PIECES:
+            ok, records = _on_workers(my_pipeline_chunks, _pipeline_worker, n, S // 8, k)
+            messages = join_records(records)
+            if not all(ok):
+                fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
+                     f"({case}).")
+            t, sent = chain_time(messages, a, b), len(messages)
+        good, text = costs.judge_pipeline(case, k, t, sent, header)
+        if not good:
+            same = (f" {name} returned {k} for every machine so far: the best number of pieces "
+                    "depends on n, S, α and β." if len(answers) > 1 and len(set(answers)) == 1
+                    else "")
+            fail(f"{call}: {text} ({case}){same}")
+        shown.append(text)
+    passed("pipeline_chunks", "; ".join(shown) + f" — within {costs.TARGET - 1:.0%} of the "
+           "fastest chunking each time, the time counted from the messages the real "
+           "workers sent")

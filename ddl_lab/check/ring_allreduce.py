@@ -1,5 +1,6 @@
-"""Checks for lesson 06 (ring allreduce): the ring's cost, and the learner's ring on real
-gloo workers.
+"""Checks for lesson 06 (ring allreduce): the ring's cost, the learner's ring on real gloo
+workers, the message size where the ring overtakes the tree, and the size of DDP-style
+gradient buckets (run with the lesson's hooks on real workers, timed in the α–β model).
 
 ``ring_allreduce(my_ring_allreduce)`` runs the learner's function on seeded cases: world
 sizes 2–5 and lengths that divide by n, that do not, primes, 1, 0 and fewer elements than
@@ -17,12 +18,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         refuse, returned_none)
+from ._message_passing_formula import formula_cases
 from ._worlds import RankFailure, WorldFailed, run_cases
 
-__all__ = ["ring_cost", "ring_allreduce"]
+__all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
 
 
 # ------------------------------------------------------------------ the cost model
@@ -370,5 +373,61 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
                 "share-reduce phase works, the share-only phase does not. In share-only the "
                 "chunk a rank receives is already the full sum: copy it over its own chunk "
                 "(do not add it) and pass it on.")
-    return (" Check which chunk each rank sends at step s: in share-reduce rank p sends "
-            "chunk (p − s) % n and adds what it receives into chunk (p − s − 1) % n.")
+    return (" Check the ring's invariant: rank p starts by sending its own chunk p; after k "
+            "share-reduce steps the chunk it has just added into holds the sum of ranks "
+            "p − k … p, so after n − 1 steps rank p owns the complete chunk (p + 1) % n.")
+
+
+# ------------------------------------------------------- where the ring overtakes the tree
+
+def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None:
+    """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
+    (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
+    does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
+    __tracebackhide__ = True
+    cases = Cases("tree_ring_crossover", seed, design.CROSSOVER_FIXED, draws=4,
+                  draw=design.crossover_draw)
+    formula_cases(my_tree_ring_crossover, cases, ("n", "alpha", "beta"), design.crossover,
+                  design.CROSSOVER_MISTAKES, "the message size in bytes, as a number",
+                  "set the tree's time equal to the ring's (lesson 06 §4) and solve for S; "
+                  "where the tree never wins, return 0.", unit=" bytes")
+    passed("tree_ring_crossover", f"{len(cases)} cases (n = 2 to 256, powers of two and not): "
+           "below S* the tree's fewer rounds win, above it the ring's 2(n−1)/n·S bytes; for "
+           "n ≤ 3 the tree has no fewer rounds, and never wins")
+
+
+# ------------------------------------------------------------ gradient buckets
+
+def bucket_bytes(my_bucket_bytes: Callable, timeout: float = 60.0) -> None:
+    """Lesson 06, task 4: ``my_bucket_bytes(grads, n, alpha, beta, compute)`` chooses the
+    bucket size of DDP-style gradient buckets. The lesson's GradientBuckets runs one backward
+    pass with it on real workers; the allreduces its hooks launch, timed in the α–β model
+    against the backward pass, must end within 10 % of the best bucket size's."""
+    __tracebackhide__ = True
+    name = getattr(my_bucket_bytes, "__name__", "my_bucket_bytes")
+    cases = design.BUCKET_CASES
+    chosen = []
+    for case in cases:
+        n, a, b, c = (case[k] for k in ("n", "alpha", "beta", "compute"))
+        grads = design.grad_bytes(case["widths"])
+        call = f"{name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, compute={c:g})"
+        chosen.append(design.bucket_bytes_of(call_local(my_bucket_bytes, list(grads), n, a, b,
+                                                        c), call))
+    try:
+        outcomes = run_cases(design.bucket_run, [
+            (c["n"], (c["widths"], size)) for c, size in zip(cases, chosen)],
+            fn=my_bucket_bytes, timeout=timeout)
+    except WorldFailed as e:
+        fail(e.failure.message(name, 0))
+    shown = []
+    for case, size, outcome in zip(cases, chosen, outcomes):
+        if outcome.failure is not None:
+            fail(outcome.failure.message(name, case["n"]))
+        good, text = design.judge_buckets(case, size, outcome.results[0])
+        if not good:
+            p = case
+            fail(f"a {len(p['widths']) - 1}-layer network on {p['n']} ranks (α = {p['alpha']:g} "
+                 f"s, β = {p['beta']:g} s/byte, backward {p['compute']:g} s/byte): {text}")
+        shown.append(text)
+    passed("bucket_bytes", "; ".join(shown) + f" — within {design.TARGET - 1:.0%} of the best "
+           "bucket size each time, counted from the allreduces the real hooks launched")

@@ -1,5 +1,5 @@
 """Lesson 05's measures: one process replaying synchronous SGD, a step's compute against
-its allreduce, and the least disturbed of several runs."""
+its allreduce, the least disturbed of several runs, and a replica's test accuracy."""
 from __future__ import annotations
 
 import time
@@ -11,10 +11,12 @@ import torch.distributed as dist
 
 from ddl_lab.data_parallel.workloads import Run, batch_indices, build, local_batch, sgd_update
 from ddl_lab.ml.data import shard
-from ddl_lab.ml.models import flat_grads, flat_params
+from ddl_lab.ml.models import flat_grads, flat_params, set_flat_params
+from ddl_lab.ml.training import evaluate_accuracy
 from ddl_lab.runtime import device
 
-__all__ = ["replay_single_process", "compute_vs_communication", "least_disturbed"]
+__all__ = ["replay_single_process", "compute_vs_communication", "least_disturbed",
+           "replica_accuracy"]
 
 
 def replay_single_process(workload: str, steps: int, batch: int, lr: float, world_size: int,
@@ -75,3 +77,11 @@ def least_disturbed(cluster, fn: Callable, *args, repeats: int = 2, **kwargs) ->
         if best is None or max(r.time[-1] for r in runs) < max(r.time[-1] for r in best):
             best = runs
     return best
+
+
+def replica_accuracy(workload: str, params: torch.Tensor, seed: int = 0) -> float:
+    """Fraction of the held-out test set that a model with these flat parameters (a run's
+    ``Run.params``) classifies correctly."""
+    model, _, test, _ = build(workload, seed)
+    set_flat_params(model, torch.as_tensor(params))
+    return evaluate_accuracy(model, test)

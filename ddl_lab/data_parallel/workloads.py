@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ddl_lab.ml.data import Dataset, digits, linear_regression
-from ddl_lab.ml.models import MLP, LinearRegression, SmallCNN
+from ddl_lab.ml.models import MLP, LinearRegression, LogisticRegression, SmallCNN
 from ddl_lab.ml.training import loss_function
 from ddl_lab.timeline import Timeline
 
@@ -24,7 +24,7 @@ __all__ = ["Workload", "WORKLOADS", "build", "Straggler", "Run", "batch_indices"
 class Workload:
     """A model, its data and its loss, built identically on every rank."""
 
-    model: str          # 'mlp', 'wide-mlp', 'cnn' or 'linreg'
+    model: str          # 'mlp', 'wide-mlp', 'cnn', 'logreg' or 'linreg'
     data: str           # 'digits' or 'linreg'
     loss: str           # 'ce' or 'mse'
 
@@ -32,6 +32,7 @@ class Workload:
 WORKLOADS = {"digits-mlp": Workload("mlp", "digits", "ce"),
              "digits-cnn": Workload("cnn", "digits", "ce"),
              "digits-wide-mlp": Workload("wide-mlp", "digits", "ce"),
+             "digits-logreg": Workload("logreg", "digits", "ce"),
              "linreg": Workload("linreg", "linreg", "mse")}
 
 
@@ -48,6 +49,7 @@ def build(workload: str, seed: int = 0) -> tuple[nn.Module, Dataset, Dataset, Ca
     torch.manual_seed(seed)
     model = {"mlp": lambda: MLP(64, 64, 10), "cnn": lambda: SmallCNN(10),
              "wide-mlp": lambda: MLP(64, 512, 10),
+             "logreg": lambda: LogisticRegression(64, classes=10),
              "linreg": lambda: LinearRegression(train.X.shape[1])}[w.model]()
     return model, train, test, loss_function(w.loss)
 

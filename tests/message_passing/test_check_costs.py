@@ -1,0 +1,95 @@
+"""Lesson 04's reasoning and design checks: the tree gather's time (right in several styles;
+messages that never grow, the flat gather, powers of two only, queued rounds named) and the
+pipelined broadcast's pieces (run on real workers; one piece, a constant, too few pieces,
+a fraction named)."""
+import math
+
+import numpy as np
+import pytest
+
+from ddl_lab import check
+from ddl_lab.check import CheckFailed
+
+NB = "04_message_passing"
+
+
+def stub(*args):
+    raise NotImplementedError("replace this line with your code")
+
+
+# ------------------------------------------------------------ task 5: tree gather
+
+def tree_by_rounds(n, nbytes, alpha, beta):
+    """Another right style: simulate the rounds, each as long as its longest message."""
+    held, t, k = [1] * n, 0.0, 0
+    while 2 ** k < n:
+        longest = 0
+        for r in range(2 ** k, n, 2 ** (k + 1)):
+            held[r - 2 ** k] += held[r]
+            longest = max(longest, held[r])
+        t += alpha + longest * nbytes * beta
+        k += 1
+    return np.float64(t)
+
+
+def test_tree_gather_time_right_answers_pass(solution, capsys):
+    check.tree_gather_time(solution(NB, "my_tree_gather_time"))
+    check.tree_gather_time(tree_by_rounds)
+    assert capsys.readouterr().out.count("✔ tree_gather_time: passed") == 2
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda n, S, a, b: None, "returned None"),
+    (lambda n, S, a, b: math.ceil(math.log2(n)) * (a + S * b) if n > 1 else 0.0,
+     "messages grow from round to round"),
+    (lambda n, S, a, b: (n - 1) * (a + S * b), "flat gather"),
+    (lambda n, S, a, b: math.ceil(math.log2(n)) * a + (2 ** math.ceil(math.log2(n)) - 1) * S * b,
+     "power of two"),
+    (lambda n, S, a, b: math.ceil(math.log2(n)) * a + n * S * b, "own value does not travel"),
+    (lambda n, S, a, b: math.log2(n) * a + (n - 1) * S * b, "whole number"),
+    (lambda n, S, a, b: 3 * a + (n - 1) * S * b, r"right for n = 5, n = 8 but not for n = 1"),
+])
+def test_tree_gather_time_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.tree_gather_time(wrong)
+
+
+def test_tree_gather_time_names_queued_rounds():
+    def queued(n, S, a, b):                 # every message of a round one after another
+        t, k = 0.0, 0
+        while 2 ** k < n:
+            t += sum(a + min(2 ** k, n - r) * S * b for r in range(2 ** k, n, 2 ** (k + 1)))
+            k += 1
+        return t
+    with pytest.raises(CheckFailed, match="longest message, not the sum"):
+        check.tree_gather_time(queued)
+
+
+# ------------------------------------------------------- task 6: pipeline chunks
+
+def pieces_by_search(n, nbytes, alpha, beta):
+    """Another right style: try every number of pieces in the α–β model."""
+    return min(range(1, 2000), key=lambda k: (n - 2 + k) * (alpha + nbytes / k * beta))
+
+
+def test_pipeline_chunks_right_answers_pass(solution, capsys):
+    check.pipeline_chunks(solution(NB, "my_pipeline_chunks"))
+    check.pipeline_chunks(pieces_by_search)
+    out = capsys.readouterr().out
+    assert out.count("✔ pipeline_chunks: passed") == 2
+    assert "messages" in out and "fastest" in out
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda n, S, a, b: 1, "in one piece each rank must receive the whole message"),
+    (lambda n, S, a, b: 16, r"too many pieces.*returned 16 for every machine"),
+    (lambda n, S, a, b: n, "too few pieces"),
+    (lambda n, S, a, b: math.sqrt((n - 2) * S * b / a), "whole number"),
+    (lambda n, S, a, b: S // 8, "not run: the α–β model alone rules it out"),
+    (lambda n, S, a, b: S, "has only"),
+])
+def test_pipeline_chunks_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.pipeline_chunks(wrong)
