@@ -42,6 +42,18 @@ def gone(pids: Iterable[int], within: float = 5.0) -> bool:
     return wait_until(lambda: not any(alive(p) for p in pids), within)
 
 
+def survivors(pids: Iterable[int]) -> list[str]:
+    """What is still running of ``pids``: 'pid name status' each."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            out.append(f"{pid} {' '.join(proc.cmdline())[-80:]} {proc.status()}")
+        except psutil.Error:
+            pass
+    return out
+
+
 def descendants(pid: int | None = None) -> set[int]:
     """Every live process below ``pid`` (default: this one)."""
     try:

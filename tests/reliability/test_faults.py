@@ -27,7 +27,7 @@ from ddl_lab.ring_allreduce.engine import allreduce
 from ddl_lab.ring_allreduce.shm import shm_allreduce
 from ddl_lab.runtime import on_progress
 
-from .system import descendants, gone, listening, wait_until
+from .system import descendants, gone, listening, survivors, wait_until
 
 FOREVER = 10**9
 RUN_TIMEOUT = 90.0          # a fault reported after half of this was not detected: it timed out
@@ -272,7 +272,8 @@ def test_the_kernel_killed_with_a_cluster_and_shards_up_leaves_nothing(tmp_path,
         p.kill()
         killed = time.monotonic()
         p.wait(10)
-        assert gone(family, within=5.0), "workers outlived their kernel"
+        # seconds on a quiet machine; the bound leaves room for a laptop at load 20
+        assert gone(family, within=15.0), f"workers outlived their kernel: {survivors(family)}"
     print(f"\n  kernel SIGKILL -> all {len(family)} processes gone after "
           f"{time.monotonic() - killed:.2f} s")
     assert leftovers() == []

@@ -96,7 +96,7 @@ def write_class(folder: Path) -> dict[str, dict]:
     hand_in("bob", bob, f"{GD}.ipynb", {**{t: 1 for t in gd}, gd[0]: 0, gd[2]: 0})
     bob_ring = solved(RING)
     replace_function(bob_ring, fn[ring[1]], RING_WITH_ALLREDUCE.format(fn[ring[1]]))
-    hand_in("bob", bob_ring, f"{RING}.ipynb", {ring[0]: 1, ring[1]: 0})
+    hand_in("bob", bob_ring, f"{RING}.ipynb", {**{t: 1 for t in ring}, ring[1]: 0})
     # untouched stubs
     hand_in("carol", exercise(GD), "", {t: 0 for t in gd})
     # a hang in a cell of the learner's own: interrupted at the per-cell limit, then graded
@@ -107,7 +107,8 @@ def write_class(folder: Path) -> dict[str, dict]:
     erin = solved(RING)
     erin.cells.insert(erin.cells.index(check_cells(erin)[0]) + 1,
                       nbformat.v4.new_code_cell("import os\nos._exit(3)"))
-    hand_in("erin", erin, "", {ring[0]: 1, ring[1]: 0}, ["kernel died", "exit code 3"])
+    hand_in("erin", erin, "", {ring[0]: 1, **{t: 0 for t in ring[1:]}},
+            ["kernel died", "exit code 3"])
     # stubs, with the check cells tampered with and a fake pass line
     frank = exercise(GD)
     checks = check_cells(frank)
