@@ -16,7 +16,8 @@ import torch
 
 from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
 from . import _compression_plans as _plans
-from ._compression_codes import _changed, _inputs, _parts, index_coding, qsgd_rounding
+from . import _compression_codes as _codes
+from ._compression_codes import _changed, _inputs, _parts
 from ._core import call_local, fail, passed
 from ._diagnose import Case, Cases, Snapshot, differs, explain, refuse, same, tolerance
 from ._worlds import WorldFailed, run_in_world
@@ -294,6 +295,18 @@ def _ef_residual_fault(new: np.ndarray, q: np.ndarray, v: np.ndarray,
 
 
 # ------------------------------------------------------------------ reasoning and design
+
+def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
+    """Lesson 08, task 3: QSGD's unbiased stochastic rounding (see ``_compression_codes``)."""
+    __tracebackhide__ = True
+    _codes.qsgd_rounding(my_qsgd_rounding, seed)
+
+
+def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
+    """Lesson 08, task 4: delta + varint index coding (see ``_compression_codes``)."""
+    __tracebackhide__ = True
+    _codes.index_coding(my_index_coding, seed)
+
 
 def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
     """Lesson 08, task 5: the bytes of a Strom message (see ``_compression_plans``)."""
