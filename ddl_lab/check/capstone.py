@@ -1,0 +1,248 @@
+"""Checks for lesson 11, the capstone: the bytes a local-SGD plan puts on the wire
+(reasoning), and a training plan run on 4 real workers against the budget (design).
+
+``budget_bytes`` draws seeded cases (1 to 8 workers, periods longer than the run, every
+value size) and names the usual slips of the ring's arithmetic. ``capstone`` runs the
+learner's plan on 4 real workers through the meter of ``ddl_lab.capstone`` — bytes are
+counted where they leave each worker, never taken from the plan — and judges accuracy on
+held-out digits, bytes per worker, agreement of the workers' models, steps and time."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from ddl_lab.capstone.budget import BUDGET, Budget, size_text
+from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
+from ._core import call_local, fail, passed
+from ._diagnose import Case, Cases, as_array, describe_value, explain, refuse, returned_none
+
+__all__ = ["budget_bytes", "capstone"]
+
+_PACKAGE = "ddl_lab.capstone"
+
+# ----------------------------------------------------------------- task 1: the arithmetic
+
+_BYTES_FIXED = [{"params": 9930, "workers": 4, "steps": 150, "period": 4, "value_bytes": 4},
+                {"params": 9930, "workers": 4, "steps": 150, "period": 30, "value_bytes": 2},
+                {"params": 1000, "workers": 1, "steps": 10, "period": 2, "value_bytes": 4},
+                {"params": 5000, "workers": 3, "steps": 5, "period": 8, "value_bytes": 4}]
+
+
+def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"params": int(rng.integers(1_000, 10_000_000)), "workers": int(rng.integers(2, 9)),
+            "steps": int(rng.integers(1, 500)), "period": int(rng.integers(1, 41)),
+            "value_bytes": int(rng.choice([1, 2, 4, 8]))}
+
+
+def _plan_bytes(params: int, workers: int, steps: int, period: int, value_bytes: int,
+                rounds: Callable[[float], float] = math.ceil, share: float | None = None) -> float:
+    """ceil(steps/period) averagings, each an allreduce of params·value_bytes bytes that the
+    ring charges 2(n−1)/n of (``rounds`` and ``share`` make the named mistakes)."""
+    n = workers
+    share = 2 * (n - 1) / n if share is None else share
+    return rounds(steps / period) * share * params * value_bytes
+
+
+def _bytes_mistakes(p: dict[str, Any]) -> dict[str, float]:
+    n, S = p["workers"], p["params"] * p["value_bytes"]
+    ring = _plan_bytes(**p)
+    return {
+        "you counted ⌊steps/period⌋ averagings: when steps is not a multiple of the period "
+        "the plan averages once more after its last step, so that the workers end with one "
+        "model — ⌈steps/period⌉ allreduces":
+            _plan_bytes(**p, rounds=math.floor),
+        "you counted the whole tensor in each of the ring's 2(n−1) steps: each step carries "
+        "one chunk of S/n, so an allreduce costs a worker 2(n−1)/n·S, not 2(n−1)·S":
+            _plan_bytes(**p, share=2 * (n - 1)),
+        "you charged S per allreduce: in the ring each worker sends 2(n−1)/n·S (lesson 06) — "
+        "share-reduce and share-only each move (n−1)/n·S":
+            _plan_bytes(**p, share=1.0),
+        "you charged 2S per allreduce: that is the ring's bound for large n; it sends "
+        "2(n−1)/n·S (lesson 06)":
+            _plan_bytes(**p, share=2.0),
+        "you charged (n−1)·S per averaging: that is every worker sending its whole model to "
+        "every other (an all-gather); the ring allreduce sends 2(n−1)/n·S":
+            _plan_bytes(**p, share=float(n - 1)),
+        "you summed over all the workers: the budget is per worker": n * ring,
+        "your answer is in bits: count bytes (value_bytes is already bytes per value)": 8 * ring,
+        "you averaged at every step: the plan averages once every `period` steps":
+            p["steps"] * 2 * (n - 1) / n * S,
+        "you used 4 bytes per value whatever value_bytes says (2 for fp16, 8 for fp64)":
+            _plan_bytes(**{**p, "value_bytes": 4}),
+    }
+
+
+def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
+    """Lesson 11, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
+    returns the bytes each worker sends when local SGD averages the whole model with a ring
+    allreduce every ``period`` steps (and after the last step), each parameter
+    ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes."""
+    __tracebackhide__ = True
+    fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
+    refuse(fn, "budget_bytes", _PACKAGE, "fp32_allreduce_bytes")
+    cases = list(Cases("budget_bytes", seed, _BYTES_FIXED, draws=4, draw=_bytes_draw))
+    got = [call_local(fn, *case.params.values()) for case in cases]
+    for case, value in zip(cases, got):
+        message = _bytes_fault(value, case, cases, got, name)
+        if message:
+            fail(f"{message} ({case})")
+    p = dict(_BYTES_FIXED[0])
+    every4 = _plan_bytes(**p)
+    fits = next(h for h in range(1, p["steps"] + 1)
+                if _plan_bytes(**{**p, "period": h}) <= BUDGET.bytes)
+    passed("budget_bytes", f"right on {len(cases)} cases (1 to 8 workers, periods longer than "
+           f"the run, 1- to 8-byte values). On the capstone's 4 workers, averaging the fp32 "
+           f"CNN every 4 steps sends {size_text(every4)} per worker — {every4 / BUDGET.bytes:.1f}× "
+           f"the {size_text(BUDGET.bytes)} budget; fp32 averaging alone fits only with a "
+           f"period of {fits} steps or more.")
+
+
+def _number(value: Any) -> float | None:
+    a = as_array(value)
+    return float(a.ravel()[0]) if a is not None and a.size == 1 else None
+
+
+def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
+                 name: str) -> str | None:
+    """None if ``got`` is right for ``case``; else the message, naming the mistake that
+    explains the learner's answers to every case (several can agree on one case: at n = 4,
+    (n−1)·S in fp16 is 2(n−1)/n·S in fp32)."""
+    value, want = _number(got), _plan_bytes(**case.params)
+    if value is None:
+        return (returned_none(got, name, "the number of bytes")
+                or f"{name} returned {describe_value(got)}; return one number of bytes")
+    if math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-6):
+        return None
+
+    def explains(message: str) -> bool:
+        return all(v is not None and math.isclose(v, _bytes_mistakes(c.params)[message],
+                                                  rel_tol=1e-6, abs_tol=1e-6)
+                   for c, v in zip(cases, map(_number, answers)))
+    here = _bytes_mistakes(case.params)
+    hint = (next((m for m in here if explains(m)), None)
+            or explain(value, {m: (lambda v, w=w: math.isclose(v, w, rel_tol=1e-6))
+                               for m, w in here.items()}))
+    return (f"{name} returned {value:,.6g} bytes, expected {want:,.6g}"
+            + (f" — {hint}" if hint else ": ⌈steps/period⌉ allreduces of params·value_bytes "
+               "bytes, each charged 2(n−1)/n of it"))
+
+
+# ----------------------------------------------------------------- task 2: the capstone
+
+_TIMEOUT_S = 120.0
+
+
+def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = None) -> None:
+    """Lesson 11, task 2: ``my_plan(model, batches, wire)`` trains the digits CNN on each of
+    4 workers and returns the model; run for real and judged against ``BUDGET``: test
+    accuracy, bytes per worker counted by the meter, one model on every worker, steps and
+    time. ``parameter_server``: the options of the lesson-07 server a plan uses."""
+    __tracebackhide__ = True
+    fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
+    try:
+        result = measure(fn, budget, seed=seed, parameter_server=parameter_server,
+                         timeout=_TIMEOUT_S)
+    except PlanFailed as e:
+        fail(e.failure.message(name, budget.world_size))
+    except (TypeError, ValueError) as e:
+        if parameter_server is None:
+            raise
+        fail(f"the parameter server could not start with {parameter_server!r}: {e}")
+    message = _run_fault(result, name, budget)
+    if message:
+        fail(f"{message}\nWhat the run achieved: {result.summary()}.")
+    plain = result.steps * fp32_allreduce_bytes(result.world_size)
+    passed("capstone", f"{result.world_size} workers, {100 * result.accuracy:.1f}% test "
+           f"accuracy (target ≥ {100 * budget.target:.0f}%), {size_text(result.bytes)} sent per "
+           f"worker (budget {size_text(budget.bytes)}; plain synchronous SGD would send "
+           f"{size_text(plain)}, {plain / max(result.bytes, 1):.0f}× more), {result.steps} of "
+           f"{budget.steps} steps, {result.rounds} communication calls, {result.wall:.1f} s.")
+
+
+def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
+    """The first thing that disqualifies the run, else what misses the budget, else None."""
+    first = r.reports[0]
+    if any(rep.reported is not None for rep in r.reports):
+        said = next(rep.reported for rep in r.reports if rep.reported is not None)
+        return (f"{name} returned a number ({said:,.6g}) beside its model, as if reporting "
+                f"a byte count: bytes are counted by the meter where they leave each worker "
+                f"(it counted "
+                f"{size_text(r.bytes)} on the busiest), never reported by the plan — return "
+                "the model alone.")
+    if any(rep.params is None for rep in r.reports):
+        rep = next(rep for rep in r.reports if rep.params is None)
+        return (f"{name} returned {rep.returned} on rank {rep.rank}: return the trained model "
+                "(the nn.Module you were given, or its DDP wrapper).")
+    if r.steps == 0:
+        return (f"{name} drew no mini-batch from `batches`: the model was never trained "
+                f"({100 * r.accuracy:.0f}% is guessing). Loop `for X, y in batches:`.")
+    scale = max(1.0, float(np.abs(first.params).max()))
+    if r.spread > 1e-5 * scale:
+        return _disagree(r, name)
+    if r.bytes == 0 and r.world_size > 1:
+        return (f"the {r.world_size} workers ended with the same model without sending a "
+                f"byte: they cannot have trained on their own shards. Train each worker on "
+                "its `batches`, and combine what they learned over the wire.")
+    misses = []
+    if r.bytes > budget.bytes:
+        misses.append(_over_bytes(r, name, budget))
+    if r.accuracy < budget.target:
+        misses.append(_too_inaccurate(r, budget))
+    if r.wall > budget.seconds:
+        misses.append(f"the slowest worker took {r.wall:.1f} s, over the (generous) "
+                      f"{budget.seconds:g} s: look for work repeated at every step — "
+                      "encoding the whole model, evaluating, printing")
+    return "\n".join(f"• {m}" for m in misses) or None
+
+
+def _disagree(r: Result, name: str) -> str:
+    accs = ", ".join(f"{100 * a:.0f}%" for a in r.accuracies)
+    worst = max(r.reports, key=lambda rep: float(np.abs(rep.params - r.reports[0].params).max()))
+    if r.bytes == 0:
+        return (f"{name} never communicated (0 bytes on the wire) and the {r.world_size} "
+                f"workers ended with {r.world_size} different models (accuracy per worker: "
+                f"{accs}). Each shard holds mostly a few digits, so no worker alone learns "
+                "them all: combine the workers' work — allreduce, all_gather_bytes, DDP — at "
+                "the very least at the end.")
+    return (f"the workers' models differ at the end (rank {worst.rank} by up to "
+            f"{r.spread:.3g}; accuracy per worker: {accs}) although {name} sent "
+            f"{size_text(r.bytes)}: local steps after the last exchange, or workers that apply "
+            "different updates. A data-parallel run ends with one model on every worker: end "
+            "with an exchange that leaves them identical.")
+
+
+def _over_bytes(r: Result, name: str, budget: Budget) -> str:
+    rep = max(r.reports, key=lambda x: x.sent)
+    (op, size), calls = max(rep.sizes.items(), key=lambda kv: kv[0][1] * kv[1])
+    factor = rep.by_op[op] / sum(s * c for (o, s), c in rep.sizes.items() if o == op)
+    params = len(rep.params)
+    what = {4 * params: " (the whole model in fp32)", 2 * params: " (the whole model in fp16)"
+            }.get(size, "")
+    often = ("one every step" if calls >= r.steps else f"one every {r.steps / calls:.1f} steps")
+    return (f"{name} sent {size_text(r.bytes)} per worker, {r.bytes / budget.bytes:.1f}× the "
+            f"{size_text(budget.bytes)} budget. Most of it: {calls} {op} calls of {size:,} B"
+            f"{what}, {often}, charged {size_text(factor * size)} each. Send "
+            "less: compress what goes on the wire (top-k or 1-bit with error feedback, lesson "
+            "08), exchange less often (local SGD, lesson 05), or both.")
+
+
+def _too_inaccurate(r: Result, budget: Budget) -> str:
+    ops = r.reports[0].calls
+    exchanges = Counter()               # calls that carried more than a length (> 8 B)
+    for (op, size), calls in r.reports[0].sizes.items():
+        exchanges[op] += calls if size > 8 else 0
+    every = r.steps / max(max(exchanges.values(), default=1), 1)
+    why = ([f"it drew only {r.steps} of its {budget.steps} mini-batches"]
+           if r.steps < budget.steps else [])
+    if every >= 4:
+        why.append(f"it exchanged about once every {every:.0f} steps, and on these skewed "
+                   "shards each worker's model drifts towards its own digits in between")
+    if "all_gather" in ops:
+        why.append("a compressor that drops most of each update must keep what it drops (error "
+                   "feedback) to send it later")
+    why.append("check the rate too (0.3 suits this CNN)")
+    return (f"the model reached {100 * r.accuracy:.1f}% on the held-out digits, below the "
+            f"{100 * budget.target:.0f}% target: " + "; ".join(why))

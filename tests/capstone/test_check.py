@@ -1,0 +1,165 @@
+"""Lesson 11's checks: the budget arithmetic names the ring's usual slips; the capstone runs
+plans on 4 real workers, passes the solution and another right style, and names a plan that
+sends fp32 at every step, one that never communicates, one that reports its own bytes, one
+that averages too rarely on skewed shards, one whose workers all train on the same data, and
+one that returns no model."""
+import math
+
+import pytest
+
+from ddl_lab import check
+from ddl_lab.check import CheckFailed
+
+PLANS = """
+import torch, torch.distributed as dist, torch.nn.functional as F
+from ddl_lab.compression.compressors import ErrorFeedback, TopK
+from ddl_lab.data_parallel.engine import average_params
+from ddl_lab.ml.models import flat_grads, flat_params, set_flat_params
+
+def step(model, X, y, lr=0.3):
+    model.zero_grad()
+    F.cross_entropy(model(X), y).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+
+def topk_every_step(model, batches, wire):
+    # another right style: the gradient, top-k 1% with error feedback, at every step
+    ef = ErrorFeedback(TopK(0.01))
+    for X, y in batches:
+        model.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        g = flat_grads(model)
+        got = [ef.decode(m, g.numel()) for m in wire.all_gather_bytes(ef.encode(g))]
+        set_flat_params(model, flat_params(model) - 0.3 * torch.stack(got).mean(0))
+    return model
+
+def fp32_every_step(model, batches, wire):
+    for X, y in batches:
+        model.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        g = flat_grads(model)
+        dist.all_reduce(g)
+        set_flat_params(model, flat_params(model) - 0.3 * g / dist.get_world_size())
+    return model
+
+def alone(model, batches, wire):
+    for X, y in batches:
+        step(model, X, y)
+    return model
+
+def reports_bytes(model, batches, wire):
+    sent = 0
+    for X, y in batches:
+        step(model, X, y)
+    g = flat_params(model)
+    dist.all_reduce(g)
+    sent += g.numel()                      # "one number per parameter"
+    set_flat_params(model, g / dist.get_world_size())
+    return model, sent
+
+def rarely(model, batches, wire):
+    for t, (X, y) in enumerate(batches, 1):
+        step(model, X, y)
+        if t % 50 == 0 or t == len(batches):
+            average_params(model)
+    return model
+
+def forgets_return(model, batches, wire):
+    for X, y in batches:
+        step(model, X, y)
+        break
+
+def same_data(model, batches, wire):
+    from ddl_lab.ml.data import digits
+    X, y = digits()[0].tensors()          # everyone trains on all of it, in the same order
+    for t, _ in enumerate(batches):
+        rows = slice(16 * t % 1328, 16 * t % 1328 + 16)
+        step(model, X[rows], y[rows])
+    return model
+
+def untrained(model, batches, wire):
+    average_params(model)
+    return model
+"""
+
+
+def stub(*args):
+    raise NotImplementedError("replace this line with your code")
+
+
+# ------------------------------------------------------------ task 1: the arithmetic
+
+def budget_loop(params, workers, steps, period, value_bytes):
+    """Another right style: step through the run, count the bytes of each averaging."""
+    sent = 0.0
+    for t in range(1, steps + 1):
+        if t % period == 0 or t == steps:
+            sent += 2 * (workers - 1) / workers * params * value_bytes
+    return int(round(sent)) if sent == int(sent) else sent
+
+
+def test_right_budget_arithmetic_passes(solution, capsys):
+    check.budget_bytes(solution("11_capstone", "my_budget_bytes"))
+    check.budget_bytes(budget_loop, seed=3)
+    out = capsys.readouterr().out
+    assert out.count("✔ budget_bytes: passed") == 2 and "period of 30 steps" in out
+
+
+def ring(p, n, T, H, b, rounds=math.ceil, share=None):
+    return rounds(T / H) * (2 * (n - 1) / n if share is None else share(n)) * p * b
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, b, rounds=math.floor), "⌈steps/period⌉"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, b, share=lambda n: 1), "you charged S per allreduce"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, b, share=lambda n: 2), "you charged 2S"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, b, share=lambda n: n - 1), "an all-gather"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, b, share=lambda n: 2 * (n - 1)),
+     "each of the ring's 2\\(n−1\\) steps"),
+    (lambda p, n, T, H, b: 8 * ring(p, n, T, H, b), "in bits"),
+    (lambda p, n, T, H, b: ring(p, n, T, 1, b), "at every step"),
+    (lambda p, n, T, H, b: ring(p, n, T, H, 4), "4 bytes per value"),
+    (lambda p, n, T, H, b: None, "returned None"),
+])
+def test_wrong_budget_arithmetic_is_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.budget_bytes(wrong)
+
+
+# ------------------------------------------------------------ task 2: the capstone
+
+@pytest.fixture(scope="module")
+def plans():
+    from tests.conftest import define_cell
+    return define_cell(PLANS)
+
+
+def test_the_solution_and_another_right_style_pass(solution, plans, capsys):
+    check.capstone(solution("11_capstone", "my_plan"))
+    check.capstone(plans["topk_every_step"])
+    out = capsys.readouterr().out
+    assert out.count("✔ capstone: passed") == 2 and "plain synchronous SGD would send" in out
+
+
+def test_the_stub_is_not_implemented_yet():
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check.capstone(stub)
+
+
+@pytest.mark.parametrize("plan, faults", [
+    ("fp32_every_step", ["8.94 MB per worker", "150 all_reduce calls of 39,720 B",
+                         "the whole model in fp32", "one every step", "lesson 08"]),
+    ("alone", ["never communicated", "different models", "combine"]),
+    ("reports_bytes", ["as if reporting a byte count", "counted by the meter"]),
+    ("same_data", ["without sending a byte", "their own shards"]),
+    ("rarely", ["below the 94% target", "drifts"]),
+    ("forgets_return", ["returned None", "return the trained model"]),
+    ("untrained", ["never trained"]),
+])
+def test_wrong_plans_are_named(plans, plan, faults):
+    with pytest.raises(CheckFailed) as e:
+        check.capstone(plans[plan])
+    for fault in faults:
+        assert fault in str(e.value), str(e.value)
