@@ -312,7 +312,7 @@ class Threshold(Compressor):
         if coder not in CODERS:
             raise ValueError(f"unknown coder {coder!r}: use one of {CODERS}")
         self.tau, self.coder = float(tau), coder
-        self.name = f"threshold τ={self.tau:g}"
+        self.name = f"threshold τ={self.tau:.3g}"
 
     def encode(self, x: torch.Tensor) -> bytes:
         v = _vector(x)
@@ -351,7 +351,7 @@ class TopK(Compressor):
         if coder not in CODERS:
             raise ValueError(f"unknown coder {coder!r}: use one of {CODERS}")
         self.ratio, self.coder = float(ratio), coder
-        self.name = f"top-k {100 * self.ratio:g}%"
+        self.name = f"top-k {100 * self.ratio:.2g}%"
 
     def k(self, numel: int) -> int:
         return min(numel, max(1, math.ceil(self.ratio * numel)))
