@@ -32,9 +32,13 @@ def test_exercise_stub_fails_helpfully_and_the_solution_passes(lab, open_noteboo
     nb = open_notebook(f"exercises/{EXERCISE}.ipynb")
     nb.run_all(timeout=120)
     shown = nb.errors()
-    assert [e.cell for e in shown] == [check for _, check, _ in work], (
-        "Run All on the fresh exercise should fail exactly at its checks (tagged "
-        "raises-exception, so Run All goes on past them):\n" + "\n".join(map(str, shown)))
+    calls_learner = [i for i, c in enumerate(exercise.cells)      # checks and "try it" cells
+                     if "check" in c.metadata.get("tags", [])]
+    assert {check for _, check, _ in work} <= set(calls_learner)
+    assert [e.cell for e in shown] == calls_learner, (
+        "Run All on the fresh exercise should fail exactly at the cells that call the "
+        "learner's code (tagged raises-exception, so Run All goes on past them):\n"
+        + "\n".join(map(str, shown)))
 
     for stub, check, answer in work:
         text = nb.output_text(check).strip()
@@ -52,5 +56,7 @@ def test_exercise_stub_fails_helpfully_and_the_solution_passes(lab, open_noteboo
         assert re.search(r"✔ \w+: passed", out), f"cell {check} after the solution: {out}"
         errs = [e for e in nb.errors() if e.cell in (stub, check)]
         assert not errs, "\n".join(map(str, errs))
+    for cell in sorted(set(calls_learner) - {check for _, check, _ in work}):
+        nb.run_cell(cell)                  # the "try it" cells, now with the learner's code
     nb.assert_no_errors("after every task was solved")
     nb.screenshot(f"exercise-{EXERCISE}-solved", focus=nb.cells.nth(work[-1][1]))

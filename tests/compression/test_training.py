@@ -96,7 +96,7 @@ def test_bounded_staleness_bounds_the_lag(cluster4):
     r = ct.run_async(cluster4, Scheme("top-k", 0.01, ef=True), steps=30, max_lag=1)
     assert r.lag.size == 4 * 3 * 30 and r.spread < 1e-5
     assert np.abs(r.lag).max() <= 2
-    ax = plots.plot_lag({"bounded": r})
+    ax = plots.plot_lag({"bounded": r}, ax=plt.figure().gca())      # a fresh axes of its own
     assert sum(p.get_height() for p in ax.patches) == r.lag.size
     plt.close(ax.figure)
 
