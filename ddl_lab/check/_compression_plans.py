@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ._core import call_local, fail, passed
-from ._diagnose import Cases, describe_value, returned_none
+from ._diagnose import Cases, describe_value, not_a_plan, returned_none
 from ._worlds import WorldFailed, run_in_world
 
 # ------------------------------------------------------------------ reasoning: message size
@@ -162,10 +162,8 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
 
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
     __tracebackhide__ = True
-    if not isinstance(out, dict) or {"tau", "error_feedback"} - set(out):
-        fail(returned_none(out, name, "a dict with tau and error_feedback") or
-             f"{name} returned {describe_value(out)}; return a dict with the keys tau and "
-             f"error_feedback ({case}).")
+    if problem := not_a_plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
+        fail(problem)
     tau, ef = out["tau"], out["error_feedback"]
     if type(tau).__module__.startswith("torch") and getattr(tau, "numel", lambda: 2)() == 1:
         tau = tau.item()

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed
-from ._diagnose import Case, Cases, describe_value, returned_none, same
+from ._diagnose import Case, Cases, not_a_plan, same
 from ._parallel_models_plans import two_numbers
 
 # ------------------------------------------------------------------ the best fixed step
@@ -192,10 +192,8 @@ def check_sgd_plan(fn: Callable, seed: int) -> None:
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
     __tracebackhide__ = True
-    if not isinstance(plan, dict) or not {"batch_size", "lr"} <= set(plan):
-        fail((returned_none(plan, name, 'a dict {"batch_size": …, "lr": …}') or
-              f"{name} returned {describe_value(plan)}; return a dict "
-              '{"batch_size": …, "lr": …}') + f" ({where}).")
+    if problem := not_a_plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
+        fail(problem)
     b, lr = plan["batch_size"], plan["lr"]
     if not _is_real(b) or float(b) != int(float(b)) or not 1 <= int(float(b)) <= m:
         fail(f"batch_size = {b!r} ({where}): a whole number of examples from 1 to m = {m:,}.")

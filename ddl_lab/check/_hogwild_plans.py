@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same
+from ._diagnose import Case, Cases, as_array, describe_value, not_a_plan, returned_none, same
 from .parallel_models import PROCESSES, shared_file
 
 if TYPE_CHECKING:
@@ -158,11 +158,8 @@ def check_hogwild_plan(fn: Callable, seed: int) -> None:
 
 def _valid_plan(name: str, plan: Any) -> tuple[int, int, float]:
     __tracebackhide__ = True
-    keys = {"workers", "epochs", "lr"}
-    if not isinstance(plan, dict) or not keys <= set(plan):
-        fail(returned_none(plan, name, 'a dict {"workers": …, "epochs": …, "lr": …}') or
-             f"{name} returned {describe_value(plan)}; return a dict "
-             '{"workers": …, "epochs": …, "lr": …}.')
+    if problem := not_a_plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
+        fail(problem)
     counts = {k: plan[k] for k in ("workers", "epochs")}
     for k, v in counts.items():
         if isinstance(v, bool) or not _whole(v) or int(v) < 1:

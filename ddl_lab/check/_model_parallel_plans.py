@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ._core import call_local, fail, passed
-from ._diagnose import Cases, describe_value, returned_none
+from ._diagnose import Cases, not_a_plan
 from ._worlds import WorldFailed, run_in_world
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
@@ -35,10 +35,9 @@ def _draw(rng: np.random.Generator) -> dict[str, Any]:
 
 def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
     __tracebackhide__ = True
-    if not isinstance(out, dict) or {"schedule", "m"} - set(out):
-        fail(returned_none(out, name, "a dict with schedule and m") or
-             f"{name} returned {describe_value(out)}; return a dict with the keys schedule "
-             f"('gpipe' or '1f1b') and m ({case}).")
+    if problem := not_a_plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
+                             f" ({case})"):
+        fail(problem)
     schedule, m = out["schedule"], out["m"]
     if schedule not in ("gpipe", "1f1b"):
         fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed, stub_message
-from ._diagnose import Cases, describe_value, returned_none
+from ._diagnose import Cases, describe_value, not_a_plan, returned_none
 
 # seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
 # and only answers right on every local case get that far
@@ -156,11 +156,8 @@ def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
 def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
     __tracebackhide__ = True
-    keys = ("n_fetch", "n_push", "lr")
-    if not isinstance(out, dict) or set(keys) - set(out):
-        fail(returned_none(out, name, "a dict with n_fetch, n_push and lr") or
-             f"{name} returned {describe_value(out)}; return a dict with the keys n_fetch, "
-             f"n_push and lr ({case}).")
+    if problem := not_a_plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
+        fail(problem)
     n_fetch, n_push, lr = _as_int(out["n_fetch"]), _as_int(out["n_push"]), out["lr"]
     if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "

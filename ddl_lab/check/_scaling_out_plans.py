@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, describe_value, returned_none
+from ._diagnose import Cases, not_a_plan
 
 CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
@@ -23,10 +23,9 @@ FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
     __tracebackhide__ = True
-    if not isinstance(out, dict) or {"E", "C"} - set(out):
-        fail(returned_none(out, name, "a dict with E and C") or
-             f"{name} returned {describe_value(out)}; return a dict with the keys E (local "
-             f"epochs) and C (the fraction of clients per round) ({case}).")
+    if problem := not_a_plan(out, name, {"E": "local epochs",
+                                         "C": "the fraction of clients per round"}, f" ({case})"):
+        fail(problem)
     E, C = out["E"], out["C"]
     if isinstance(E, (bool, np.bool_)) or not isinstance(E, (int, np.integer)) \
             or not 1 <= E <= MAX_E:
