@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # The CPU build of torch lies on the course machines' disk; elsewhere pip fetches it.
-# The package itself accepts any torch >= 2.2 (see pyproject.toml).
+# The package itself accepts any torch >= 2.6 (see pyproject.toml and CONTRIBUTING.md).
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 

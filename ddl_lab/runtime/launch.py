@@ -7,33 +7,54 @@
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
 from typing import Any, Callable
 
 from .cluster import Cluster
 
-_POOL: dict[tuple, Cluster] = {}
+_POOL: dict[tuple, Cluster] = {}          # kept running, most recently used last
+_SHARED: "weakref.WeakValueDictionary[tuple, Cluster]" = weakref.WeakValueDictionary()
 _POOL_SIZE = 2
 
 
 def shared_cluster(world_size: int, **options: Any) -> Cluster:
-    """A cached cluster for widgets and checks: started once, reused (at most two kept)."""
+    """A cached cluster for widgets and checks: started once, reused (lesson 00).
+
+    The pool keeps the two most recently used running. One that leaves the pool is shut
+    down only if nobody else holds it: a cluster a learner keeps in a variable goes on
+    running, and asking for it again returns that same cluster, never a second one."""
     key = (world_size, tuple(sorted(options.items())))
-    c = _POOL.pop(key, None)
+    c = _POOL.pop(key, None) or _SHARED.get(key)
     if c is None or not c.alive:
         while len(_POOL) >= _POOL_SIZE:
-            _POOL.pop(next(iter(_POOL))).shutdown()
-        c = Cluster(world_size, **options)
-    _POOL[key] = c        # most recently used last
+            _release(_POOL.pop(next(iter(_POOL))))
+        if c is None:
+            c = _SHARED[key] = Cluster(world_size, **options)
+        else:
+            c.restart()
+    _POOL[key] = c
     return c
 
 
+def _release(c: Cluster) -> None:
+    """Drop the pool's hold on ``c``; shut it down unless someone else still holds it."""
+    ref = weakref.ref(c)
+    del c
+    if ref() is not None:
+        gc.collect()                        # a reference cycle is no holder
+    # freed here (its workers killed) unless a learner's variable still holds it
+
+
 def close_shared() -> int:
-    """Shut down every cluster ``shared_cluster`` keeps (a lesson's last cell); how many.
-    A later ``shared_cluster`` call starts a fresh one."""
+    """Shut down every cluster ``shared_cluster`` keeps (a lesson's last cell), the ones a
+    learner still holds too; how many. A later ``shared_cluster`` call starts it again."""
     closed = 0
-    while _POOL:
-        _POOL.popitem()[1].shutdown()
-        closed += 1
+    _POOL.clear()
+    for c in list(_SHARED.values()):
+        if c.alive:
+            c.shutdown()
+            closed += 1
     return closed
 
 

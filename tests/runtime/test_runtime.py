@@ -101,8 +101,28 @@ def test_shared_cluster_is_reused_and_bounded():
     c = shared_cluster(1)
     assert shared_cluster(1) is c
     pid = c.pids[0]
+    del c                                         # nobody holds it any more
     shared_cluster(2), shared_cluster(3)          # evicts the oldest: the pool keeps two
     assert _gone([pid])
+
+
+def test_a_held_shared_cluster_is_never_shut_down_by_eviction():
+    mine = shared_cluster(1)
+    pids = mine.pids
+    shared_cluster(2), shared_cluster(3)          # the pool moves on; a learner holds `mine`
+    assert mine.alive and mine.pids == pids       # still running, nothing restarted
+    assert mine.run(dist.get_world_size) == [1]
+    assert shared_cluster(1) is mine              # asked again: the same cluster, not a second
+
+
+def test_a_stopped_held_shared_cluster_comes_back_inside_the_pool():
+    from ddl_lab.runtime.launch import _POOL, close_shared
+    mine = shared_cluster(1)
+    close_shared()                                # a lesson's last cell
+    assert not mine.alive
+    again = shared_cluster(1)
+    assert again is mine and mine.alive           # restarted in place, one cluster for the key
+    assert sum(c is mine for c in _POOL.values()) == 1
 
 
 def test_printing_arrives_line_by_line_prefixed_with_the_rank(cluster4, capsys):
