@@ -9,8 +9,8 @@ import torch
 
 from ddl_lab.compression.compressors import QSGD, encode_indices, varint_encode
 from ._core import call_local, fail, passed
-from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, refuse,
-                        returned_arrays, returned_none)
+from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, returned_arrays, returned_none)
+from ._core import task
 
 _PACKAGE = "ddl_lab.compression"
 
@@ -72,12 +72,12 @@ def _qsgd_ref(v: np.ndarray, s: int, u: np.ndarray, norm: float | None = None) -
     return (np.sign(v) * (low + (u.astype(v.dtype) < r - low))).astype(np.int64)
 
 
+@task("compression", refuses=(_PACKAGE, 'qsgd_levels', '_qsgd_levels'))
 def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 3: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
     with r = |v|/‖v‖₂·s, level = ⌊r⌋ + 1 if u < r − ⌊r⌋ else ⌊r⌋, times sign(v)."""
     __tracebackhide__ = True
     fn = my_qsgd_rounding
-    refuse(fn, "qsgd_rounding", _PACKAGE, "qsgd_levels", "_qsgd_levels")
     cases = list(Cases("qsgd_rounding", seed, [
         {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
         {"d": 16, "s": 4, "dtype": "float32", "scale": 0.0},
@@ -201,13 +201,13 @@ def _index_array(case: Case) -> np.ndarray:
     return np.concatenate([[p["first"]] if p["first"] else [], rest]).astype(p["dtype"])
 
 
+@task("compression", refuses=(_PACKAGE, 'varint_encode', 'encode_indices', '_varint_encode'))
 def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 4: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
     index itself, then i_k − i_{k−1}) in LEB128 varints: low 7 bits first, high bit set on
     every byte but a number's last."""
     __tracebackhide__ = True
     fn, name = my_index_coding, getattr(my_index_coding, "__name__", "your function")
-    refuse(fn, "index_coding", _PACKAGE, "varint_encode", "encode_indices", "_varint_encode")
     fixed = [{"indices": i, "dtype": "int64"} for i in _INDEX_FIXED]
     fixed.append({"count": 400, "span": 60_000, "first": 137, "dtype": "int64"})
     cases = list(Cases("index_coding", seed, fixed, draws=3, draw=_index_draw))

@@ -14,6 +14,7 @@ import torch
 from ._core import call_local, fail, passed
 from ._diagnose import Cases, describe_value, not_a_plan, returned_none
 from ._worlds import WorldFailed, run_in_world
+from ._core import task
 
 # ------------------------------------------------------------------ reasoning: message size
 
@@ -77,6 +78,7 @@ def _real_message(d: int, k: int) -> int:
     return len(Threshold(1.0, coder="none").encode(x)) - 1
 
 
+@task("compression")
 def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
     """Lesson 08, reasoning: ``my_strom_bytes(d, k)`` is the size in bytes of Strom's message
     for k sent entries of a d-entry vector, at 0, g, …, (k − 1)g with g = d // k: the count k
@@ -176,6 +178,7 @@ def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
     return float(tau), bool(ef)
 
 
+@task("compression")
 def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> None:
     """Lesson 08, design: ``my_strom_plan(sample_grad)`` returns {tau, error_feedback} such
     that the lesson's run (4 workers, 8 epochs, Strom's threshold) sends at least 99 % fewer

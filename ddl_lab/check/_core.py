@@ -1,13 +1,16 @@
 """What every check shares: the failure type, the pass line, running learner code."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 
 from . import _record
 
 DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
+Check = TypeVar("Check", bound=Callable[..., None])
 
 
 class CheckFailed(AssertionError):
@@ -110,3 +113,53 @@ def first_difference(expected: Any, got: Any, rtol: float = 1e-5,
     where = idx[0] if len(idx) == 1 else idx
     return (f"element {where} is {g[idx]:.6g}, expected {e[idx]:.6g} "
             f"({int(bad.sum())} of {bad.size} elements differ)")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A graded task as its check declares it: the task's name (the check's), the lesson's
+    slug, and the package's own implementations it refuses (a package, then names)."""
+    name: str
+    lesson: str
+    refuses: tuple[str, ...] = ()
+
+
+TASKS: dict[str, Task] = {}
+
+
+def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]:
+    """Declare a graded check (CONTRIBUTING.md, "Checks"): ``@task("ring_allreduce",
+    refuses=("ddl_lab.ring_allreduce", "ring_allreduce"))`` above ``def ring_allreduce``.
+
+    While it runs, its verdicts are recorded under its name and lesson; every function the
+    learner hands it is first refused if it is, or calls, one of the named implementations."""
+    def declare(check: Check) -> Check:
+        spec = Task(check.__name__, lesson, tuple(refuses))
+        if spec.name in TASKS:
+            raise ImportError(f"task {spec.name!r} is declared twice: rename one")
+        TASKS[spec.name] = spec
+
+        @functools.wraps(check)
+        def run(*args: Any, **kwargs: Any) -> None:
+            __tracebackhide__ = True
+            token = _record.enter(spec.name, spec.lesson)
+            try:
+                _refuse_answers(spec, [*args, *kwargs.values()])
+                return check(*args, **kwargs)
+            finally:
+                _record.leave(token)
+        run.task = spec                             # type: ignore[attr-defined]
+        return run                                  # type: ignore[return-value]
+    return declare
+
+
+def _refuse_answers(spec: Task, given: list[Any]) -> None:
+    __tracebackhide__ = True
+    if not spec.refuses:
+        return
+    from ._diagnose import package_functions, refuse_package_copy
+    banned = package_functions(spec.refuses[0], *spec.refuses[1:])
+    for fn in given:
+        message = callable(fn) and refuse_package_copy(fn, spec.name, *banned)
+        if message:
+            fail(message)

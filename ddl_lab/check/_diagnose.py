@@ -13,7 +13,8 @@
   failure replays (``check.<task>(fn, seed=…)``); same seed, same cases, same verdict.
 - ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
   merely calls the package's own implementation of the task is refused, saying so;
-  ``refuse(fn, task, package, *names)`` raises it, finding the functions by name.
+  ``package_functions(package, *names)`` finds those implementations by name (a check
+  names them in its ``@task(..., refuses=...)`` declaration, ``check/_core.py``).
 - ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
 """
 from __future__ import annotations
@@ -313,16 +314,6 @@ def package_functions(package: str, *names: str) -> list[Any]:
     modules = [root] + [importlib.import_module(f"{package}.{m.name}")
                         for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
-
-
-def refuse(fn: Callable, task: str, package: str, *names: str) -> None:
-    """Raise CheckFailed if ``fn`` is or calls one of ``package``'s functions ``names`` (its
-    own implementations of the task)."""
-    __tracebackhide__ = True
-    from ._core import fail
-    message = refuse_package_copy(fn, task, *package_functions(package, *names))
-    if message:
-        fail(message)
 
 
 def _ident(obj: Any) -> tuple[str, str] | None:

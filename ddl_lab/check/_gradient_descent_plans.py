@@ -13,6 +13,7 @@ import numpy as np
 from ._core import call_local, fail, passed
 from ._diagnose import Case, Cases, not_a_plan, same
 from ._parallel_models_plans import two_numbers
+from ._core import task
 
 # ------------------------------------------------------------------ the best fixed step
 
@@ -33,9 +34,13 @@ def _bowl_case(rng: np.random.Generator) -> dict[str, Any]:
             "kappa": float(10 ** rng.uniform(0.3, 3))}
 
 
-def check_best_step(fn: Callable, seed: int) -> None:
-    """Lesson 01, task 5 (see ``check.best_step``)."""
+@task("gradient_descent")
+def best_step(my_best_step: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
+    XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
+    minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
     __tracebackhide__ = True
+    fn = my_best_step
     name = getattr(fn, "__name__", "my_best_step")
     fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
              {"values": (0.74, 0.11, 1.05, 0.28, 0.52, 0.2, 0.16, 0.37, 0.14, 0.12)}]
@@ -165,9 +170,14 @@ def _exact_gradients(lr: float, steps: int) -> float:
         return float(models.linreg_loss(theta, X64, y64)) - J_star
 
 
-def check_sgd_plan(fn: Callable, seed: int) -> None:
-    """Lesson 01, task 6 (see ``check.sgd_plan``)."""
+@task("gradient_descent")
+def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 6: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
+    "lr"}`` with which the lesson's mini-batch SGD on its linear regression (m = 1024),
+    trained for real for as many steps as both budgets allow, ends with J − J* ≤ 0.002 on
+    each of three shuffles; tried with (8192, 256) and (16384, 64)."""
     __tracebackhide__ = True
+    fn = my_sgd_plan
     name = getattr(fn, "__name__", "my_sgd_plan")
     _, y, J_star, J_zero, _ = lesson_data()
     m, start, report = len(y), J_zero - J_star, []

@@ -14,6 +14,7 @@ import numpy as np
 from ._core import call_local, fail, passed, run_on_workers
 from ._diagnose import Case, Cases, as_array, describe_value, not_a_plan, returned_none, same
 from .parallel_models import PROCESSES, shared_file
+from ._core import task
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem
@@ -45,9 +46,14 @@ def _overlap_case(rng: np.random.Generator) -> dict[str, Any]:
             "nnz": int(rng.integers(1, min(d, 40) + 1)), "workers": int(rng.integers(1, 17))}
 
 
-def check_expected_overlap(fn: Callable, seed: int) -> None:
-    """Lesson 03, task 3 (see ``check.expected_overlap``)."""
+@task("hogwild")
+def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
+    """Lesson 03, task 3: ``my_expected_overlap(freq, workers)`` — ``freq[j]`` the fraction
+    of examples that use feature j — returns how many coordinates an in-flight update expects
+    to share with the other workers − 1 in-flight updates, on independent examples:
+    (workers − 1)·Σ_j freq[j]²."""
     __tracebackhide__ = True
+    fn = my_expected_overlap
     name = getattr(fn, "__name__", "my_expected_overlap")
     fixed = [{"freq": "uniform", "d": 1000, "nnz": 10, "workers": 2},
              {"freq": "lesson", "d": 1000, "nnz": 10, "workers": 4},
@@ -139,9 +145,15 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     return problem.loss(theta)
 
 
-def check_hogwild_plan(fn: Callable, seed: int) -> None:
-    """Lesson 03, task 4 (see ``check.hogwild_plan``)."""
+@task("hogwild")
+def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
+    """Lesson 03, task 4: ``my_hogwild_plan(examples, max_updates_per_worker, max_workers)``
+    returns ``{"workers", "epochs", "lr"}`` with which lock-free Hogwild! — the lesson's loop
+    on real processes sharing θ — trains the lesson's sparse problem (2,000 examples) to a
+    training loss ≤ 0.20, each of at most 3 workers doing at most 3,000 updates; two
+    shuffles."""
     __tracebackhide__ = True
+    fn = my_hogwild_plan
     name = getattr(fn, "__name__", "my_hogwild_plan")
     plan = call_local(fn, PLAN_EXAMPLES, PLAN_BUDGET, PROCESSES)
     workers, epochs, lr = _valid_plan(name, plan)

@@ -17,6 +17,7 @@ import numpy as np
 from ._core import call_local, fail, passed
 from ._diagnose import Cases, not_a_plan
 from ._worlds import WorldFailed, run_in_world
+from ._core import task
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
 FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},
@@ -104,6 +105,7 @@ def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, f
     return slot_bubble(_ran(runs)), bubble_fraction(runs), held[worst], worst
 
 
+@task("model_parallel")
 def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
                   seed: int = 0) -> None:
     """Lesson 09, design: ``my_pipeline_plan(p, batch, max_bubble, max_examples)`` returns

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._core import call_local, fail, passed
 from ._diagnose import Case, Cases, describe_value, returned_arrays, returned_none, same
+from ._core import task
 
 # ------------------------------------------------------------------ Amdahl's bound
 
@@ -30,9 +31,13 @@ def _amdahl_case(rng: np.random.Generator) -> dict[str, Any]:
             "cores": int(2 ** rng.uniform(1, 12))}
 
 
-def check_amdahl_bound(fn: Callable, seed: int) -> None:
-    """Lesson 02, task 3 (see ``check.amdahl_bound``)."""
+@task("parallel_models", refuses=('ddl_lab.parallel_models', 'amdahl', 'fit_parallel_fraction'))
+def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
+    workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
+    Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
     __tracebackhide__ = True
+    fn = my_amdahl_bound
     name = getattr(fn, "__name__", "my_amdahl_bound")
     fixed = [{"n": 4, "speedup": 3.0, "cores": 16}, {"n": 2, "speedup": 2.0, "cores": 64},
              {"n": 8, "speedup": 1.0, "cores": 3}, {"n": 2, "speedup": 1.6, "cores": 1024},
@@ -177,9 +182,15 @@ def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list
     return len(result.chunks), split
 
 
-def check_dynamic_chunk(fn: Callable, seed: int) -> None:
-    """Lesson 02, task 4 (see ``check.dynamic_chunk``)."""
+@task("parallel_models")
+def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
+    returns a chunk size with which ``schedule(dynamic, chunk)``, run on real threads, hands
+    out at most max_claims chunks and leaves the busiest thread at most max_imbalance × the
+    mean work (each chunk going to the first free thread); a triangular, a uniform and a
+    random heavy-tailed loop."""
     __tracebackhide__ = True
+    fn = my_dynamic_chunk
     name = getattr(fn, "__name__", "my_dynamic_chunk")
     report = []
     for case, costs in _chunk_cases(seed):

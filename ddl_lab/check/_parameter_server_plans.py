@@ -11,6 +11,7 @@ import numpy as np
 
 from ._core import call_local, fail, passed, stub_message
 from ._diagnose import Cases, describe_value, not_a_plan, returned_none
+from ._core import task
 
 # seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
 # and only answers right on every local case get that far
@@ -103,6 +104,7 @@ def _worst_schedule(s: int, n: int, timeout: float) -> int:
         return int(ps.finish().staleness[-1])
 
 
+@task("parameter_server")
 def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0) -> None:
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
@@ -178,6 +180,7 @@ def _downpour(_: Callable, steps: int, n_fetch: int, n_push: int, lr: float) -> 
     return r.final_loss, shard["pulls"] / PLAN_REPLICAS, shard["pushes"] / PLAN_REPLICAS
 
 
+@task("parameter_server")
 def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -> None:
     """Lesson 07, design: ``my_downpour_plan(steps, budget)`` returns {n_fetch, n_push, lr}
     for 4 asynchronous Downpour replicas of ``steps`` steps each, SGD on 2 shards, such that

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
+from contextvars import ContextVar, Token
 from pathlib import Path
 
 ENV = "DDL_LAB_GRADE_RECORD"
 PROGRESS_ENV = "DDL_LAB_PROGRESS"
 MAX_MESSAGE = 4000          # characters of a message kept in the record
+RUNNING: ContextVar[tuple[str, str] | None] = ContextVar("ddl_lab_check", default=None)
 
 
 def write(task: str | None, passed: bool, message: str, score: float | None = None) -> None:
@@ -78,23 +79,23 @@ def partial(done: int, total: int, message: str, task: str | None = None) -> Non
 
 
 def current_task() -> str | None:
-    """The graded check running now: the outermost public function of a check module
-    (``ddl_lab.check.<slug>``, listed in its ``__all__``) on the call stack."""
-    return _current()[1]
+    """The graded check running now (its declaration, ``check._core.task``), or None."""
+    running = RUNNING.get()
+    return running[0] if running else None
 
 
 def current_lesson() -> str | None:
     """The slug of the lesson whose check is running now (``ring_allreduce``)."""
-    return _current()[0]
+    running = RUNNING.get()
+    return running[1] if running else None
 
 
-def _current() -> tuple[str | None, str | None]:
-    found: tuple[str | None, str | None] = (None, None)
-    frame = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith("ddl_lab.check.") \
-                and frame.f_code.co_name in frame.f_globals.get("__all__", ()):
-            found = (module.rsplit(".", 1)[1], frame.f_code.co_name)
-        frame = frame.f_back
-    return found
+def enter(task: str, lesson: str) -> Token | None:
+    """A declared check starts: it is the running task unless another one called it (the
+    outermost check is the one graded); the token for ``leave``."""
+    return None if RUNNING.get() else RUNNING.set((task, lesson))
+
+
+def leave(token: Token | None) -> None:
+    if token is not None:
+        RUNNING.reset(token)

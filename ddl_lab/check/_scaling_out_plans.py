@@ -12,6 +12,7 @@ import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
 from ._diagnose import Cases, not_a_plan
+from ._core import task
 
 CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
@@ -47,6 +48,7 @@ def _federated(rounds: int, E: int, C: float) -> tuple[list[float], int]:
     return run.accuracy, sum(run.alive)
 
 
+@task("scaling_out")
 def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) -> None:
     """Lesson 10, design: ``my_fedavg_plan(rounds, uploads, epochs)`` returns {E, C} such that
     FedAvg on the lesson's 10 label-skewed clients (skew 0.5) reaches 85 % test accuracy

@@ -17,7 +17,8 @@ import numpy as np
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._core import call_local, fail, passed
-from ._diagnose import Case, Cases, as_array, describe_value, explain, refuse, returned_none
+from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none
+from ._core import task
 
 __all__ = ["budget_bytes", "capstone"]
 
@@ -75,6 +76,7 @@ def _bytes_mistakes(p: dict[str, Any]) -> dict[str, float]:
     }
 
 
+@task("capstone", refuses=(_PACKAGE, 'fp32_allreduce_bytes'))
 def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     """Lesson 11, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
     returns the bytes each worker sends when local SGD averages the whole model with a ring
@@ -82,7 +84,6 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes."""
     __tracebackhide__ = True
     fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
-    refuse(fn, "budget_bytes", _PACKAGE, "fp32_allreduce_bytes")
     cases = list(Cases("budget_bytes", seed, _BYTES_FIXED, draws=4, draw=_bytes_draw))
     got = [call_local(fn, *case.params.values()) for case in cases]
     for case, value in zip(cases, got):
@@ -135,6 +136,7 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
 _TIMEOUT_S = 120.0
 
 
+@task("capstone")
 def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = None) -> None:
     """Lesson 11, task 2: ``my_plan(model, batches, wire)`` trains the digits CNN on each of
     4 workers and returns the model; run for real and judged against ``BUDGET``: test

@@ -15,12 +15,15 @@ import numpy as np
 import torch
 
 from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
-from . import _compression_plans as _plans
-from . import _compression_codes as _codes
 from ._compression_codes import _changed, _inputs, _parts
 from ._core import call_local, fail, passed
-from ._diagnose import Case, Cases, Snapshot, differs, explain, refuse, same, tolerance
+from ._diagnose import Case, Cases, Snapshot, differs, explain, same, tolerance
 from ._worlds import WorldFailed, run_in_world
+from ._compression_codes import index_coding
+from ._compression_codes import qsgd_rounding
+from ._compression_plans import strom_bytes
+from ._compression_plans import strom_plan
+from ._core import task
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
            "strom_bytes", "strom_plan"]
@@ -60,13 +63,13 @@ def _strom_ref(grad: torch.Tensor, residual: torch.Tensor, tau: float
     return idx, signs, new
 
 
+@task("compression", refuses=(_PACKAGE, 'strom_step', '_strom_step'))
 def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
     signs ±1, and v with τ·sign taken off the sent entries. ``grad`` stays unchanged."""
     __tracebackhide__ = True
     fn, name = my_strom_threshold, getattr(my_strom_threshold, "__name__", "your function")
-    refuse(fn, "strom_threshold", _PACKAGE, "strom_step", "_strom_step")
     cases = list(Cases("strom_threshold", seed, _STROM_FIXED, draws=3, draw=_strom_draw))
     for case in cases:
         grad, residual, tau = _strom_inputs(case)
@@ -213,6 +216,7 @@ def _ef_draw(rng: np.random.Generator) -> dict[str, Any]:
             "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}
 
 
+@task("compression", refuses=(_PACKAGE, 'ef_onebit_step', '_ef_onebit_step'))
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                           world_size: int = 4, epochs: int = 4,
                           min_accuracy: float = 0.85) -> None:
@@ -221,7 +225,6 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
     it trains the digits MLP on ``world_size`` real workers."""
     __tracebackhide__ = True
     fn, name = my_error_feedback_onebit, getattr(my_error_feedback_onebit, "__name__", "yours")
-    refuse(fn, "error_feedback_onebit", _PACKAGE, "ef_onebit_step", "_ef_onebit_step")
     cases = list(Cases("error_feedback_onebit", seed, [
         {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},
         {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=_ef_draw))
@@ -296,26 +299,3 @@ def _ef_residual_fault(new: np.ndarray, q: np.ndarray, v: np.ndarray,
 
 # ------------------------------------------------------------------ reasoning and design
 
-def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
-    """Lesson 08, task 3: QSGD's unbiased stochastic rounding (see ``_compression_codes``)."""
-    __tracebackhide__ = True
-    _codes.qsgd_rounding(my_qsgd_rounding, seed)
-
-
-def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
-    """Lesson 08, task 4: delta + varint index coding (see ``_compression_codes``)."""
-    __tracebackhide__ = True
-    _codes.index_coding(my_index_coding, seed)
-
-
-def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
-    """Lesson 08, task 5: the bytes of a Strom message (see ``_compression_plans``)."""
-    __tracebackhide__ = True
-    _plans.strom_bytes(my_strom_bytes, seed)
-
-
-def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> None:
-    """Lesson 08, task 6: τ for 99 % less traffic within a point of fp32 (see
-    ``_compression_plans``)."""
-    __tracebackhide__ = True
-    _plans.strom_plan(my_strom_plan, seed)

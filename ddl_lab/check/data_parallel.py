@@ -18,9 +18,10 @@ import numpy as np
 from . import _data_parallel_plans as plans
 from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
-                        only_right_for, refuse, same)
+                        only_right_for, same)
 from ._message_passing_formula import formula_cases
 from ._worlds import Outcome, WorldFailed, run_cases
+from ._core import task
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
 
@@ -179,14 +180,13 @@ def _sync_reference(theta: np.ndarray, batches: list, lr: float, d: int
     return params, losses
 
 
+@task("data_parallel", refuses=('ddl_lab.data_parallel', 'sync_sgd_step', '_sync_sgd_step', 'sync_sgd'))
 def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 1: ``my_sync_sgd_step(model, loss_fn, X, y, lr)`` takes one step of
     synchronous SGD — local gradient, allreduce (sum), W ← W − lr·ΔW/R — updating the model
     in place, and returns this rank's loss."""
     __tracebackhide__ = True
     name = getattr(my_sync_sgd_step, "__name__", "your function")
-    refuse(my_sync_sgd_step, "sync_sgd_step", "ddl_lab.data_parallel", "sync_sgd_step",
-           "_sync_sgd_step", "sync_sgd")
     cases = list(Cases("sync_sgd_step", seed, [
         {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
         draws=2, draw=_draw))
@@ -383,12 +383,12 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
     ]
 
 
+@task("data_parallel", refuses=('ddl_lab.data_parallel', 'average_params', 'local_sgd'))
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""
     __tracebackhide__ = True
     name = getattr(my_local_sgd, "__name__", "your function")
-    refuse(my_local_sgd, "local_sgd", "ddl_lab.data_parallel", "average_params", "local_sgd")
     cases = list(Cases("local_sgd", seed, [
         {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
         {"n": 4, "d": 2, "lr": 0.05, "H": 3, "steps": 8},
@@ -441,6 +441,7 @@ def _local_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, 
 
 # ------------------------------------------------------------ the straggler's time
 
+@task("data_parallel")
 def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
     """Lesson 05, task 3: ``my_straggler_time(n, steps, H, compute, slow, allreduce,
     rotating)`` is the time of local SGD with period H when one rank computes ``slow``×
@@ -460,6 +461,7 @@ def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
 
 # --------------------------------------------------------- the averaging plan
 
+@task("data_parallel")
 def sync_plan(my_sync_plan: Callable, timeout: float = 120.0) -> None:
     """Lesson 05, task 4: ``my_sync_plan(steps, max_allreduces)`` returns an averaging period
     H or the steps after which to average. Local SGD with that plan trains logistic

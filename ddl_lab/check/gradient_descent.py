@@ -12,8 +12,9 @@ import numpy as np
 from ._core import call_local, fail, passed
 from ._diagnose import (AdagradWords, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor,
-                        refuse, returned_none, same)
-from ._gradient_descent_plans import check_best_step, check_sgd_plan
+                        returned_none, same)
+from ._gradient_descent_plans import best_step, sgd_plan
+from ._core import task
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
            "best_step", "sgd_plan"]
@@ -35,11 +36,11 @@ def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
+@task("gradient_descent", refuses=('ddl_lab.ml', 'linreg_grad'))
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
     __tracebackhide__ = True
-    refuse(my_batch_gradient, "batch_gradient", "ddl_lab.ml", "linreg_grad")
     name = _name(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
@@ -123,14 +124,13 @@ def _epoch_case(rng: np.random.Generator) -> dict[str, Any]:
             "lr": float(10 ** rng.uniform(-2.5, -1))}
 
 
+@task("gradient_descent", refuses=('ddl_lab.ml', 'minibatch_sgd_epoch', 'minibatch_gd', 'sgd'))
 def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None:
     """Lesson 01, task 2: ``my_minibatch_sgd_epoch(theta, X, y, grad, lr, batch_size, rng)``
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
     __tracebackhide__ = True
-    refuse(my_minibatch_sgd_epoch, "minibatch_sgd_epoch", "ddl_lab.ml", "minibatch_sgd_epoch",
-           "minibatch_gd", "sgd")
     fixed = [{"m": 10, "batch_size": 4, "lr": 0.01}, {"m": 13, "batch_size": 5, "lr": 0.03},
              {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
              {"m": 1, "batch_size": 3, "lr": 0.1}]
@@ -248,12 +248,12 @@ def _adagrad_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
+@task("gradient_descent", refuses=('ddl_lab.ml', 'Adagrad'))
 def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
     __tracebackhide__ = True
-    refuse(my_adagrad_step, "adagrad_step", "ddl_lab.ml", "Adagrad")
     name = _name(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
@@ -328,12 +328,12 @@ def _lr_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
+@task("gradient_descent", refuses=('ddl_lab.ml', 'lipschitz'))
 def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STEPS) -> None:
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random)."""
     __tracebackhide__ = True
-    refuse(my_learning_rate, "learning_rate", "ddl_lab.ml", "lipschitz")
     name = _name(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
     for case, X, y in problems:
@@ -378,20 +378,5 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
 
 # ------------------------------------------------------------------ task 5 (reasoning)
 
-def best_step(my_best_step: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
-    XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
-    minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
-    __tracebackhide__ = True
-    check_best_step(my_best_step, seed)
-
-
 # ------------------------------------------------------------------ task 6 (design)
 
-def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 6: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
-    "lr"}`` with which the lesson's mini-batch SGD on its linear regression (m = 1024),
-    trained for real for as many steps as both budgets allow, ends with J − J* ≤ 0.002 on
-    each of three shuffles; tried with (8192, 256) and (16384, 64)."""
-    __tracebackhide__ = True
-    check_sgd_plan(my_sgd_plan, seed)

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, Snapshot, differs, explain, factor_of, refuse, tolerance
-from ._hogwild_plans import check_expected_overlap, check_hogwild_plan
+from ._diagnose import Cases, Snapshot, differs, explain, factor_of, tolerance
+from ._hogwild_plans import expected_overlap, hogwild_plan
 from .parallel_models import PROCESSES, FileLock, shared_file
+from ._core import task
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem
@@ -42,12 +43,12 @@ def _update_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
+@task("hogwild", refuses=('ddl_lab.hogwild', *_IMPLEMENTATIONS))
 def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     """Lesson 03, task 1: ``my_hogwild_update(theta, idx, val, y, lr)`` does one SGD step of
     logistic regression on a sparse example, in place, touching only θ[idx]:
     θ[idx] −= lr (σ(θ[idx]·val) − y) val. ``idx`` and ``val`` stay as they were."""
     __tracebackhide__ = True
-    refuse(my_hogwild_update, "hogwild_update", "ddl_lab.hogwild", *_IMPLEMENTATIONS)
     name = getattr(my_hogwild_update, "__name__", "my_hogwild_update")
     fixed = [{"d": 200, "nnz": 5, "lr": 0.2, "y": 1, "dtype": "float64"},
              {"d": 50, "nnz": 8, "lr": 0.7, "y": 0, "dtype": "float64"},
@@ -191,13 +192,13 @@ def _serial(problem: "Problem", theta0: np.ndarray, rows: np.ndarray, lr: float)
     return theta
 
 
+@task("hogwild", refuses=('ddl_lab.hogwild', *_IMPLEMENTATIONS))
 def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     """Lesson 03, task 2: ``my_hogwild_worker(theta, problem, rows, lr, lock, locked)`` runs
     one SGD update per row, in order, on the shared θ with the given lr: never touching the
     lock unless ``locked``, and then holding it around each whole update (read θ, compute,
     write)."""
     __tracebackhide__ = True
-    refuse(my_hogwild_worker, "hogwild_worker", "ddl_lab.hogwild", *_IMPLEMENTATIONS)
     from ddl_lab.hogwild.engine import sparse_problem
     name = getattr(my_hogwild_worker, "__name__", "my_hogwild_worker")
     for case in Cases("hogwild_worker", seed, [{"locked": False}, {"locked": True}]):
@@ -306,22 +307,5 @@ def _worker_on_process(fn: Callable, path: str, lock: FileLock, problem: "Proble
 
 # ------------------------------------------------------------------ task 3 (reasoning)
 
-def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
-    """Lesson 03, task 3: ``my_expected_overlap(freq, workers)`` — ``freq[j]`` the fraction
-    of examples that use feature j — returns how many coordinates an in-flight update expects
-    to share with the other workers − 1 in-flight updates, on independent examples:
-    (workers − 1)·Σ_j freq[j]²."""
-    __tracebackhide__ = True
-    check_expected_overlap(my_expected_overlap, seed)
-
-
 # ------------------------------------------------------------------ task 4 (design)
 
-def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
-    """Lesson 03, task 4: ``my_hogwild_plan(examples, max_updates_per_worker, max_workers)``
-    returns ``{"workers", "epochs", "lr"}`` with which lock-free Hogwild! — the lesson's loop
-    on real processes sharing θ — trains the lesson's sparse problem (2,000 examples) to a
-    training loss ≤ 0.20, each of at most 3 workers doing at most 3,000 updates; two
-    shuffles."""
-    __tracebackhide__ = True
-    check_hogwild_plan(my_hogwild_plan, seed)

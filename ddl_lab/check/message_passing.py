@@ -18,8 +18,9 @@ from . import _core
 from . import _message_passing_costs as costs
 from ._core import CheckFailed, call_local, fail, passed, run_on_workers
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
-                        refuse, returned_none)
+                        returned_none)
 from ._message_passing_formula import formula_cases
+from ._core import task
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, _comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
@@ -110,6 +111,7 @@ def _same_values(got: list, want: list) -> bool:
         and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
 
 
+@task("message_passing")
 def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
     the root, every rank's value in rank order, and None on the other ranks; each other
@@ -184,6 +186,7 @@ def _which_chunk(value: Any, chunks: list) -> int | None:
     return None
 
 
+@task("message_passing")
 def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
     returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
@@ -261,12 +264,12 @@ def _gradient_worker(comm: Any, fn: Callable, theta: np.ndarray, shards: list) -
     return out, inputs.changed(getattr(fn, "__name__", "my_parallel_gradient"))
 
 
+@task("message_passing", refuses=(_PKG, 'parallel_gd'))
 def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
     (shards of different sizes, an empty one too), leaving its inputs unchanged."""
     __tracebackhide__ = True
-    refuse(my_parallel_gradient, "parallel_gradient", _PKG, "parallel_gd")
     fixed = [{"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
              {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
              {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}]
@@ -334,12 +337,12 @@ def _pagerank_case(rng: np.random.Generator) -> dict[str, Any]:
             "supersteps": int(rng.integers(3, 6))}
 
 
+@task("message_passing", refuses=(_PKG, '_pagerank_vertex', 'pregel_pagerank'))
 def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
     damping d, graph and number of workers."""
     __tracebackhide__ = True
-    refuse(my_pagerank_compute, "pagerank_compute", _PKG, "_pagerank_vertex", "pregel_pagerank")
     fixed = [{"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
              {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
              {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}]
@@ -407,6 +410,7 @@ def _pagerank_one(fn: Callable, case: Any) -> None:
 
 # ------------------------------------------------------- task 5: a tree gather's time
 
+@task("message_passing")
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 5: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
@@ -430,6 +434,7 @@ def _pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
     return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
 
 
+@task("message_passing")
 def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on

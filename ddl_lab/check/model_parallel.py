@@ -12,23 +12,16 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import _model_parallel_plans as _plans
 from ._core import call_local, fail, passed
-from ._diagnose import (Case, Cases, describe_value, differs, explain, package_functions,
-                        refuse_package_copy, same)
+from ._diagnose import (Case, Cases, describe_value, differs, explain, same)
 from ._worlds import OP_TIMEOUT_S, WorldFailed, run_cases
+from ._core import task
+from ._model_parallel_plans import pipeline_plan
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
 _PKG = "ddl_lab.model_parallel"
 _GUARD = "[neighbours]"
-
-
-def _refuse(fn: Callable, task: str, *names: str) -> None:
-    __tracebackhide__ = True
-    message = refuse_package_copy(fn, task, *package_functions(_PKG, *names))
-    if message:
-        fail(message)
 
 
 # ------------------------------------------------------------- a small pipeline
@@ -267,6 +260,7 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
             shutil.rmtree(d, ignore_errors=True)
 
 
+@task("model_parallel", refuses=(_PKG, 'stage_step', 'run_schedule', 'pipeline_run', 'hybrid_run'))
 def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 1: ``my_stage_step(stage, batches, loss_fn, prev, nxt)`` runs one
     GPipe step of one pipeline stage — every micro-batch forward (receive the activation
@@ -274,8 +268,6 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     ``nxt``, backward, send the input's gradient to ``prev``) — so that the stages' .grad
     equal one un-pipelined step; the last stage returns the batch's loss."""
     __tracebackhide__ = True
-    _refuse(my_stage_step, "stage_step", "stage_step", "run_schedule", "pipeline_run",
-            "hybrid_run")
     cases = Cases("stage_step", seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
         {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
@@ -344,12 +336,12 @@ def _order_fault(got: list, spec: dict, name: str) -> str | None:
     return None
 
 
+@task("model_parallel", refuses=(_PKG, 'one_f_one_b_order', 'gpipe_order'))
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
     __tracebackhide__ = True
     from ddl_lab.model_parallel.pipeline import validate_order
-    _refuse(my_one_f_one_b, "one_f_one_b", "one_f_one_b_order", "gpipe_order")
     cases = Cases("one_f_one_b", seed, [
         {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}],
         draws=1, draw=lambda rng: {"p": int(rng.integers(2, 6)), "m": int(rng.integers(1, 9))})
@@ -420,13 +412,12 @@ def _row_fault(got: list[dict], spec: dict, name: str) -> str | None:
     return None
 
 
+@task("model_parallel", refuses=(_PKG, 'row_parallel', 'RowParallelLinear', 'megatron_mlp', 'tp_run'))
 def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 3: ``my_row_parallel(x_part, weight_cols, bias)`` — this rank holds
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)
     of the input — returns the whole output x Wᵀ + b on every rank."""
     __tracebackhide__ = True
-    _refuse(my_row_parallel, "row_parallel", "row_parallel", "RowParallelLinear",
-            "megatron_mlp", "tp_run")
     cases = Cases("row_parallel", seed, [
         {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
         {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
@@ -457,6 +448,7 @@ def _part(scheme: str, what: str, P: int, n: int, s: int) -> float:
     return {"p": 4, "g": 4, "s": s}[what] * P / (n if what in _SHARDED[scheme] else 1)
 
 
+@task("model_parallel")
 def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
     """Lesson 09, task 4 (reasoning): ``my_bytes_per_rank(scheme, params, ranks,
     state_bytes=8)`` returns the bytes one rank holds for parameters, gradients and optimizer
@@ -500,7 +492,3 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
            "rank match ZeRO's accounting (4 + 4 + state bytes per parameter, sharded or not)")
 
 
-def pipeline_plan(my_pipeline_plan: Callable, seed: int = 0) -> None:
-    """Lesson 09, task 5 (design): a pipeline plan (see ``_model_parallel_plans``)."""
-    __tracebackhide__ = True
-    _plans.pipeline_plan(my_pipeline_plan, seed)

@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, Snapshot, describe_value, differs, refuse
-from ._parallel_models_plans import check_amdahl_bound, check_dynamic_chunk
+from ._diagnose import Cases, Snapshot, describe_value, differs
+from ._parallel_models_plans import amdahl_bound, dynamic_chunk
+from ._core import task
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 
@@ -121,12 +122,12 @@ def _sum_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
+@task("parallel_models", refuses=('ddl_lab.parallel_models', 'parallel_for'))
 def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int = 0) -> None:
     """Lesson 02, task 1: ``my_threaded_sum(x, num_threads)`` returns ``x.sum()`` computed
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
     that many workers), each summing one block — with no lost update, x unchanged."""
     __tracebackhide__ = True
-    refuse(my_threaded_sum, "threaded_sum", "ddl_lab.parallel_models", "parallel_for")
     fixed = [{"n": 10_007, "num_threads": 4, "dtype": "float64"},
              {"n": 0, "num_threads": 3, "dtype": "float64"},
              {"n": 1, "num_threads": 2, "dtype": "float64"},
@@ -249,13 +250,12 @@ def _chunk_case(rng: np.random.Generator) -> dict[str, Any]:
             "start": int(rng.integers(0, stop + 1))}
 
 
+@task("parallel_models", refuses=('ddl_lab.parallel_models', 'next_chunk', 'guided_chunk'))
 def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> None:
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
     __tracebackhide__ = True
-    refuse(my_next_chunk, "next_chunk", "ddl_lab.parallel_models", "next_chunk",
-           "guided_chunk")
     name = getattr(my_next_chunk, "__name__", "my_next_chunk")
     fixed = [{"chunk": 4, "stop": 10, "start": 0}, {"chunk": 3, "stop": 13, "start": 2},
              {"chunk": 1, "stop": 1, "start": 0}, {"chunk": 5, "stop": 0, "start": 0},
@@ -437,23 +437,5 @@ def _claim_on_worker(fn: Callable, path: str, lock: FileLock, chunk: int,
 
 # ------------------------------------------------------------------ task 3 (reasoning)
 
-def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
-    """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
-    workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
-    Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
-    __tracebackhide__ = True
-    refuse(my_amdahl_bound, "amdahl_bound", "ddl_lab.parallel_models", "amdahl",
-           "fit_parallel_fraction")
-    check_amdahl_bound(my_amdahl_bound, seed)
-
-
 # ------------------------------------------------------------------ task 4 (design)
 
-def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
-    """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
-    returns a chunk size with which ``schedule(dynamic, chunk)``, run on real threads, hands
-    out at most max_claims chunks and leaves the busiest thread at most max_imbalance × the
-    mean work (each chunk going to the first free thread); a triangular, a uniform and a
-    random heavy-tailed loop."""
-    __tracebackhide__ = True
-    check_dynamic_chunk(my_dynamic_chunk, seed)

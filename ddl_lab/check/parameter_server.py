@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _parameter_server_plans as _plans
 from ._core import call_local, fail, passed
 from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_diagnosis,
-                        differs, refuse, returned_none)
+                        differs, returned_none)
 from ._parameter_server_plans import REAL_TIMEOUT, real
+from ._core import task
+from ._parameter_server_plans import downpour_plan
+from ._parameter_server_plans import worst_staleness
 
 __all__ = ["ssp_gate", "adagrad_push", "staleness_lr", "worst_staleness", "downpour_plan"]
 
@@ -75,12 +77,12 @@ def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     return r.report.max_gap
 
 
+@task("parameter_server", refuses=(_PACKAGE, 'ssp_must_wait', '_ssp_must_wait'))
 def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
     """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
     ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
     __tracebackhide__ = True
     name = getattr(my_ssp_gate, "__name__", "your function")
-    refuse(my_ssp_gate, "ssp_gate", _PACKAGE, "ssp_must_wait", "_ssp_must_wait")
     cases = list(Cases("ssp_gate", seed, _GATE_FIXED, draws=10, draw=_gate_draw))
     for case in cases:
         clock, clocks, s = case.params["clock"], case.params["clocks"], case.params["s"]
@@ -174,13 +176,13 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     return got, want, np.concatenate([s["G"] for s in report.shards]), G
 
 
+@task("parameter_server", refuses=(_PACKAGE, 'adagrad_push', '_adagrad_push'))
 def adagrad_push(my_adagrad_push: Callable, seed: int = 0) -> None:
     """Lesson 07, task 2: ``my_adagrad_push(theta, grad, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), for the shard's slice (θ and G may be
     updated in place)."""
     __tracebackhide__ = True
     name = getattr(my_adagrad_push, "__name__", "your function")
-    refuse(my_adagrad_push, "adagrad_push", _PACKAGE, "adagrad_push", "_adagrad_push")
     words = AdagradWords(name=name, unit="coordinate",
                          unseen="a coordinate no replica has pushed yet", steps="pushes",
                          pair="the shard keeps both for the next push")
@@ -263,12 +265,12 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
     return got, theta0 - rates @ grads, report.shards[0]["lr"], rates
 
 
+@task("parameter_server", refuses=(_PACKAGE, 'staleness_lr', '_staleness_lr'))
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
     """Lesson 07, task 3: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     __tracebackhide__ = True
     name = getattr(my_staleness_lr, "__name__", "your function")
-    refuse(my_staleness_lr, "staleness_lr", _PACKAGE, "staleness_lr", "_staleness_lr")
     cases = list(Cases("staleness_lr", seed, _RATE_FIXED, draws=8, draw=_rate_draw))
     params = [c.params for c in cases]
     for case in cases:
@@ -305,14 +307,3 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
 
 # ------------------------------------------------------------------ reasoning and design
 
-def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0) -> None:
-    """Lesson 07, task 4: the worst staleness SSP(s) admits (see ``_parameter_server_plans``)."""
-    __tracebackhide__ = True
-    _plans.worst_staleness(my_worst_staleness, seed)
-
-
-def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -> None:
-    """Lesson 07, task 5: a Downpour plan within a message budget (see
-    ``_parameter_server_plans``)."""
-    __tracebackhide__ = True
-    _plans.downpour_plan(my_downpour_plan, seed)

@@ -21,9 +21,10 @@ import numpy as np
 from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
-                        refuse, returned_none)
+                        returned_none)
 from ._message_passing_formula import formula_cases
 from ._worlds import RankFailure, WorldFailed, run_cases
+from ._core import task
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
 
@@ -60,12 +61,12 @@ def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
             "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
 
 
+@task("ring_allreduce", refuses=('ddl_lab.ring_allreduce', 'cost_model', 'ring_bytes'))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
     __tracebackhide__ = True
     name = getattr(my_ring_cost, "__name__", "your function")
-    refuse(my_ring_cost, "ring_cost", "ddl_lab.ring_allreduce", "cost_model", "ring_bytes")
     cases = Cases("ring_cost", seed, [
         {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
         {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
@@ -232,15 +233,13 @@ def _where(case: Case) -> str:
     return f"with {what} — {case}"
 
 
+@task("ring_allreduce", refuses=('ddl_lab.ring_allreduce', 'ring_allreduce', 'allreduce', 'tree_allreduce', 'reduce_broadcast_allreduce', 'builtin_allreduce', 'shm_allreduce'))
 def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
     __tracebackhide__ = True
     name = getattr(my_ring_allreduce, "__name__", "your function")
-    refuse(my_ring_allreduce, "ring_allreduce", "ddl_lab.ring_allreduce", "ring_allreduce",
-           "allreduce", "tree_allreduce", "reduce_broadcast_allreduce", "builtin_allreduce",
-           "shm_allreduce")
     cases = list(Cases("ring_allreduce", seed, _FIXED, draws=3, draw=_ring_draw))
     seeds = [int(case.rng.integers(1 << 30)) for case in cases]
     try:
@@ -380,6 +379,7 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
 
 # ------------------------------------------------------- where the ring overtakes the tree
 
+@task("ring_allreduce")
 def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None:
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
@@ -398,6 +398,7 @@ def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None
 
 # ------------------------------------------------------------ gradient buckets
 
+@task("ring_allreduce")
 def bucket_bytes(my_bucket_bytes: Callable, timeout: float = 60.0) -> None:
     """Lesson 06, task 4: ``my_bucket_bytes(grads, n, alpha, beta, compute)`` chooses the
     bucket size of DDP-style gradient buckets. The lesson's GradientBuckets runs one backward

@@ -11,20 +11,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _scaling_out_plans as _plans
 from ._core import call_local, fail, passed, run_on_workers, stub_message
-from ._diagnose import Cases, describe_value, differs, explain, refuse_package_copy
+from ._diagnose import Cases, describe_value, differs, explain
+from ._core import task
+from ._scaling_out_plans import fedavg_plan
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
 
 WORKERS = 3
-
-
-def _refuse(fn: Callable, task: str, *impls: Any) -> None:
-    __tracebackhide__ = True
-    message = refuse_package_copy(fn, task, *impls)
-    if message:
-        fail(message)
 
 
 def _name(fn: Callable) -> str:
@@ -139,13 +133,12 @@ def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
             f"{name}: {detail}; expected Σ n_k·w_k / Σ n_k. [{case}]")
 
 
+@task("scaling_out", refuses=("ddl_lab.scaling_out", "fedavg", "federated"))
 def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     """Lesson 10, task 1: ``my_fedavg(states, sizes)`` — the server's step of FedAvg: the
     clients' state_dicts averaged entry by entry, client k weighted by its data size n_k:
     w = Σ n_k·w_k / Σ n_k, as a new dict (the clients' tensors unchanged)."""
     __tracebackhide__ = True
-    from ddl_lab.scaling_out import federated
-    _refuse(my_fedavg, "fedavg", federated.fedavg, federated.federated)
     import torch
     _stub_first(my_fedavg, [{"w": torch.ones(1)}], [1])
     fixed = [{"K": 3, "sizes": [10, 50, 200], "dtype": "float32", "d": 4},
@@ -289,15 +282,13 @@ def _resume_message(name: str, r: dict, case: Any) -> str | None:
             f"state, and return the saved step. [{case}]")
 
 
+@task("scaling_out", refuses=("ddl_lab.scaling_out", "save_checkpoint", "resume", "train"))
 def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> None:
     """Lesson 10, task 2: ``my_save_checkpoint(path, step, model, optimizer)`` (called on
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
     __tracebackhide__ = True
-    from ddl_lab.scaling_out import elastic
-    for fn in (my_save_checkpoint, my_resume):
-        _refuse(fn, "resume", elastic.save_checkpoint, elastic.resume, elastic.train)
     _probe_checkpoint(my_save_checkpoint, my_resume)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
@@ -409,6 +400,7 @@ def _real_run(fn: Callable) -> str:
     return where
 
 
+@task("scaling_out")
 def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     """Lesson 10, task 3: ``my_rendezvous_env(layout, host, local_rank)`` returns the env://
     variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) of process
@@ -457,14 +449,13 @@ def _pays_case(rng: np.random.Generator) -> dict[str, Any]:
             "max_workers": int(rng.integers(2, 129))}
 
 
+@task("scaling_out", refuses=("ddl_lab.scaling_out", "step_time", "seed_case"))
 def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     """Lesson 10, task 4: ``my_best_workers(params, batch, per_example, alpha, beta,
     max_workers)`` is the n in 1…max_workers with the shortest step of synchronous SGD on a
     fixed global batch: compute per_example·batch/n, plus for n > 1 a ring allreduce of the
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""
     __tracebackhide__ = True
-    from ddl_lab.scaling_out import calculator
-    _refuse(my_best_workers, "best_workers", calculator.step_time, calculator.seed_case)
     name = _name(my_best_workers)
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
     fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle
@@ -501,7 +492,3 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
          f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).")
 
 
-def fedavg_plan(my_fedavg_plan: Callable, seed: int = 0) -> None:
-    """Lesson 10, task 5 (design): a FedAvg plan within budgets (see ``_scaling_out_plans``)."""
-    __tracebackhide__ = True
-    _plans.fedavg_plan(my_fedavg_plan, seed)

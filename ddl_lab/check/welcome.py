@@ -11,8 +11,9 @@ import math
 from typing import Any, Callable
 
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, describe_value, only_right_for, refuse, returned_none
+from ._diagnose import Cases, describe_value, only_right_for, returned_none
 from ._worlds import Raised, in_worlds
+from ._core import task
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
@@ -37,6 +38,7 @@ def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
 
 # ------------------------------------------------------------------ task 1
 
+@task("welcome")
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     __tracebackhide__ = True
@@ -88,12 +90,12 @@ def _spied_sum_of_ranks(fn: Callable) -> tuple[Any, list[tuple[list, str, list]]
             glb[k] = original
 
 
+@task("welcome", refuses=('ddl_lab.welcome', 'sum_of_ranks'))
 def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
                  world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
     __tracebackhide__ = True
-    refuse(my_sum_of_ranks, "sum_of_ranks", "ddl_lab.welcome", "sum_of_ranks")
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
     for n in world_sizes:                   # the sums first, at every size; then the calls
         want = n * (n - 1) // 2
@@ -180,6 +182,7 @@ def _darts_case(rng: Any) -> dict[str, Any]:
     return {"eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))}
 
 
+@task("welcome")
 def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0) -> None:
     """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
     ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
@@ -257,6 +260,7 @@ def _pi_limits(tol: float, spread: float) -> dict[str, Any]:
             "budget": int(round(3 * 1.2816 ** 2 * PI_VARIANCE / tol ** 2, -3))}
 
 
+@task("welcome")
 def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int = 0) -> None:
     """Lesson 00, task 4: ``my_pi_plan(tol, per_rank_max, budget)`` returns ``(workers,
     darts)`` — 1–4 workers, at most per_rank_max darts each, at most budget in all — and the
