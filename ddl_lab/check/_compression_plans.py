@@ -11,8 +11,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import _answers as answers
 from ._core import call_local, fail, passed
-from ._diagnose import Cases, describe_value, not_a_plan, returned_none
+from ._diagnose import Cases, describe_value, returned_none
 from ._worlds import WorldFailed, run_in_world
 from ._core import task
 
@@ -164,7 +165,7 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
 
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
     __tracebackhide__ = True
-    if problem := not_a_plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
+    if problem := answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
         fail(problem)
     tau, ef = out["tau"], out["error_feedback"]
     if type(tau).__module__.startswith("torch") and getattr(tau, "numel", lambda: 2)() == 1:

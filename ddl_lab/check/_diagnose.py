@@ -95,17 +95,6 @@ def returned_none(got: Any, name: str, what: str) -> str | None:
             f"some path) — return {what}.")
 
 
-def not_a_plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:
-    """Design tasks: the message for a plan that is not a dict holding every key of ``keys``
-    (key -> what it means, or ""), else None."""
-    if isinstance(out, dict) and set(keys) <= set(out):
-        return None
-    parts = [f"{k} ({what})" if what else k for k, what in keys.items()]
-    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return (returned_none(out, name, f"a dict with {listed}") or
-            f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
-
-
 def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray] | str:
     """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (a
     boolean mask included), or the message saying what came back instead."""

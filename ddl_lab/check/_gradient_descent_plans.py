@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed
-from ._diagnose import Case, Cases, not_a_plan, same
+from ._diagnose import Case, Cases, same
 from ._parallel_models_plans import two_numbers
 from ._core import task
 
@@ -59,13 +60,6 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     passed("best_step", f"on {len(cases)} bowls (one curvature, equal ones, κ up to 1000, in no "
            "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
            "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
-
-
-def _is_real(v: Any) -> bool:
-    try:
-        return not isinstance(v, (str, bytes, bool)) and math.isfinite(float(v))
-    except (TypeError, ValueError, RuntimeError):
-        return False
 
 
 def _gamma_fault(gamma: float, lams: np.ndarray) -> str:
@@ -202,14 +196,15 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
     __tracebackhide__ = True
-    if problem := not_a_plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
+    if problem := answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
         fail(problem)
-    b, lr = plan["batch_size"], plan["lr"]
-    if not _is_real(b) or float(b) != int(float(b)) or not 1 <= int(float(b)) <= m:
-        fail(f"batch_size = {b!r} ({where}): a whole number of examples from 1 to m = {m:,}.")
-    if not _is_real(lr) or float(lr) <= 0:
-        fail(f"lr = {lr!r} ({where}): a learning rate is a number > 0.")
-    return int(float(b)), float(lr)
+    b, lr = answers.whole(plan["batch_size"]), answers.scalar(plan["lr"])
+    if b is None or not 1 <= b <= m:
+        fail(f"batch_size = {plan['batch_size']!r} ({where}): a whole number of examples from "
+             f"1 to m = {m:,}.")
+    if lr is None or not math.isfinite(lr) or lr <= 0:
+        fail(f"lr = {plan['lr']!r} ({where}): a learning rate is a number > 0.")
+    return b, lr
 
 
 def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Case, Cases, as_array, describe_value, not_a_plan, returned_none, same
+from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same
 from .parallel_models import PROCESSES, shared_file
 from ._core import task
 
@@ -170,13 +171,13 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
 
 def _valid_plan(name: str, plan: Any) -> tuple[int, int, float]:
     __tracebackhide__ = True
-    if problem := not_a_plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
+    if problem := answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
         fail(problem)
     counts = {k: plan[k] for k in ("workers", "epochs")}
     for k, v in counts.items():
-        if isinstance(v, bool) or not _whole(v) or int(v) < 1:
+        if answers.whole(v) is None or answers.whole(v) < 1:
             fail(f"{k} = {v!r}: a whole number ≥ 1.")
-    workers, epochs, lr = int(plan["workers"]), int(plan["epochs"]), plan["lr"]
+    workers, epochs, lr = answers.whole(plan["workers"]), answers.whole(plan["epochs"]), answers.scalar(plan["lr"])
     if workers > PROCESSES:
         fail(f"workers = {workers}: this check's machine lends you {PROCESSES} processes.")
     per_worker = math.ceil(epochs * PLAN_EXAMPLES / workers)
@@ -184,17 +185,9 @@ def _valid_plan(name: str, plan: Any) -> tuple[int, int, float]:
         fail(f"{workers} worker(s) × {epochs} epoch(s) of {PLAN_EXAMPLES:,} examples: each "
              f"worker would do {per_worker:,} updates, but there is time for "
              f"{PLAN_BUDGET:,} — share the updates among more workers, or train fewer epochs.")
-    if isinstance(lr, bool) or not _whole(lr, exact=False) or float(lr) <= 0:
-        fail(f"lr = {lr!r}: a learning rate is a number > 0.")
-    return workers, epochs, float(lr)
-
-
-def _whole(v: Any, exact: bool = True) -> bool:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(x) and (x == int(x) or not exact)
+    if lr is None or not math.isfinite(lr) or lr <= 0:
+        fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0.")
+    return workers, epochs, lr
 
 
 def _plan_fault(epochs: int, lr: float) -> str:

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import fail
 from ._diagnose import Case, describe_value
-from ._message_passing_formula import number
 
 TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
 MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
@@ -108,7 +108,7 @@ def fastest(n: int, numel: int, a: float, b: float, header: int) -> tuple[int, f
 def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
     """The learner's answer as a whole number of pieces, or a failure saying what it was."""
     __tracebackhide__ = True
-    value = number(got)
+    value = answers.scalar(got)
     if value is None:
         fail(f"{call} returned {describe_value(got)}; return the number of pieces, a whole "
              "number >= 1.")

@@ -6,18 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from . import _answers as answers
 from ._core import call_local, fail
-from ._diagnose import Cases, as_array, describe_value, only_right_for, returned_none
+from ._diagnose import Cases, describe_value, only_right_for, returned_none
 
 Formula = Callable[..., Any]
-
-
-def number(x: Any) -> float | None:
-    """``x`` as a float if it is one number (Python, numpy, a 0-d tensor), else None."""
-    a = as_array(x)
-    if a is None or a.ndim != 0 or isinstance(x, (list, tuple)):
-        return None
-    return float(a)
 
 
 def matches(value: float, expected: Any, rel: float = 1e-6) -> bool:
@@ -40,7 +33,7 @@ def formula_cases(fn: Callable, cases: Cases, args: Sequence[str], want: Formula
         values = [case.params[a] for a in args]
         call = f"{name}({', '.join(f'{a}={_show(v)}' for a, v in zip(args, values))})"
         got = call_local(fn, *values)
-        value = number(got)
+        value = answers.scalar(got)
         if value is None or not math.isfinite(value):
             fail(returned_none(got, name, what) or
                  f"{call} returned {describe_value(got)} ({case}); return {what}.")

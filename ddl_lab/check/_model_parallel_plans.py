@@ -14,8 +14,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed
-from ._diagnose import Cases, not_a_plan
+from ._diagnose import Cases
 from ._worlds import WorldFailed, run_in_world
 from ._core import task
 
@@ -36,7 +37,7 @@ def _draw(rng: np.random.Generator) -> dict[str, Any]:
 
 def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
     __tracebackhide__ = True
-    if problem := not_a_plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
+    if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
                              f" ({case})"):
         fail(problem)
     schedule, m = out["schedule"], out["m"]

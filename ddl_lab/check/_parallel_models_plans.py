@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed
 from ._diagnose import Case, Cases, describe_value, returned_arrays, returned_none, same
 from ._core import task
@@ -61,25 +62,20 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
 
 
 def two_numbers(got: Any, names: tuple[str, str], name: str, case: Case) -> tuple[float, float]:
-    """The learner's pair of finite numbers (a tuple, a list, an array of two, tensors), or
-    a CheckFailed saying what came back instead (lessons 01 and 02's reasoning tasks)."""
+    """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
+    array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
+    02's reasoning tasks)."""
     __tracebackhide__ = True
+    both = answers.pair(got)
+    if both is not None and all(math.isfinite(v) for v in both):
+        return both
     if isinstance(got, np.ndarray) and got.shape == (2,):
         got = tuple(got)
     parts = returned_arrays(got, names, name)
     if isinstance(parts, str):
         fail(f"{parts} [{case}]")
-    if any(p.size != 1 or not np.isfinite(p.astype(float)).all() for p in parts):
-        fail(f"{name} returned {describe_value(got)}; return two finite numbers "
-             f"({', '.join(names)}) [{case}].")
-    return float(parts[0].ravel()[0]), float(parts[1].ravel()[0])
-
-
-def _real(v: Any) -> bool:
-    try:
-        return not isinstance(v, (str, bytes, bool)) and math.isfinite(float(v))
-    except (TypeError, ValueError, RuntimeError):
-        return False
+    fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+         f"({', '.join(names)}) [{case}].")
 
 
 def _named(got: float, right: float, named: dict[str, float]) -> str | None:
@@ -196,11 +192,11 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     for case, costs in _chunk_cases(seed):
         p = case.params
         got = call_local(fn, costs.copy(), p["threads"], p["max_claims"], p["max_imbalance"])
-        if not _real(got) or float(got) != int(float(got)) or not 1 <= float(got) <= p["n"]:
+        chunk = answers.whole(got)
+        if chunk is None or not 1 <= chunk <= p["n"]:
             fail((returned_none(got, name, "a chunk size") or
                   f"{name} returned {describe_value(got)}; the chunk is a whole number of "
                   f"iterations from 1 to n = {p['n']}") + f" [{case}].")
-        chunk = int(float(got))
         claims, split = _run_threads(costs, p["threads"], chunk)
         ratio = balance(costs, p["threads"], chunk)[0]
         measured = max(split) / (sum(split) / p["threads"])

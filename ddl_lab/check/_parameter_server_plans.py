@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, stub_message
-from ._diagnose import Cases, describe_value, not_a_plan, returned_none
+from ._diagnose import Cases, describe_value, returned_none
 from ._core import task
 
 # seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
@@ -71,13 +72,6 @@ def _stale_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))}
 
 
-def _as_int(value: Any) -> int | None:
-    """An integral number (int, numpy integer, integral float), else None."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        return None
-    return int(value) if float(value).is_integer() else None
-
-
 def _worst_schedule(s: int, n: int, timeout: float) -> int:
     """Drive a real SSP(s) shard through the worst schedule and return the staleness it
     measured for replica 0's push: replica 0 pushes s times alone, pulls at clock s; every
@@ -116,11 +110,11 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     for case in cases:
         s, n = case.params["s"], case.params["replicas"]
         out = call_local(my_worst_staleness, s, n)
-        if _as_int(out) is None:
+        if answers.whole(out) is None:
             fail(returned_none(out, name, "the staleness, a whole number of updates") or
                  f"{name}({s}, {n}) returned {describe_value(out)}; return a whole number of "
                  f"updates ({case}).")
-        got.append(_as_int(out))
+        got.append(answers.whole(out))
     wrong = [(c, g) for c, g in zip(cases, got)
              if g != _worst(c.params["s"], c.params["replicas"])]
     if wrong:
@@ -158,9 +152,9 @@ def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
 def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
     __tracebackhide__ = True
-    if problem := not_a_plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
+    if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
         fail(problem)
-    n_fetch, n_push, lr = _as_int(out["n_fetch"]), _as_int(out["n_push"]), out["lr"]
+    n_fetch, n_push, lr = answers.whole(out["n_fetch"]), answers.whole(out["n_push"]), out["lr"]
     if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
              f"are numbers of steps, whole numbers ≥ 1 ({case}).")

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import fail
 from ._diagnose import describe_value
-from ._message_passing_formula import number
 
 # ------------------------------------------------------------------ tree against ring
 
@@ -123,7 +123,7 @@ def best_bucket(grads: list[int], n: int, a: float, b: float,
 def bucket_bytes_of(got: Any, call: str) -> int:
     """The learner's bucket size as a whole number of bytes >= 1, or a failure."""
     __tracebackhide__ = True
-    value = number(got)
+    value = answers.scalar(got)
     if value is None or isinstance(got, (bool, np.bool_)):
         fail(f"{call} returned {describe_value(got)}; return the bucket size in bytes, a "
              "whole number >= 1.")

@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers
-from ._diagnose import Cases, not_a_plan
+from ._diagnose import Cases
 from ._core import task
 
 CLIENTS = 10                # K, as in the lesson
@@ -24,7 +25,7 @@ FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
     __tracebackhide__ = True
-    if problem := not_a_plan(out, name, {"E": "local epochs",
+    if problem := answers.plan(out, name, {"E": "local epochs",
                                          "C": "the fraction of clients per round"}, f" ({case})"):
         fail(problem)
     E, C = out["E"], out["C"]

@@ -16,8 +16,9 @@ import numpy as np
 
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
+from ._answers import scalar
 from ._core import call_local, fail, passed
-from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none
+from ._diagnose import Case, Cases, describe_value, explain, returned_none
 from ._core import task
 
 __all__ = ["budget_bytes", "capstone"]
@@ -101,17 +102,12 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
            f"period of {fits} steps or more.")
 
 
-def _number(value: Any) -> float | None:
-    a = as_array(value)
-    return float(a.ravel()[0]) if a is not None and a.size == 1 else None
-
-
 def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
                  name: str) -> str | None:
     """None if ``got`` is right for ``case``; else the message, naming the mistake that
     explains the learner's answers to every case (several can agree on one case: at n = 4,
     (n−1)·S in fp16 is 2(n−1)/n·S in fp32)."""
-    value, want = _number(got), _plan_bytes(**case.params)
+    value, want = scalar(got), _plan_bytes(**case.params)
     if value is None:
         return (returned_none(got, name, "the number of bytes")
                 or f"{name} returned {describe_value(got)}; return one number of bytes")
@@ -121,7 +117,7 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
     def explains(message: str) -> bool:
         return all(v is not None and math.isclose(v, _bytes_mistakes(c.params)[message],
                                                   rel_tol=1e-6, abs_tol=1e-6)
-                   for c, v in zip(cases, map(_number, answers)))
+                   for c, v in zip(cases, map(scalar, answers)))
     here = _bytes_mistakes(case.params)
     hint = (next((m for m in here if explains(m)), None)
             or explain(value, {m: (lambda v, w=w: math.isclose(v, w, rel_tol=1e-6))

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
@@ -83,7 +84,7 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
                  "formula gives 0 without any special case; divide by n only.")
         except Exception:
             got = call_local(my_ring_cost, n, S, a, b)
-        value = _number(got)
+        value = answers.scalar(got)
         if value is None:
             fail(returned_none(got, name, "the predicted seconds as a number") or
                  f"{call} returned {got!r}; return the predicted seconds as a number.")
@@ -103,18 +104,6 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
              + (why if why[-1] in ".?" else why + "."))
     passed("ring_cost", f"matches 2(n−1)·α + 2(n−1)/n·S·β on {len(cases)} cases (n = 1 to "
            "64, S = 0 to 3 GB, α = 0 included)")
-
-
-def _number(x: Any) -> float | None:
-    """``x`` as a float if it is one number (Python, numpy or a 0-d tensor), else None."""
-    if x is None or isinstance(x, (bool, np.bool_, str, bytes)):
-        return None
-    try:
-        if getattr(x, "ndim", 0) != 0:
-            return None
-        return float(x)
-    except (TypeError, ValueError):
-        return None
 
 
 # ------------------------------------------------------------------ the ring

@@ -1,0 +1,66 @@
+"""How a check reads what the learner's function returned: one rule per kind of answer
+(CONTRIBUTING.md, "Checks").
+
+- ``scalar(x)``: one real number — a Python int or float, a numpy number, or an array or
+  tensor holding exactly one element — as a float (nan and ±inf included: the check judges
+  them); None for anything else (a bool, a string, None, a list or tuple, several elements).
+- ``whole(x)``: a scalar that is a whole number (3, 3.0, ``np.int64(3)``, ``tensor(3.)``), as
+  an int; None otherwise.
+- ``pair(x)``: two scalars — a tuple or list of two, or an array or tensor of shape (2,) — as
+  two floats; None otherwise.
+- ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
+  the message saying what came back instead, or None.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._diagnose import describe_value, returned_none
+
+__all__ = ["scalar", "whole", "pair", "plan"]
+
+
+def scalar(x: Any) -> float | None:
+    """One real number as a float, or None (the rule above)."""
+    if x is None or isinstance(x, (bool, np.bool_, str, bytes, list, tuple, dict)):
+        return None
+    size = getattr(x, "numel", None) or getattr(x, "size", None)
+    n = size() if callable(size) else size
+    if n is not None and n != 1:
+        return None
+    if getattr(x, "dtype", None) is not None and str(x.dtype) in ("bool", "torch.bool"):
+        return None
+    try:
+        return float(x.reshape(()) if n == 1 and getattr(x, "ndim", 0) else x)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None
+
+
+def whole(x: Any) -> int | None:
+    """A scalar that is a whole number, as an int, or None."""
+    v = scalar(x)
+    return int(v) if v is not None and math.isfinite(v) and v.is_integer() else None
+
+
+def pair(x: Any) -> tuple[float, float] | None:
+    """Two scalars as floats, or None."""
+    if getattr(x, "shape", None) is not None and tuple(x.shape) == (2,):
+        x = (x[0], x[1])
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        return None
+    a, b = scalar(x[0]), scalar(x[1])
+    return None if a is None or b is None else (a, b)
+
+
+def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:
+    """Design tasks: the message for a plan that is not a dict holding every key of ``keys``
+    (key -> what it means, or ""), else None."""
+    if isinstance(out, dict) and set(keys) <= set(out):
+        return None
+    parts = [f"{k} ({what})" if what else k for k, what in keys.items()]
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    return (returned_none(out, name, f"a dict with {listed}") or
+            f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
