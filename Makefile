@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lab lessons exercises browser test bench clean
+.PHONY: setup lab lessons exercises browser lint test bench clean
 
 setup: $(VENV)/.installed
 
@@ -44,8 +44,12 @@ browser:                        ## Debian's Chromium for tests/browser (Playwrig
 # The reliability phase (tests/reliability: faults, soak, scale, properties, bad input,
 # loopback) runs on its own after the main suite, bounded; DDL_SOAK_SCALE=20 soaks longer.
 test: setup | browser           ## the whole test suite, notebooks and browser included
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability" $(PYTEST_ARGS)
 	$(PY) -m pytest -n 2 --dist loadscope -m reliability --timeout=300 tests/reliability
+
+lint: setup                     ## ruff (configured in pyproject.toml); make test runs it first
+	$(VENV)/bin/ruff check .
 
 bench: setup                    ## benchmarks: ratios measured side by side (a quiet machine)
 	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done

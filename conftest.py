@@ -1,4 +1,4 @@
-"""Each lesson runs once per test session (issue 19's budget): where the browser suite can
+"""Each lesson runs once per test session (CONTRIBUTING.md, \"Budgets\"): where the browser suite can
 drive JupyterLab, it runs every lesson top to bottom and asserts no error, so nbval's run of
 the same lesson is deselected; without a browser, nbval runs the lessons."""
 import importlib.util

@@ -5,7 +5,7 @@
 - median round trip of a no-op ``run`` on 4 ranks (target <= 20 ms);
 - PyTorch's mnist_hogwild example (a small CNN, ``model.share_memory()``, 2 processes) on
   sklearn's bundled digits, launched through the course runtime vs through
-  ``torch.multiprocessing``'s own ``Process``: test accuracy and wall time (issue 12);
+  ``torch.multiprocessing``'s own ``Process``: test accuracy and wall time;
 - how long after a deadlocked run's timeout the per-rank report arrives (target <= 2 s).
 
     python benchmarks/runtime_bench.py [--repeats 3] [--epochs 4]

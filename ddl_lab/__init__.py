@@ -27,8 +27,9 @@ try:
 except metadata.PackageNotFoundError:      # a torch built from source without metadata
     pass
 
-from .runtime import (Cluster, WorkerError, WorkerTimeout, device, launch, launch_with,
-                      progress, rank_size, shared_cluster)
+# after the floor check: with an older torch, the runtime's imports would fail first
+from .runtime import (Cluster, WorkerError, WorkerTimeout, device, launch,  # noqa: E402
+                      launch_with, progress, rank_size, shared_cluster)
 
 __all__ = ["Cluster", "WorkerError", "WorkerTimeout", "launch", "launch_with", "rank_size",
            "shared_cluster", "device", "progress"]

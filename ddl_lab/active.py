@@ -1,4 +1,4 @@
-"""Active learning in every lesson (issue 17): predict-then-run widgets and self-check quizzes.
+"""Active learning in every lesson: predict-then-run widgets and self-check quizzes.
 
 ``p = predict("Which is faster?", options=["a", "b"])`` records a guess before a headline
 run; the next cell measures and calls ``p.reveal(measured, why=...)``. A lesson ends with

@@ -1,4 +1,4 @@
-"""The diagnosis layer every check shares (issue 16).
+"""The diagnosis layer every check shares (CONTRIBUTING.md, \"Checks\").
 
 - ``differs(expected, got)``: a dtype-fair comparison that never raises. It accepts numpy,
   torch (any device, bfloat16 included), lists and scalars, compares in the learner's dtype

@@ -10,7 +10,6 @@ result equals one process on the whole mini-batch.
 """
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 from torch import nn
 

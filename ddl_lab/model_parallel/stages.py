@@ -133,7 +133,7 @@ def cut(layers: nn.Sequential, p: int, by: str = "layers") -> list[nn.Sequential
         raise ValueError(f"cannot cut {len(layers)} layers into {p} stages: use 1 <= p <= "
                          f"{len(layers)}")
     if by == "params":
-        bounds = _balanced_bounds([sum(q.numel() for q in l.parameters()) for l in layers], p)
+        bounds = _balanced_bounds([sum(q.numel() for q in layer.parameters()) for layer in layers], p)
     else:
         bounds = list(np.cumsum([0] + [len(a) for a in np.array_split(np.arange(len(layers)), p)]))
     return [layers[int(a):int(b)] for a, b in zip(bounds[:-1], bounds[1:])]

@@ -123,7 +123,7 @@ class RowParallelLinear(nn.Module):
 def megatron_mlp(layers: nn.Sequential, rank: int, n: int) -> nn.Sequential:
     """``build_layers('mlp')``'s layers with its Linear layers alternately column- and
     row-parallel (a last unpaired Linear stays whole on every rank)."""
-    linears = [i for i, l in enumerate(layers) if isinstance(l, nn.Linear)]
+    linears = [i for i, layer in enumerate(layers) if isinstance(layer, nn.Linear)]
     out = list(layers)
     for a, b in zip(linears[0::2], linears[1::2]):
         out[a] = ColumnParallelLinear(layers[a], rank, n)
@@ -162,7 +162,7 @@ def library_tp(layers: nn.Sequential) -> nn.Sequential:
     ``ColwiseParallel`` and ``RowwiseParallel`` over ``device_mesh()``."""
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
-    linears = [str(i) for i, l in enumerate(layers) if isinstance(l, nn.Linear)]
+    linears = [str(i) for i, layer in enumerate(layers) if isinstance(layer, nn.Linear)]
     plan: dict[str, Any] = {}
     for a, b in zip(linears[0::2], linears[1::2]):
         plan.update({a: ColwiseParallel(), b: RowwiseParallel()})

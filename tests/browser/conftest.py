@@ -1,4 +1,4 @@
-"""Browser tests (issue 9): one JupyterLab and one headless Chromium per test session.
+"""Browser tests: one JupyterLab and one headless Chromium per test session.
 
 They skip, saying why, only where no browser can be had: no Python ``playwright`` or no
 Debian ``chromium`` at /usr/bin/chromium (``make browser`` installs it). Under

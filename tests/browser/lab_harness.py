@@ -1,4 +1,4 @@
-"""Drive JupyterLab in headless Chromium the way a learner does (issue 9).
+"""Drive JupyterLab in headless Chromium the way a learner does.
 
 ``Lab`` serves a temporary copy of the course on 127.0.0.1; ``NotebookPage`` opens one
 notebook in a browser page, runs it from the Run menu, reads what the page shows (errors,

@@ -1,4 +1,4 @@
-"""Predict, then run, and the self-check quiz, as a learner meets them in JupyterLab (issue 17):
+"""Predict, then run, and the self-check quiz, as a learner meets them in JupyterLab:
 a guess picked in a lesson's prediction widget is shown beside the measurement once the
 reveal cell has run; a wrong quiz answer shows why, a right one is marked right.
 

@@ -3,7 +3,6 @@ parallelism, and the lesson's pictures, on real workers (lesson 09)."""
 import matplotlib
 import pytest
 import torch
-import torch.distributed as dist
 
 from ddl_lab.model_parallel import distbelief as D
 from ddl_lab.model_parallel import hybrid as H

@@ -1,1 +1,1 @@
-"""Reliability under faults, soak and bad input (issue 19): `pytest -m reliability tests/reliability`."""
+"""Reliability under faults, soak and bad input: `pytest -m reliability tests/reliability`."""

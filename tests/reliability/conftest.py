@@ -1,10 +1,10 @@
-"""The reliability phase (issue 19): every test here carries the ``reliability`` marker and
+"""The reliability phase: every test here carries the ``reliability`` marker and
 runs with a private temporary folder, so any file the runtime leaves behind is seen.
 
 ``make test`` runs this phase on its own after the main suite
 (``pytest -m reliability tests/reliability``). ``DDL_SOAK_SCALE`` (default 1) multiplies
-the soak's cycles and runs and adds the larger worlds (``DDL_SOAK_SCALE=10``: the
-issue's 200 cycles and 2,000 runs... and Cluster(16)).
+the soak's cycles and runs and adds the larger worlds (``DDL_SOAK_SCALE=10``:
+the full soak's 200 cycles and 2,000 runs... and Cluster(16)).
 """
 import os
 import shutil

@@ -1,4 +1,4 @@
-"""What the reliability tests read about processes (issue 19): children, open files,
+"""What the reliability tests read about processes: children, open files,
 threads, shared-memory segments, temporary files, resident memory, listening sockets.
 
 Linux only (``/proc``); the tests that use it are skipped elsewhere.

@@ -1,4 +1,4 @@
-"""Bad input (issue 19): the public functions of every lesson package and the command line,
+"""Bad input: the public functions of every lesson package and the command line,
 given wrong types, shapes, sizes, world sizes, τ, k, s, staleness bounds or paths, answer
 with a ValueError/TypeError naming the argument and what was expected, raised by ddl_lab
 itself (not from deep inside torch or numpy), and nothing starts before it."""

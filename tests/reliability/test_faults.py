@@ -1,4 +1,4 @@
-"""Faults (issue 19): a rank SIGKILLed in the middle of every kind of communication, a
+"""Faults: a rank SIGKILLed in the middle of every kind of communication, a
 shard killed while replicas push, Ctrl-C, the notebook's kernel killed, a worker out of
 memory. Each ends in a clear error within seconds, the cluster works afterwards, and
 nothing is left behind: no process, no /dev/shm segment, no temporary file."""

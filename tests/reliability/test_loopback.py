@@ -1,8 +1,7 @@
-"""Loopback only, authenticated (issue 19): while a message-passing mesh and a parameter
+"""Loopback only, authenticated: while a message-passing mesh and a parameter
 server are up, every socket their processes listen on is a loopback one; a stranger who
 connects without the key is refused and the run goes on; the file store and the shared-
 memory segments are private to the user."""
-import os
 import socket
 import stat
 import threading

@@ -1,4 +1,4 @@
-"""Properties (issue 19), with Hypothesis: every allreduce equals dist.all_reduce, the
+"""Properties, with Hypothesis: every allreduce equals dist.all_reduce, the
 message-passing collectives equal torch's, every compressor decodes what it should and
 error feedback loses nothing, the parameter server's gate and Adagrad equal plain
 references. Few examples each (a bounded phase), derandomized (the same verdict every run).

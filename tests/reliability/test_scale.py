@@ -1,4 +1,4 @@
-"""Scale (issue 19): more ranks than cores works (slowly), each worker's memory is what the
+"""Scale: more ranks than cores works (slowly), each worker's memory is what the
 runtime's estimate says at most, and a world that cannot fit in memory is refused before a
 single process starts. ``DDL_SOAK_SCALE`` > 1 adds Cluster(16)."""
 import pytest

@@ -1,8 +1,8 @@
-"""Soak (issue 19): many start/run/shutdown cycles of Cluster(4), many runs on one cluster.
+"""Soak: many start/run/shutdown cycles of Cluster(4), many runs on one cluster.
 Open files, threads, processes, /dev/shm segments, temporary files and the notebook's
 resident memory must not grow beyond a small bound.
 
-The default sizes keep the phase short; ``DDL_SOAK_SCALE=20`` runs the issue's 200 cycles
+The default sizes keep the phase short; ``DDL_SOAK_SCALE=20`` runs the full soak: 200 cycles
 (and 20,000 runs).
 """
 import torch

@@ -1,4 +1,4 @@
-"""Soak (issue 19): 100 re-runs of a lesson-06 and a lesson-07 experiment panel, each started
+"""Soak: 100 re-runs of a lesson-06 and a lesson-07 experiment panel, each started
 the way a learner starts it — the panel's own Run button, clicked in this process as the
 notebook's kernel would run it. Open files, threads, processes, /dev/shm segments and the
 notebook's resident memory must not grow beyond a small bound.

@@ -1,4 +1,4 @@
-"""The launch shapes users arrive with (issue 12): tutorial-style ``run(rank, size)``
+"""The launch shapes users arrive with (README, \"Bring your own code\"): tutorial-style ``run(rank, size)``
 functions run unchanged, and the runtime's options never take the function's own
 keyword arguments."""
 import os

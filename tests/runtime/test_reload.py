@@ -1,5 +1,5 @@
 """A learner's own module, edited after the workers imported it, is never run stale
-(issue 12): the workers reload it before the next run and one line says so."""
+(README, \"Bring your own code\"): the workers reload it before the next run and one line says so."""
 import importlib
 import sys
 import textwrap

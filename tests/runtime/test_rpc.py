@@ -1,5 +1,5 @@
 """torch.distributed.rpc on the course's workers, with functions and classes written in
-notebook cells (issue 12; lesson 07's parameter server, the PyTorch way)."""
+notebook cells (README, \"Bring your own code\"; lesson 07's parameter server, the PyTorch way)."""
 import os
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tensors in shared memory reach the workers as the same memory (lesson 03, issue 12).
+"""Tensors in shared memory reach the workers as the same memory (lesson 03; README, \"Bring your own code\").
 
 Everything else is copied, as before: a worker's changes to a plain tensor stay in
 the worker.

@@ -1,4 +1,4 @@
-"""A timeout says where each rank was (issue 12): a deadlock reads as a deadlock, slow
+"""A timeout says where each rank was (README, \"The worker runtime in one cell\"): a deadlock reads as a deadlock, slow
 work as slow work, and the report does not wait for fresh workers to start."""
 import re
 import sys

@@ -1,4 +1,4 @@
-"""The predict-then-run widget and the self-check quiz (ddl_lab/active.py, issue 17)."""
+"""The predict-then-run widget and the self-check quiz (ddl_lab/active.py)."""
 import json
 from pathlib import Path
 
