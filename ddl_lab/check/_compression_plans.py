@@ -140,10 +140,10 @@ def _scale_draw(rng: np.random.Generator) -> dict[str, Any]:
 
 def sample_gradient() -> torch.Tensor:
     """Rank 0's gradient of its first minibatch at the initial model (the lesson's run)."""
-    from ddl_lab.compression.training import _batches, _gradient, _setup
-    net, X, y, _, per_epoch, gen = _setup("mlp", 0, 16, PLAN_WORKERS, 0)
-    batch = next(_batches(len(y), 16, per_epoch, 1, gen))
-    return _gradient(net, X[batch], y[batch])[0]
+    from ddl_lab.compression.training import batches, gradient, setup
+    net, X, y, _, per_epoch, gen = setup("mlp", 0, 16, PLAN_WORKERS, 0)
+    batch = next(batches(len(y), 16, per_epoch, 1, gen))
+    return gradient(net, X[batch], y[batch])[0]
 
 
 def _train(scheme: Any) -> Any:

@@ -137,9 +137,9 @@ def _plan_worker(path: str, problem: "Problem", shards: list[np.ndarray], lr: fl
 def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     """Train the plan's problem lock-free on ``workers`` real processes sharing θ (from 0);
     the training loss of the shared θ."""
-    from ddl_lab.hogwild.engine import _rows
+    from ddl_lab.hogwild.engine import deal_rows
     problem = plan_problem()
-    shards = _rows(len(problem), workers, epochs, seed)
+    shards = deal_rows(len(problem), workers, epochs, seed)
     with shared_file(8 * problem.d) as path:
         run_on_workers(_plan_worker, PROCESSES, path, problem, shards, lr, timeout=60.0)
         theta = np.fromfile(path, np.float64).copy()
@@ -193,9 +193,9 @@ def _valid_plan(name: str, plan: Any) -> tuple[int, int, float]:
 def _plan_fault(epochs: int, lr: float) -> str:
     """Why the plan missed: the rate (too small, too large), too few epochs, or Hogwild!'s
     own collisions — told apart by serial SGD over the same updates."""
-    from ddl_lab.hogwild.engine import _rows, reference_sgd
+    from ddl_lab.hogwild.engine import deal_rows, reference_sgd
     problem = plan_problem()
-    rows = _rows(len(problem), 1, epochs, 0)[0]
+    rows = deal_rows(len(problem), 1, epochs, 0)[0]
 
     def serial(rate: float) -> float:
         with np.errstate(all="ignore"):

@@ -91,13 +91,9 @@ def grad_bytes(widths: list[int]) -> list[int]:
 
 
 def buckets_of(grads: list[int], bucket_bytes: int) -> list[int]:
-    """GradientBuckets' rule: a bucket takes gradients until it holds ≥ bucket_bytes."""
-    sizes = [0]
-    for g in grads:
-        if sizes[-1] >= bucket_bytes:
-            sizes.append(0)
-        sizes[-1] += g
-    return sizes
+    """The bytes of each bucket GradientBuckets makes of gradients of ``grads`` bytes."""
+    from ddl_lab.ring_allreduce.buckets import bucket_indices
+    return [sum(grads[i] for i in b) for b in bucket_indices(grads, bucket_bytes)]
 
 
 def step_time(sizes: list[int], n: int, a: float, b: float, compute: float) -> float:
@@ -138,7 +134,7 @@ def bucket_run(widths: list[int], bucket_bytes: int) -> list[int]:
     import torch
     from torch._C._distributed_c10d import ProcessGroup
 
-    from ddl_lab.data_parallel.buckets import GradientBuckets
+    from ddl_lab.ring_allreduce.buckets import GradientBuckets
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
     raw, launched = ProcessGroup.__dict__["allreduce"], []

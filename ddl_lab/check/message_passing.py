@@ -21,7 +21,7 @@ from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_
                         returned_none)
 from ._message_passing_formula import formula_cases
 from ._core import task
-from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, _comm_main
+from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
            "pipeline_chunks"]
@@ -37,7 +37,7 @@ def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tupl
     deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
     __tracebackhide__ = True
     total = _core.DEFAULT_TIMEOUT
-    out = run_on_workers(_comm_main, n, worker, args, {}, total / 4, total / 2,
+    out = run_on_workers(comm_main, n, worker, args, {}, total / 4, total / 2,
                          learner_fn=learner, timeout=total)
     return [r for r, _ in out], [rec for _, rec in out]
 

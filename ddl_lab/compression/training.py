@@ -15,7 +15,9 @@ Three ways to train the digits model on real workers with compressed communicati
   counted.
 
 ``run`` / ``run_async`` / ``run_ddp`` start these on a ``Cluster`` and merge the ranks'
-logs into one ``Result``; the ``plot_*`` functions draw the lesson's pictures.
+logs into one ``Result``; the ``plot_*`` functions draw the lesson's pictures. All three
+start alike: ``setup`` (a rank's model, shard and minibatch order), ``batches`` (its
+minibatches), ``gradient`` (one minibatch's flat gradient and loss).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from ddl_lab.runtime import progress
 
 __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker", "run", "compare",
            "async_peer_worker", "run_async", "ddp_worker", "run_ddp", "count_allreduce_bytes",
-           "SEED_TABLE", "table", "size_text"]
+           "SEED_TABLE", "table", "size_text", "setup", "batches", "gradient"]
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp": MLP, "cnn": SmallCNN}
 TIMEOUT_S = 30.0            # longest wait for a peer's message in the asynchronous exchange
@@ -82,8 +84,10 @@ def _split(world_size: int, rank: int, data_seed: int):
     return shard(train, world_size, rank, seed=data_seed), test, len(train)
 
 
-def _setup(model: str, seed: int, batch_size: int, world_size: int, rank: int,
-           data_seed: int = 0):
+def setup(model: str, seed: int, batch_size: int, world_size: int, rank: int,
+          data_seed: int = 0):
+    """One rank's start: (the initial model, the same on every rank; its shard's X, y; the
+    test set; minibatches per epoch; its generator of minibatch orders)."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: use one of {list(MODELS)}")
     if batch_size < 1:
@@ -100,7 +104,8 @@ def _setup(model: str, seed: int, batch_size: int, world_size: int, rank: int,
     return net, X, y, test, per_epoch, gen
 
 
-def _batches(n: int, batch_size: int, per_epoch: int, steps: int, gen: torch.Generator):
+def batches(n: int, batch_size: int, per_epoch: int, steps: int, gen: torch.Generator):
+    """``steps`` minibatches of indices into a shard of ``n``, reshuffled every epoch."""
     step = 0
     while True:
         order = torch.randperm(n, generator=gen)
@@ -117,7 +122,8 @@ def _accuracy(net: torch.nn.Module, test) -> float:
     return float((net(X).argmax(1) == y).float().mean())
 
 
-def _gradient(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+def gradient(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The flat gradient of the cross-entropy on (X, y), and the loss."""
     net.zero_grad()
     loss = torch.nn.functional.cross_entropy(net(X), y)
     loss.backward()
@@ -162,16 +168,16 @@ def train_worker(scheme: Scheme | Compressor, epochs: int = 15, batch_size: int 
     Compression's momentum correction). Rank and world size come from torch.distributed.
     """
     rank, n = dist.get_rank(), dist.get_world_size()
-    net, X, y, test, per_epoch, gen = _setup(model, seed, batch_size, n, rank)
+    net, X, y, test, per_epoch, gen = setup(model, seed, batch_size, n, rank)
     comp = _compressor(scheme, seed * 1000 + rank)
     theta = flat_params(net)
     log = RankLog(comp.name, theta.numel())
     velocity = torch.zeros_like(theta)
     steps = epochs * per_epoch
     log.evals.append((0, _accuracy(net, test)))
-    for step, batch in enumerate(_batches(len(y), batch_size, per_epoch, steps, gen), 1):
+    for step, batch in enumerate(batches(len(y), batch_size, per_epoch, steps, gen), 1):
         t0 = time.perf_counter()
-        g, loss = _gradient(net, X[batch], y[batch])
+        g, loss = gradient(net, X[batch], y[batch])
         velocity.mul_(momentum).add_(g)               # momentum before compression
         t1 = time.perf_counter()
         data = comp.encode(velocity)
@@ -298,7 +304,7 @@ def async_peer_worker(scheme: Scheme | Compressor, steps: int = 120, batch_size:
     if max_lag is not None and max_lag < 0:
         raise ValueError(f"max_lag must be >= 0 steps (or None: unbounded), got {max_lag}")
     rank, n = dist.get_rank(), dist.get_world_size()
-    net, X, y, test, per_epoch, gen = _setup(model, seed, batch_size, n, rank)
+    net, X, y, test, per_epoch, gen = setup(model, seed, batch_size, n, rank)
     comp = _compressor(scheme, seed * 1000 + rank)
     theta = flat_params(net)
     log = RankLog(comp.name, theta.numel())
@@ -327,7 +333,7 @@ def async_peer_worker(scheme: Scheme | Compressor, steps: int = 120, batch_size:
         log.lag.append(now - s)
 
     log.evals.append((0, _accuracy(net, test)))
-    for s, batch in enumerate(_batches(len(y), batch_size, per_epoch, steps, gen)):
+    for s, batch in enumerate(batches(len(y), batch_size, per_epoch, steps, gen)):
         while True:                                   # whatever has arrived, no waiting
             try:
                 apply(s, wait=False)
@@ -337,7 +343,7 @@ def async_peer_worker(scheme: Scheme | Compressor, steps: int = 120, batch_size:
             apply(s, wait=True)                       # bounded staleness: wait for the slow
         set_flat_params(net, theta)
         t0 = time.perf_counter()
-        g, loss = _gradient(net, X[batch], y[batch])
+        g, loss = gradient(net, X[batch], y[batch])
         t1 = time.perf_counter()
         data = comp.encode(g)
         t2 = time.perf_counter()
@@ -416,7 +422,7 @@ def ddp_worker(hook: str = "fp32", epochs: int = 15, batch_size: int = 16, lr: f
     if hook not in HOOKS:
         raise ValueError(f"unknown hook {hook!r}: use one of {HOOKS}")
     rank, n = dist.get_rank(), dist.get_world_size()
-    net, X, y, test, per_epoch, gen = _setup(model, seed, batch_size, n, rank)
+    net, X, y, test, per_epoch, gen = setup(model, seed, batch_size, n, rank)
     ddp = DDP(net)
     if hook == "fp32":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -432,7 +438,7 @@ def ddp_worker(hook: str = "fp32", epochs: int = 15, batch_size: int = 16, lr: f
     steps = epochs * per_epoch
     log.evals.append((0, _accuracy(net, test)))
     with count_allreduce_bytes() as counter:
-        for step, batch in enumerate(_batches(len(y), batch_size, per_epoch, steps, gen), 1):
+        for step, batch in enumerate(batches(len(y), batch_size, per_epoch, steps, gen), 1):
             before = counter.bytes
             t0 = time.perf_counter()
             opt.zero_grad()

@@ -16,9 +16,9 @@ and read their rank from ``torch.distributed``:
   every rank records a ``Timeline`` of compute / wait / communicate.
 
 What the lesson prints is the short ``textbook.py``, tested equal to these. The workloads
-and the ``Run`` record are ``workloads.py``; DDP-style gradient buckets ``buckets.py``;
-the single-process replay and the compute/communication ratio ``measure.py``; the
-pictures ``plots.py``.
+and the ``Run`` record are ``workloads.py``; the single-process replay and the
+compute/communication ratio ``measure.py``; the pictures ``plots.py``. (DDP-style gradient
+buckets come in lesson 06: ``ring_allreduce/buckets.py``.)
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ from ddl_lab.data_parallel.workloads import (Run, Straggler, batch_indices, buil
                                              sgd_update)
 from ddl_lab.ml.data import shard
 from ddl_lab.ml.models import flat_grads, flat_params, set_flat_params
-from ddl_lab.ring_allreduce.engine import allreduce as _allreduce
 from ddl_lab.runtime import device
 from ddl_lab.timeline import Timeline
 
@@ -49,10 +48,15 @@ def _span(tl: Timeline | None, kind: str) -> ContextManager:
     return tl.span(kind) if tl is not None else nullcontext()
 
 
-def _allreduce_fn(algorithm: str | Callable) -> Callable[[torch.Tensor], object]:
-    if callable(algorithm):
-        return algorithm
-    return lambda t: _allreduce(t, algorithm)
+def _allreduce_fn(allreduce: str | Callable) -> Callable[[torch.Tensor], object]:
+    """``"dist.all_reduce"`` (the library's), or any function summing a tensor in place over
+    the ranks (lesson 06's hand-written allreduces plug in here)."""
+    if callable(allreduce):
+        return allreduce
+    if allreduce != "dist.all_reduce":
+        raise ValueError(f"allreduce must be 'dist.all_reduce' or a function f(tensor) that "
+                         f"sums it in place over the ranks, got {allreduce!r}")
+    return dist.all_reduce
 
 
 class _Clock:
@@ -145,9 +149,10 @@ def sync_sgd(workload: str = "digits-mlp", steps: int = 30, batch: int = 64, lr:
              eval_every: int = 0, skew: float = 0.0) -> Run:
     """Worker function: ``steps`` of synchronous SGD with a global mini-batch ``batch``.
 
-    Each rank samples M/R examples of its own shard per step. ``allreduce`` is a name
-    from ``ring_allreduce.engine.ALGORITHMS`` or a function; ``eval_every`` > 0 records the
-    training-set loss every so many steps (off the clock).
+    Each rank samples M/R examples of its own shard per step. ``allreduce`` is
+    ``"dist.all_reduce"`` or a function f(tensor) summing it in place over the ranks (lesson
+    06's ``functools.partial(ring_allreduce.engine.allreduce, algorithm="ring")``, say);
+    ``eval_every`` > 0 records the training-set loss every so many steps (off the clock).
     """
     model, loss_fn, X, y, n, rank, b = _prepare(workload, batch, seed, skew)
     idx = batch_indices(len(y), b, steps, seed, rank)

@@ -8,7 +8,7 @@ update does little harm. Langford, Smola and Zinkevich ("Slow learners are fast"
 2009) showed that gradients applied a few steps late (*stale*) still converge.
 
 ``run(problem, mode, processes)`` trains for real on worker processes that attach to
-one ``SharedArray`` θ:
+one ``SharedArray`` θ, each taking the examples ``deal_rows`` deals it:
 
 - ``lock-free``: Hogwild! — read θ, compute the step, write it, nobody waits;
 - ``locked``: the same, but each update holds one shared lock (consistent, serialised);
@@ -35,7 +35,7 @@ from ddl_lab.parallel_models.shared_memory import CountingLock, SharedArray
 
 __all__ = ["MODES", "Problem", "sparse_problem", "dense_problem", "sparse_step", "sgd_update",
            "hogwild_loop", "HogwildRun", "run", "compare_modes", "run_learner_worker",
-           "reference_sgd", "time_to_target", "contention"]
+           "reference_sgd", "deal_rows", "time_to_target", "contention"]
 
 MODES = ("lock-free", "locked", "serial")
 
@@ -237,8 +237,8 @@ class HogwildRun:
                 f"lock taken {self.lock_acquisitions:,}×")
 
 
-def _rows(m: int, processes: int, epochs: int, seed: int) -> list[np.ndarray]:
-    """Each epoch's shuffled examples dealt to the workers in turn."""
+def deal_rows(m: int, processes: int, epochs: int, seed: int) -> list[np.ndarray]:
+    """Each epoch's shuffled examples dealt to the workers in turn: worker r's rows, in order."""
     perms = [np.random.default_rng(seed + e).permutation(m) for e in range(epochs)]
     return [np.concatenate([p[r::processes] for p in perms]) for r in range(processes)]
 
@@ -261,7 +261,7 @@ def run(problem: Problem, mode: str = "lock-free", processes: int = 2, epochs: i
     if epochs < 1 or delay < 0:
         raise ValueError("epochs must be >= 1 and delay >= 0")
     lr = problem.lr if lr is None else lr
-    rows = _rows(len(problem), processes, epochs, seed)
+    rows = deal_rows(len(problem), processes, epochs, seed)
     eval_every = max(1, len(rows[0]) // snapshots)
     lock, barrier = CountingLock(), SPAWN.Barrier(processes)
     try:
@@ -435,7 +435,7 @@ def run_learner_worker(worker: Callable, problem: Problem, processes: int = 2,
     Returns the final θ, its loss, how often the lock was taken and the seconds taken.
     """
     lr = problem.lr if lr is None else lr
-    rows = _rows(len(problem), processes, epochs, seed)
+    rows = deal_rows(len(problem), processes, epochs, seed)
     lock, barrier = CountingLock(), SPAWN.Barrier(processes)
     try:
         with SharedArray(problem.d, np.float64) as theta:

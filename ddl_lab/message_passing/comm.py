@@ -22,7 +22,9 @@ into the buffer the new array lives in, without copies. Every message is recorde
 A send returns once its bytes are handed to the operating system, so the buffer may be
 reused (MPI_Send's guarantee). While a rank waits to send or receive, it keeps reading
 whatever its peers send, so two ranks that both send first do not deadlock. How the bytes
-travel is ``wire.py``; the sequence diagrams are ``plots.py``.
+travel is ``wire.py``; the sequence diagrams are ``plots.py``. ``comm_main(fn, args, kwargs,
+timeout, finish_timeout)`` is what every worker of ``comm_run`` runs, for code that starts
+the workers itself.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from ddl_lab.message_passing.wire import (ABORT, BYE, TEXT, CommAborted, CommErr
 from ddl_lab.runtime import WorkerError, shared_cluster
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "CommError", "CommTimeout", "CommAborted",
-           "Message", "Trace", "connect", "comm_run", "comm_trace"]
+           "Message", "Trace", "connect", "comm_main", "comm_run", "comm_trace"]
 
 ANY_SOURCE = -1
 ANY_TAG = -1
@@ -365,9 +367,10 @@ def _accept_ranks(server: socket.socket, authkey: bytes, rank: int, size: int,
 
 # ---------------------------------------------------------------- running fn(comm)
 
-def _comm_main(fn: Callable, args: tuple, kwargs: dict, timeout: float,
-               finish_timeout: float) -> tuple[Any, dict]:
-    """What each worker runs for ``comm_trace``: connect, fn(comm), say goodbye."""
+def comm_main(fn: Callable, args: tuple, kwargs: dict, timeout: float,
+              finish_timeout: float) -> tuple[Any, dict]:
+    """What each worker runs for ``comm_trace`` (and the checks, on their own cluster):
+    connect, fn(comm), say goodbye; (fn's result, this rank's message records)."""
     comm = connect(timeout)
     try:
         result = fn(comm, *args, **kwargs)
@@ -394,7 +397,7 @@ def comm_trace(fn: Callable, world_size: int, *args: Any, timeout: float = 10.0,
     budget = run_timeout or 3 * timeout + 30.0
     cluster = shared_cluster(world_size)
     try:
-        out = cluster.run_with(_comm_main, (fn, args, kwargs, timeout, budget),
+        out = cluster.run_with(comm_main, (fn, args, kwargs, timeout, budget),
                                timeout=budget + 10.0)
     except WorkerError as e:
         raise CommError(_explain(e)) from None

@@ -1,4 +1,4 @@
-"""Allreduce by hand on torch.distributed point-to-point messages (lesson 06; lesson 05 uses it).
+"""Allreduce by hand on torch.distributed point-to-point messages (lesson 06).
 
 Three ways to sum a tensor over every rank, in place, with ``send/recv/isend/irecv`` only:
 
@@ -18,7 +18,8 @@ A ``Recorder`` logs every step of a run on one rank (which chunk it sent to whom
 received, the bytes sent, and optionally the data), which the pictures and the checks use.
 ``allreduce(tensor, algorithm)`` runs any of them (the ring is exercise 06's task, so it has
 no public name of its own). What the lesson prints is ``textbook.py``, tested equal to
-these; the α–β model is ``cost.py``; the pictures ``plots.py``.
+these; the α–β model is ``cost.py``; DDP-style gradient buckets ``buckets.py``; the
+pictures ``plots.py``.
 """
 from __future__ import annotations
 from __future__ import annotations
@@ -303,7 +304,8 @@ Algorithm = str | Callable[..., torch.Tensor]
 
 def allreduce(tensor: torch.Tensor, algorithm: Algorithm, **options) -> torch.Tensor:
     """Sum ``tensor`` in place over every rank with one of ``ALGORITHMS`` or any function
-    ``f(tensor, **options)`` that does it (lessons 05, 06)."""
+    ``f(tensor, **options)`` that does it (lesson 06; lesson 05's ``sync_sgd`` takes any of
+    them as its ``allreduce``)."""
     if callable(algorithm):
         return algorithm(tensor, **options)
     if algorithm not in ALGORITHMS:

@@ -29,18 +29,18 @@ def test_all_gather_bytes_of_empty_messages(cluster4):
 
 def simulate_fp32(n=4, epochs=EPOCHS, batch_size=16, lr=0.3, seed=0):
     """The same synchronous SGD in one process: average the n ranks' gradients."""
-    ranks = [ct._setup("mlp", seed, batch_size, n, r) for r in range(n)]
+    ranks = [ct.setup("mlp", seed, batch_size, n, r) for r in range(n)]
     net = ranks[0][0]
     theta = flat_params(net)
     per_epoch = ranks[0][4]
-    batches = [ct._batches(len(y), batch_size, per_epoch, epochs * per_epoch, gen)
+    batches = [ct.batches(len(y), batch_size, per_epoch, epochs * per_epoch, gen)
                for _, _, y, _, _, gen in ranks]
     for _ in range(epochs * per_epoch):
         update = torch.zeros_like(theta)
         for (_, X, y, *_), it in zip(ranks, batches):
             b = next(it)
             set_flat_params(net, theta)
-            update += ct._gradient(net, X[b], y[b])[0]
+            update += ct.gradient(net, X[b], y[b])[0]
         theta -= lr * update / n
     return theta
 

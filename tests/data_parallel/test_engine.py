@@ -1,10 +1,13 @@
 """Synchronous SGD, parameter averaging, local SGD and DMB on real workers (lesson 05)."""
+import functools
+
 import numpy as np
 import pytest
 import torch
 
-from ddl_lab.data_parallel import buckets, measure, plots, workloads
+from ddl_lab.data_parallel import measure, plots, workloads
 from ddl_lab.data_parallel import engine as D
+from ddl_lab.ring_allreduce import engine as R
 from ddl_lab.runtime import shared_cluster
 
 
@@ -20,7 +23,8 @@ def test_sync_sgd_is_single_process_sgd(cluster3):
         assert torch.allclose(r.params, ref, atol=1e-5)         # every replica, same model
     losses = [e[3] for e in runs[0].evals]
     assert [e[0] for e in runs[0].evals] == [4, 8, 12] and losses[-1] < losses[0]
-    ring = cluster3.run(D.sync_sgd, "linreg", 12, 48, 0.05, allreduce="ring")
+    ring = cluster3.run(D.sync_sgd, "linreg", 12, 48, 0.05,
+                        allreduce=functools.partial(R.allreduce, algorithm="ring"))
     assert torch.allclose(ring[0].params, ref, atol=1e-5)
 
 
@@ -82,27 +86,7 @@ def test_bad_input_says_what_to_do(cluster3):
         cluster3.run(D.sync_sgd, "linreg", 2, 64, 0.1)
 
 
-def _buckets_match_one_allreduce():
-    import torch.distributed as dist
-    from ddl_lab.ml.models import flat_grads
-    model, train, _, loss_fn = workloads.build("digits-mlp")
-    X, y = train.tensors()
-    rank = dist.get_rank()
-    X, y = X[32 * rank:32 * rank + 32], y[32 * rank:32 * rank + 32]
-    model.zero_grad()
-    loss_fn(model(X), y).backward()
-    want = flat_grads(model)
-    dist.all_reduce(want)
-    bucketed = buckets.GradientBuckets(model, bucket_bytes=1024)
-    model.zero_grad()
-    loss_fn(model(X), y).backward()
-    bucketed.wait()
-    bucketed.remove()
-    return len(bucketed.buckets), float((flat_grads(model) - want / 3).abs().max())
-
-
-def test_gradient_buckets_average_like_one_allreduce(cluster3):
-    for count, err in cluster3.run(_buckets_match_one_allreduce):
-        assert count > 2 and err < 1e-6
-    out = cluster3.run(buckets.overlap_backward, "digits-mlp", 32, 1024, 1)[0]
-    assert out["buckets"] > 2 and out["backward only"] > 0
+def test_allreduce_is_the_librarys_or_a_function(cluster3):
+    from ddl_lab.runtime import WorkerError
+    with pytest.raises(WorkerError, match="'dist.all_reduce' or a function"):
+        cluster3.run(D.sync_sgd, "linreg", 2, 48, 0.1, allreduce="ring")

@@ -14,7 +14,7 @@ def test_one_worker_gives_the_engines_theta_bit_for_bit(kind, seed, epochs):
                else hogwild.dense_problem(m=500, d=40, seed=seed))
     engine = hogwild.run(problem, "serial", epochs=epochs, seed=seed, record=False)
     theta = np.zeros(problem.d)
-    hogwild_loop(theta, problem, hogwild._rows(len(problem), 1, epochs, seed)[0], problem.lr)
+    hogwild_loop(theta, problem, hogwild.deal_rows(len(problem), 1, epochs, seed)[0], problem.lr)
     np.testing.assert_array_equal(theta, engine.theta)
 
 

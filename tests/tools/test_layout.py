@@ -1,7 +1,10 @@
 """The layout rule (CONTRIBUTING.md): a lesson's slug names its package, check, tests,
-benchmark and exercise; the package has no import cycle and no oversized module."""
+benchmark and exercise; the package has no import cycle and no oversized module; code
+follows the course's order (a lesson imports earlier lessons only, shared layers import no
+lesson, lessons import no checks or tooling, checks use lessons' public names only)."""
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from ddl_lab.tools.notebooks import ROOT
 PKG = ROOT / "ddl_lab"
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))
 SLUGS = {p.stem[3:]: p.stem for p in LESSONS}
+ORDER = {slug: int(stem[:2]) for slug, stem in SLUGS.items()}
 # What stands in for a lesson's own benchmark, and why.
 BENCH_ELSEWHERE = {"welcome": "runtime_bench.py measures what lesson 00 shows (start-up, round trip)"}
 MAX_LINES = 520
@@ -42,6 +46,129 @@ def graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PKG.rglob("*.py")}
     return {name: {m for m in imports_of(p) if m in files and m != name}
             for name, p in files.items()}
+
+
+# ------------------------------------------------------------------ the course's order
+
+# Code that several lessons share; none of it imports a lesson package.
+SHARED = ("ddl_lab/runtime/", "ddl_lab/ml/", "ddl_lab/timeline.py", "ddl_lab/widgets.py",
+          "ddl_lab/active.py", "ddl_lab/torchrun.py")
+# (file, lesson module) the one shared file that reads a lesson, inside a function: the
+# ring's bytes per operation for the wire tap.
+SHARED_READS_LESSON = {("ddl_lab/runtime/wiretap.py", "ddl_lab.ring_allreduce.cost")}
+# (file, module): a lesson's import of a check helper that is being moved to a shared layer.
+# Empty this set once it has moved.
+LESSON_IMPORTS_FROM_CHECK_TO_MOVE = {("ddl_lab/capstone/meter.py", "ddl_lab.check._worlds")}
+# (file, module): lesson 00's progress table lists every check and reads the verdicts they
+# record, so it stands above the checks although it lives in lesson 00's package.
+PROGRESS_READS_CHECKS = {("ddl_lab/welcome/progress.py", "ddl_lab.check")}
+
+
+@dataclass(frozen=True)
+class Use:
+    """A file's reference to ddl_lab: ``import module`` (name None), ``from module import
+    name``, or reading ``alias.name`` where ``alias`` is bound by an import to ``module``."""
+    line: int
+    module: str
+    name: str | None
+    in_function: bool
+
+    @property
+    def path(self) -> list[str]:
+        return self.module.split(".") + ([self.name] if self.name else [])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _allowed(rel: str, what: str, allowed: set[tuple[str, str]]) -> bool:
+    """Whether ``what`` (a dotted path) is, or is inside, a module ``allowed`` to ``rel``."""
+    return any(rel == f and (what == m or what.startswith(m + ".")) for f, m in allowed)
+
+
+def _import_base(node: ast.ImportFrom, package: list[str]) -> str:
+    base = node.module or ""
+    if node.level:
+        base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+    return base
+
+
+def uses_of(path: Path, root: Path) -> list[Use]:
+    """Every import of ddl_lab in ``path`` (module level and inside functions) and every
+    ``alias._x`` read through a name an import binds to a ddl_lab module or object."""
+    parts = path.relative_to(root).with_suffix("").parts
+    here = list(parts[:-1] if parts[-1] == "__init__" else parts)
+    package = here if path.name == "__init__.py" else here[:-1]
+    tree = ast.parse(path.read_text())
+    bound: dict[str, str] = {}                 # name -> the dotted path an import binds it to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names if a.asname})
+            bound.update({a.name.split(".")[0]: a.name.split(".")[0]
+                          for a in node.names if not a.asname})
+        elif isinstance(node, ast.ImportFrom):
+            base = _import_base(node, package)
+            bound.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names})
+    found: list[Use] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        in_function = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.Lambda))
+        if isinstance(node, ast.Import):
+            found.extend(Use(node.lineno, a.name, None, in_function) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _import_base(node, package)
+            found.extend(Use(node.lineno, base, a.name, in_function) for a in node.names)
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            dotted = _dotted(node.value, bound)
+            if dotted:
+                found.append(Use(node.lineno, dotted, node.attr, in_function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_function)
+
+    visit(tree, False)
+    return [u for u in found if u.path[0] == "ddl_lab"]
+
+
+def _dotted(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """``a.b.c`` as a dotted path from what an import bound ``a`` to (None: not bound so)."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value, bound)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def layer_violations(root: Path, order: dict[str, int]) -> list[str]:
+    """Every breach of the course's order in ``root/ddl_lab``, as 'file:line: rule (x): …':
+    (a) lesson k imports lessons ≤ k only; (b) shared layers import no lesson;
+    (c) lessons import nothing from ddl_lab.check or ddl_lab.tools;
+    (d) checks use no private (``_``) name of a lesson package."""
+    out = []
+    for file in sorted((root / "ddl_lab").rglob("*.py")):
+        rel = file.relative_to(root).as_posix()
+        mine = rel.split("/")[1] if rel.count("/") > 1 else None
+        for u in uses_of(file, root):
+            target = u.path[1] if len(u.path) > 1 else None
+            what, at = ".".join(u.path), f"{rel}:{u.line}: "
+            if mine in order and target in order and order[target] > order[mine]:
+                out.append(at + f"rule (a): lesson {order[mine]:02d} ({mine}) imports {what}, from "
+                           f"lesson {order[target]:02d}; move the code to the lesson that first "
+                           "teaches it, or to a shared layer")
+            if rel.startswith(SHARED) and target in order \
+                    and not (u.in_function and _allowed(rel, what, SHARED_READS_LESSON)):
+                out.append(at + f"rule (b): shared code imports the lesson package {what}")
+            if mine in order and target in ("check", "tools") \
+                    and not _allowed(rel, what, LESSON_IMPORTS_FROM_CHECK_TO_MOVE) \
+                    and not _allowed(rel, what, PROGRESS_READS_CHECKS):
+                out.append(at + f"rule (c): the lesson package {mine} imports {what}; lessons "
+                           "import neither the checks nor the tooling")
+            if mine == "check" and target in order and any(map(_private, u.path[2:])):
+                out.append(at + f"rule (d): a check uses {what}, a private name of lesson "
+                           f"{order[target]:02d}; make it public in its module, or do without")
+    return out
 
 
 def test_there_are_lessons():
@@ -116,3 +243,58 @@ def test_check_names_clash_loudly(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match="exported by both"):
         importlib.import_module("ddl_lab_copy.check")
     sys.modules.pop("ddl_lab_copy.check", None)
+
+
+def test_code_follows_the_course_order():
+    found = layer_violations(ROOT, ORDER)
+    assert not found, "code out of the course's order:\n" + "\n".join(found)
+
+
+PLANTED = {  # a small tree of lessons "early" (00), "late" (01), "ring_allreduce" (02)
+    "ddl_lab/early/engine.py": "from ddl_lab.late.engine import helper\n"          # (a) 1
+                               "def public():\n"
+                               "    import ddl_lab.late\n"                         # (a) 3
+                               "def _rows():\n"
+                               "    return []\n",
+    "ddl_lab/late/engine.py": "from ddl_lab.early.engine import public\n"          # fine
+                              "from ..check import _core\n"                         # (c) 2
+                              "def helper():\n"
+                              "    from ddl_lab import tools\n"                     # (c) 4
+                              "def _hidden():\n"
+                              "    pass\n",
+    "ddl_lab/ring_allreduce/cost.py": "FACTOR = 2\n",
+    "ddl_lab/runtime/core.py": "from ddl_lab.early import engine\n",               # (b) 1
+    "ddl_lab/runtime/wiretap.py": "from ddl_lab.ring_allreduce.cost import FACTOR\n"  # (b) 1
+                                  "def factor():\n"
+                                  "    from ddl_lab.ring_allreduce.cost import FACTOR\n"
+                                  "    from ddl_lab.ring_allreduce import cost\n"
+                                  "    from ddl_lab.ring_allreduce import engine\n",  # (b) 5
+    "ddl_lab/timeline.py": "import ddl_lab.late.engine as late\n",                # (b) 1
+    "ddl_lab/check/early.py": "from ddl_lab.early.engine import _rows, public\n"   # (d) 1
+                              "from ddl_lab.early import engine as E\n"
+                              "import ddl_lab.late.engine\n"
+                              "from ._core import fail\n"                          # fine
+                              "def check():\n"
+                              "    E._rows()\n"                                   # (d) 6
+                              "    ddl_lab.late.engine._hidden()\n"                # (d) 7
+                              "    return E.__name__, public\n",                   # fine
+    "ddl_lab/tools/peek.py": "from ddl_lab.late.engine import _hidden\n",          # fine
+}
+
+
+def test_the_order_rules_catch_planted_breaches(tmp_path):
+    for rel, text in PLANTED.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = layer_violations(tmp_path, {"early": 0, "late": 1, "ring_allreduce": 2})
+    got = sorted(re.match(r"(\S+:\d+): rule \((\w)\)", f).groups() for f in found)
+    assert got == sorted([
+        ("ddl_lab/check/early.py:1", "d"), ("ddl_lab/check/early.py:6", "d"),
+        ("ddl_lab/check/early.py:7", "d"),
+        ("ddl_lab/early/engine.py:1", "a"), ("ddl_lab/early/engine.py:3", "a"),
+        ("ddl_lab/late/engine.py:2", "c"), ("ddl_lab/late/engine.py:4", "c"),
+        ("ddl_lab/runtime/core.py:1", "b"), ("ddl_lab/runtime/wiretap.py:1", "b"),
+        ("ddl_lab/runtime/wiretap.py:5", "b"),
+        ("ddl_lab/timeline.py:1", "b")]), "\n".join(found)
+    assert any("ddl_lab/early/engine.py:1: rule (a): lesson 00 (early) imports "
+               "ddl_lab.late.engine.helper, from lesson 01" in f for f in found)

@@ -1,7 +1,14 @@
-"""Allreduce in buckets while the backward pass runs, as DDP does (lesson 06)."""
+"""Allreduce in buckets while the backward pass runs, as DDP does (lesson 06).
+
+``bucket_indices`` is the rule that cuts the gradients (in the order backward produces
+them) into buckets; ``GradientBuckets`` applies it to a model and launches each bucket's
+allreduce from a hook as soon as the bucket is full; ``overlap_backward`` times backward
+alone, then one allreduce, against the buckets overlapping it.
+"""
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -12,31 +19,41 @@ from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
 from ddl_lab.runtime import device
 
-__all__ = ["GradientBuckets", "overlap_backward"]
+__all__ = ["bucket_indices", "GradientBuckets", "overlap_backward"]
+
+
+def bucket_indices(sizes: Sequence[int], bucket_bytes: int) -> list[list[int]]:
+    """The buckets of gradients of ``sizes`` bytes, in backward order, as lists of indices:
+    a bucket takes gradients until it holds at least ``bucket_bytes``; the next gradient
+    opens a new one (no gradients: one empty bucket)."""
+    buckets: list[list[int]] = [[]]
+    size = 0
+    for i, nbytes in enumerate(sizes):
+        if size >= bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += nbytes
+    return buckets
 
 
 class GradientBuckets:
     """Allreduce gradients in buckets *during* the backward pass, as DDP does (lesson 06).
 
     Parameters are grouped in reverse order (backward reaches the last layers first)
-    into buckets of about ``bucket_bytes``. A hook fires as each gradient is ready; when a
-    bucket is complete its asynchronous allreduce starts at once, while backward goes on
-    with earlier layers. ``wait()`` finishes them all and leaves the averaged gradients in
-    ``.grad``. ``remove()`` takes the hooks off.
+    into buckets of about ``bucket_bytes`` (``bucket_indices``). A hook fires as each
+    gradient is ready; when a bucket is complete its asynchronous allreduce starts at once,
+    while backward goes on with earlier layers. ``wait()`` finishes them all and leaves the
+    averaged gradients in ``.grad``. ``remove()`` takes the hooks off.
     """
 
     def __init__(self, model: nn.Module, bucket_bytes: int = 1 << 18):
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         params = [p for p in model.parameters() if p.requires_grad][::-1]
-        self.buckets: list[list[nn.Parameter]] = [[]]
-        size = 0
-        for p in params:
-            if size >= bucket_bytes:
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += p.numel() * p.element_size()
+        self.buckets: list[list[nn.Parameter]] = [
+            [params[i] for i in b]
+            for b in bucket_indices([p.numel() * p.element_size() for p in params], bucket_bytes)]
         self._index = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self._ready = [0] * len(self.buckets)
         self._inflight: list[tuple[int, dist.Work, torch.Tensor]] = []
