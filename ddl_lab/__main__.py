@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd in grading.COMMANDS:
         return grading.run(a)
     if a.cmd == "progress":
-        from ddl_lab.welcome.progress import progress_table
+        from ddl_lab.tools.progress import progress_table
         if a.file and not Path(a.file).is_file():
             print(f"ddl-lab progress: no progress file {a.file}", file=sys.stderr)
             return 2

@@ -59,9 +59,6 @@ SHARED_READS_LESSON = {("ddl_lab/runtime/wiretap.py", "ddl_lab.ring_allreduce.co
 # (file, module): a lesson's import of a check helper that is being moved to a shared layer.
 # Empty this set once it has moved.
 LESSON_IMPORTS_FROM_CHECK_TO_MOVE = {("ddl_lab/capstone/meter.py", "ddl_lab.check._worlds")}
-# (file, module): lesson 00's progress table lists every check and reads the verdicts they
-# record, so it stands above the checks although it lives in lesson 00's package.
-PROGRESS_READS_CHECKS = {("ddl_lab/welcome/progress.py", "ddl_lab.check")}
 
 
 @dataclass(frozen=True)
@@ -161,8 +158,7 @@ def layer_violations(root: Path, order: dict[str, int]) -> list[str]:
                     and not (u.in_function and _allowed(rel, what, SHARED_READS_LESSON)):
                 out.append(at + f"rule (b): shared code imports the lesson package {what}")
             if mine in order and target in ("check", "tools") \
-                    and not _allowed(rel, what, LESSON_IMPORTS_FROM_CHECK_TO_MOVE) \
-                    and not _allowed(rel, what, PROGRESS_READS_CHECKS):
+                    and not _allowed(rel, what, LESSON_IMPORTS_FROM_CHECK_TO_MOVE):
                 out.append(at + f"rule (c): the lesson package {mine} imports {what}; lessons "
                            "import neither the checks nor the tooling")
             if mine == "check" and target in order and any(map(_private, u.path[2:])):

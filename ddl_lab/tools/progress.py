@@ -1,4 +1,4 @@
-"""The learner's own progress (lesson 00, ``ddl-lab progress``): every graded task of the
+"""The learner's own progress (shown in lesson 00; ``ddl-lab progress``): every graded task of the
 course, lesson by lesson, as passed / failed / not tried, read from the verdicts the
 checks record locally (``ddl_lab/check/_record.py``)."""
 from __future__ import annotations
