@@ -68,7 +68,7 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
         return cluster.run_with(fn, args, kwargs, timeout=timeout)
     except WorkerTimeout as e:
         ranks = sorted(e.failures)
-        slow = "still working, not stuck" in str(e)
+        slow = bool(e.busy)
         verdict = ("still computing — a loop that never ends, or far more work than the "
                    "task needs" if slow else
                    "probably a deadlock (a recv with no matching send, two ranks both "
@@ -86,7 +86,7 @@ def worker_failure(e: WorkerError, fn: Callable, where: str = "on rank {}",
                    report: bool = False) -> CheckFailed:
     """A CheckFailed for learner code that failed on workers: the stub, or the first failing
     worker (``where`` names it, e.g. "in process {} of 2") with its exception's last line."""
-    if any("NotImplementedError" in t for t in e.failures.values()):
+    if e.not_implemented:
         return CheckFailed(stub_message(fn))
     first = min(e.failures)
     last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
