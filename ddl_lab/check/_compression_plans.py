@@ -11,9 +11,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._core import call_local, fail, passed
+from ddl_lab.runtime.worlds import WorldFailed
+
+from ._core import call_local, fail, passed, run_in_world
 from ._diagnose import Cases, describe_value, not_a_plan, returned_none
-from ._worlds import WorldFailed, run_in_world
 
 # ------------------------------------------------------------------ reasoning: message size
 

@@ -1,9 +1,12 @@
 """What every check shares: the failure type, the pass line, running learner code."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
+from ddl_lab.runtime import worlds
+from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
 from . import _record
 
@@ -93,6 +96,32 @@ def worker_failure(e: WorkerError, fn: Callable, where: str = "on rank {}",
     name = getattr(fn, "__name__", "your function")
     message = f"{name} failed {where.format(first)}: {last_line}"
     return CheckFailed(message + (f"\n(full report below)\n\n{e}" if report else ""))
+
+
+def worded(failure: RankFailure, fn: Callable) -> RankFailure:
+    """``failure`` as a check words it: a stub's line is ``stub_message(fn)``."""
+    return replace(failure, line=stub_message(fn)) if failure.kind == "stub" else failure
+
+
+def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callable,
+              timeout: float | None = None) -> list[Outcome]:
+    """``runtime.worlds.run_cases`` for a check: each case on an n-rank world of the warm
+    cluster, up to the first that fails; a stub's failure worded for the learner."""
+    try:
+        outcomes = worlds.run_cases(body, cases, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        raise WorldFailed(worded(e.failure, fn)) from None
+    return [replace(o, failure=worded(o.failure, fn)) if o.failure else o for o in outcomes]
+
+
+def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
+                 timeout: float | None = None) -> list:
+    """One case on an n-rank world: the results of ranks 0…n−1; a failure raises
+    ``WorldFailed`` (a stub's worded for the learner)."""
+    try:
+        return worlds.run_in_world(body, n, *args, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        raise WorldFailed(worded(e.failure, fn)) from None
 
 
 def first_difference(expected: Any, got: Any, rtol: float = 1e-5,

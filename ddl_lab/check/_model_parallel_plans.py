@@ -14,9 +14,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._core import call_local, fail, passed
+from ddl_lab.runtime.worlds import WorldFailed
+
+from ._core import call_local, fail, passed, run_in_world
 from ._diagnose import Cases, not_a_plan
-from ._worlds import WorldFailed, run_in_world
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
 FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},

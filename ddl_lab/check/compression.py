@@ -15,12 +15,12 @@ import numpy as np
 import torch
 
 from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
+from ddl_lab.runtime.worlds import WorldFailed
 from . import _compression_plans as _plans
 from . import _compression_codes as _codes
 from ._compression_codes import _changed, _inputs, _parts
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_in_world
 from ._diagnose import Case, Cases, Snapshot, differs, explain, refuse, same, tolerance
-from ._worlds import WorldFailed, run_in_world
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
            "strom_bytes", "strom_plan"]

@@ -12,11 +12,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
+
 from . import _model_parallel_plans as _plans
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_cases
 from ._diagnose import (Case, Cases, describe_value, differs, explain, package_functions,
                         refuse_package_copy, same)
-from ._worlds import OP_TIMEOUT_S, WorldFailed, run_cases
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
