@@ -108,7 +108,8 @@ def _kill_pool() -> None:
 @dataclass
 class Event:
     """Something a role did: ``msg`` (payload = its message), ``done`` (payload = its
-    result), ``err`` (payload = (traceback, summary)) or ``died`` (payload = exit code)."""
+    result), ``err`` (payload = (traceback, summary, whether it was a NotImplementedError))
+    or ``died`` (payload = exit code)."""
 
     index: int
     kind: str
