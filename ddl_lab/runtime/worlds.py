@@ -55,6 +55,8 @@ class Raised:
     closed: bool = False
 
 
+# ------------------------------------------------------------------ on the workers
+
 def raised(error: BaseException) -> Raised:
     """Worker side: what ``error`` was, for the parent."""
     said = [str(e) for e in exception_chain(error)]
@@ -63,8 +65,6 @@ def raised(error: BaseException) -> Raised:
                   any(_GLOO_TIMED_OUT in s for s in said),
                   any(c in s for s in said for c in _GLOO_CLOSED))
 
-
-# ------------------------------------------------------------------ on the workers
 
 def _default_group(group: Any) -> None:
     from torch.distributed import distributed_c10d as c10d
