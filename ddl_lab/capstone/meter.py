@@ -10,7 +10,7 @@ A *plan* is a function that runs on every worker::
 ``model`` is this worker's digits CNN (``ml.models.SmallCNN``, the same initial weights
 everywhere), ``batches`` its own (skewed) shard of the training digits, cut into
 mini-batches, ``wire`` the metered network (``capstone.wire``). ``measure(plan)`` runs it
-on ranks 0…n−1 of the warm cluster the checks share (``check._worlds``, one gloo group of
+on ranks 0…n−1 of the warm cluster the checks share (``runtime.worlds``, one gloo group of
 n) and returns a ``Result``: the test accuracy of the model the workers
 end with, the bytes each put on the wire (counted by the meter), the steps each drew, its
 communication calls and the wall time. ``scaling_table`` runs a plan on 1, 2 and 4 workers.
@@ -218,7 +218,7 @@ class Result:
 
 
 class PlanFailed(RuntimeError):
-    """The plan failed on the workers; ``failure`` says how (a ``check._worlds.RankFailure``:
+    """The plan failed on the workers; ``failure`` says how (a ``runtime.worlds.RankFailure``:
     the stub, an exception on a rank, a deadlock, the time limit)."""
 
     def __init__(self, failure: Any, name: str, n: int):
@@ -233,7 +233,7 @@ def measure(plan: Callable, budget: Budget = BUDGET, world_size: int | None = No
     cluster and measure it. ``parameter_server``: the options of a lesson-07
     ``ParameterServer`` to start for the plan (``wire.server`` is then each worker's client),
     e.g. ``dict(shards=2, rule="sgd", lr=0.1, mode="ssp", s=2)``."""
-    from ddl_lab.check._worlds import WorldFailed, run_in_world
+    from ddl_lab.runtime.worlds import WorldFailed, run_in_world
     n = world_size or budget.world_size
     name = getattr(plan, "__name__", "the plan")
     ps = None

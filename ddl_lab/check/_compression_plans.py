@@ -11,11 +11,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ddl_lab.runtime.worlds import WorldFailed
+
 from . import _answers as answers
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_in_world, task
 from ._diagnose import Cases, describe_value, returned_none
-from ._worlds import WorldFailed, run_in_world
-from ._core import task
 
 # ------------------------------------------------------------------ reasoning: message size
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence, TypeVar
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
+from ddl_lab.runtime import worlds
+from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
 from . import _record
 
@@ -71,7 +73,7 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
         return cluster.run_with(fn, args, kwargs, timeout=timeout)
     except WorkerTimeout as e:
         ranks = sorted(e.failures)
-        slow = "still working, not stuck" in str(e)
+        slow = bool(e.busy)
         verdict = ("still computing — a loop that never ends, or far more work than the "
                    "task needs" if slow else
                    "probably a deadlock (a recv with no matching send, two ranks both "
@@ -89,13 +91,39 @@ def worker_failure(e: WorkerError, fn: Callable, where: str = "on rank {}",
                    report: bool = False) -> CheckFailed:
     """A CheckFailed for learner code that failed on workers: the stub, or the first failing
     worker (``where`` names it, e.g. "in process {} of 2") with its exception's last line."""
-    if any("NotImplementedError" in t for t in e.failures.values()):
+    if e.not_implemented:
         return CheckFailed(stub_message(fn))
     first = min(e.failures)
     last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
     name = getattr(fn, "__name__", "your function")
     message = f"{name} failed {where.format(first)}: {last_line}"
     return CheckFailed(message + (f"\n(full report below)\n\n{e}" if report else ""))
+
+
+def worded(failure: RankFailure, fn: Callable) -> RankFailure:
+    """``failure`` as a check words it: a stub's line is ``stub_message(fn)``."""
+    return replace(failure, line=stub_message(fn)) if failure.kind == "stub" else failure
+
+
+def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callable,
+              timeout: float | None = None) -> list[Outcome]:
+    """``runtime.worlds.run_cases`` for a check: each case on an n-rank world of the warm
+    cluster, up to the first that fails; a stub's failure worded for the learner."""
+    try:
+        outcomes = worlds.run_cases(body, cases, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        raise WorldFailed(worded(e.failure, fn)) from None
+    return [replace(o, failure=worded(o.failure, fn)) if o.failure else o for o in outcomes]
+
+
+def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
+                 timeout: float | None = None) -> list:
+    """One case on an n-rank world: the results of ranks 0…n−1; a failure raises
+    ``WorldFailed`` (a stub's worded for the learner)."""
+    try:
+        return worlds.run_in_world(body, n, *args, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        raise WorldFailed(worded(e.failure, fn)) from None
 
 
 def first_difference(expected: Any, got: Any, rtol: float = 1e-5,

@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ddl_lab.runtime.worlds import WorldFailed
+
 from . import _answers as answers
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_in_world, task
 from ._diagnose import Cases
-from ._worlds import WorldFailed, run_in_world
-from ._core import task
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
 FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},

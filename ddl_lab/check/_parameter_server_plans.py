@@ -28,8 +28,8 @@ def real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(learner, *args, **kwargs)
     except (ParameterServerError, TimeoutError) as e:
-        text = str(e)
-    if "NotImplementedError" in text:
+        text, stub = str(e), isinstance(e, ParameterServerError) and e.not_implemented
+    if stub:
         fail(stub_message(learner))
     head, last = text.strip().splitlines()[0], text.strip().splitlines()[-1]
     fail(f"{name} failed inside a shard process: {head}" + (f"\n  {last}" if last != head else ""))

@@ -17,9 +17,8 @@ import numpy as np
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task, worded
 from ._diagnose import Case, Cases, describe_value, explain, returned_none
-from ._core import task
 
 __all__ = ["budget_bytes", "capstone"]
 
@@ -144,7 +143,7 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
         result = measure(fn, budget, seed=seed, parameter_server=parameter_server,
                          timeout=_TIMEOUT_S)
     except PlanFailed as e:
-        fail(e.failure.message(name, budget.world_size))
+        fail(worded(e.failure, fn).message(name, budget.world_size))
     except (TypeError, ValueError) as e:
         if parameter_server is None:
             raise

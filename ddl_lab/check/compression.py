@@ -15,15 +15,12 @@ import numpy as np
 import torch
 
 from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
-from ._compression_codes import _changed, _inputs, _parts
-from ._core import call_local, fail, passed
+from ddl_lab.runtime.worlds import WorldFailed
+
+from ._compression_codes import _changed, _inputs, _parts, index_coding, qsgd_rounding
+from ._compression_plans import strom_bytes, strom_plan
+from ._core import call_local, fail, passed, run_in_world, task
 from ._diagnose import Case, Cases, Snapshot, differs, explain, same, tolerance
-from ._worlds import WorldFailed, run_in_world
-from ._compression_codes import index_coding
-from ._compression_codes import qsgd_rounding
-from ._compression_plans import strom_bytes
-from ._compression_plans import strom_plan
-from ._core import task
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
            "strom_bytes", "strom_plan"]

@@ -15,12 +15,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.runtime.worlds import Outcome, WorldFailed
+
 from . import _data_parallel_plans as plans
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_cases
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
 from ._message_passing_formula import formula_cases
-from ._worlds import Outcome, WorldFailed, run_cases
 from ._core import task
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]

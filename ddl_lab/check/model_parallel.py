@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._core import call_local, fail, passed
+from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
+
+from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, same)
-from ._worlds import OP_TIMEOUT_S, WorldFailed, run_cases
-from ._core import task
 from ._model_parallel_plans import pipeline_plan
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]

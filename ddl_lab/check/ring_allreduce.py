@@ -18,13 +18,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.runtime.worlds import RankFailure, WorldFailed
+
 from . import _answers as answers
 from . import _ring_allreduce_design as design
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, run_cases
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         returned_none)
 from ._message_passing_formula import formula_cases
-from ._worlds import RankFailure, WorldFailed, run_cases
 from ._core import task
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from ddl_lab.runtime.worlds import Raised, in_worlds
+
 from ._core import call_local, fail, passed, run_on_workers
 from ._diagnose import Cases, describe_value, only_right_for, returned_none
-from ._worlds import Raised, in_worlds
 from ._core import task
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]

@@ -5,7 +5,12 @@ __all__ = ["ParameterServerError", "ShardDied", "ShardLost"]
 
 
 class ParameterServerError(RuntimeError):
-    """A shard, a replica or the coordinator failed; the message says which and why."""
+    """A shard, a replica or the coordinator failed; the message says which and why.
+    ``not_implemented``: the code it ran raised NotImplementedError (a stub not written yet)."""
+
+    def __init__(self, message: str, not_implemented: bool = False):
+        super().__init__(message)
+        self.not_implemented = not_implemented
 
 
 class ShardDied(ParameterServerError):

@@ -19,6 +19,7 @@ from multiprocess.connection import Connection, wait
 
 from ddl_lab.parameter_server.errors import ParameterServerError
 from ddl_lab.parameter_server.wire import recv_msg
+from ddl_lab.runtime.errors import caused_by
 from ddl_lab.runtime.process import SPAWN, child_setup, exit_text
 
 __all__ = ["Roles", "Event", "tell_driver", "from_driver", "exit_text"]
@@ -47,7 +48,7 @@ def _pool_main(conn: Connection, parent: int) -> None:
         except BaseException as e:
             tb = e.__traceback__.tb_next if e.__traceback__ else None
             reply = ("err", "".join(traceback.format_exception(type(e), e, tb)),
-                     f"{type(e).__name__}: {e}")
+                     f"{type(e).__name__}: {e}", caused_by(e, NotImplementedError))
         try:
             conn.send_bytes(pickle.dumps(reply, protocol=5))
         except OSError:
@@ -107,7 +108,8 @@ def _kill_pool() -> None:
 @dataclass
 class Event:
     """Something a role did: ``msg`` (payload = its message), ``done`` (payload = its
-    result), ``err`` (payload = (traceback, summary)) or ``died`` (payload = exit code)."""
+    result), ``err`` (payload = (traceback, summary, whether it was a NotImplementedError))
+    or ``died`` (payload = exit code)."""
 
     index: int
     kind: str
@@ -192,7 +194,7 @@ class Roles:
                     events.append(Event(i, "done", dill.loads(msg[1])))
                 else:
                     self.state[i] = "failed"
-                    events.append(Event(i, "err", (msg[1], msg[2])))
+                    events.append(Event(i, "err", msg[1:]))
         except (EOFError, OSError):                # the pipe closed: it is dying
             p.process.join(1.0)
         if self.state[i] == "running" and not p.alive:
@@ -236,7 +238,8 @@ class Roles:
     def error(self, ev: Event) -> ParameterServerError:
         who = f"{self.label} {ev.index}"
         if ev.kind == "err":
-            return ParameterServerError(f"{who} failed: {ev.payload[1]}\n\n{ev.payload[0]}")
+            return ParameterServerError(f"{who} failed: {ev.payload[1]}\n\n{ev.payload[0]}",
+                                        not_implemented=ev.payload[2])
         if ev.kind == "died":
             return ParameterServerError(f"{who} died ({exit_text(ev.payload)})")
         return ParameterServerError(f"{who}: unexpected {ev.kind} {ev.payload!r:.200}")

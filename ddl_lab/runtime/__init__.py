@@ -11,7 +11,8 @@ The function may be written in a notebook cell: it is pickled with dill
 (``recurse=True``), so the cell's imports and helpers travel with it; tensors in
 shared memory arrive as the same memory. Modules: ``cluster`` (the parent side),
 ``worker`` (inside a worker), ``pickling``, ``stacks`` (where a rank is), ``errors``,
-``reload`` (edited user modules), ``progress``, ``backends``, ``launch``.
+``reload`` (edited user modules), ``progress``, ``backends``, ``launch``, ``worlds``
+(code on n-rank worlds carved out of one warm cluster, as the checks run it).
 """
 from .backends import available_backends, device, group_backend
 from .cluster import CLUSTER_TIMEOUT, Cluster

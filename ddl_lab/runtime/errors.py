@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import signal
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .stacks import Where
 
@@ -18,17 +18,32 @@ class WorkerError(RuntimeError):
 
     ``failures`` maps each failed rank to its traceback or a one-line account;
     ``restarted`` is True when the workers were stopped (fresh ones start with the
-    next run).
+    next run); ``raised`` maps each rank whose function raised to the exception's type
+    name; ``not_implemented`` lists the ranks whose exception was (or was caused by) a
+    NotImplementedError — a stub not written yet.
     """
 
-    def __init__(self, message: str, failures: dict[int, str], restarted: bool = True):
+    def __init__(self, message: str, failures: dict[int, str], restarted: bool = True, *,
+                 raised: dict[int, str] | None = None, not_implemented: list[int] | None = None):
         super().__init__(message)
         self.failures = failures
         self.restarted = restarted
+        self.raised = raised or {}
+        self.not_implemented = not_implemented or []
 
 
 class WorkerTimeout(WorkerError):
-    """Some ranks did not answer within the timeout; the message says where each was."""
+    """Some ranks did not answer within the timeout; the message says where each was.
+
+    ``busy`` lists the ranks that were computing when asked, ``waiting`` those waiting in
+    a communication call (send, receive, collective); the rest did not say.
+    """
+
+    def __init__(self, message: str, failures: dict[int, str], restarted: bool = True, *,
+                 busy: list[int] | None = None, waiting: list[int] | None = None):
+        super().__init__(message, failures, restarted)
+        self.busy = busy or []
+        self.waiting = waiting or []
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -43,11 +58,29 @@ class RunInterrupted(KeyboardInterrupt):
 
 @dataclass
 class Failure:
-    """How one rank failed: kind 'raised' or 'died', full text, one-line summary."""
+    """How one rank failed: kind 'raised' or 'died', full text, one-line summary; for
+    'raised', the exception's type name and whether it was a NotImplementedError."""
     kind: str
     text: str
     summary: str
     hint: str = ""
+    exception: str = ""
+    not_implemented: bool = False
+
+
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then the exceptions its traceback shows as its cause or context."""
+    seen: set[int] = set()
+    at: BaseException | None = error
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        yield at
+        at = at.__cause__ or (None if at.__suppress_context__ else at.__context__)
+
+
+def caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """Is ``error``, or an exception its traceback shows it came from, a ``kind``?"""
+    return any(isinstance(e, kind) for e in exception_chain(error))
 
 
 _DEADLOCK = (": a deadlock — every unfinished rank waits for a message that no rank will "
@@ -80,13 +113,25 @@ def run_error(world_size: int, doing: str, failures: dict[int, Failure], missing
                   for r in missing})
     details = "\n\n".join(f"--- rank {r} ---\n{f.text.rstrip()}"
                           for r, f in sorted(failures.items()) if f.kind == "raised")
-    cls = WorkerTimeout if missing and not failures else WorkerError
-    return cls(head + ("\n\n" + details if details else ""), table, stopped)
+    message = head + ("\n\n" + details if details else "")
+    if missing and not failures:
+        return WorkerTimeout(message, table, stopped, busy=_ranks_where(missing, where, False),
+                             waiting=_ranks_where(missing, where, True))
+    return WorkerError(message, table, stopped,
+                       raised={r: f.exception for r, f in failures.items() if f.exception},
+                       not_implemented=sorted(r for r, f in failures.items()
+                                              if f.not_implemented))
+
+
+def _ranks_where(missing: list[int], where: dict[int, Where], waiting: bool) -> list[int]:
+    """The ranks among ``missing`` whose stack said ``waiting``: True in a communication
+    call, False computing."""
+    return [r for r in missing if r in where and where[r].waiting is waiting]
 
 
 def _verdict(missing: list[int], where: dict[int, Where]) -> str:
     known = [where[r] for r in missing if r in where and where[r].waiting is not None]
-    busy = [r for r in missing if r in where and where[r].waiting is False]
+    busy = _ranks_where(missing, where, False)
     if busy:
         return _SLOW.format(busy=busy)
     if known and len(known) == len(missing):

@@ -19,7 +19,7 @@ import traceback
 from multiprocess.connection import Connection
 
 from .backends import group_backend
-from .errors import call_hint, memory_hint
+from .errors import call_hint, caused_by, memory_hint
 from .pickling import dumps, install_in_main, loads
 from .progress import WORKER
 from .reload import ModuleWatch
@@ -147,7 +147,8 @@ def _run_task(task: int, payload: bytes, sources: dict, modules: ModuleWatch) ->
         hint = memory_hint(e)
         if fn is not None and isinstance(e, TypeError) and tb is None:   # fn's own signature
             hint = call_hint(fn, kwargs, e)
-        return ("err", task, text, f"raised {type(e).__name__}: {e}", hint)
+        return ("err", task, text, f"raised {type(e).__name__}: {e}", hint, type(e).__name__,
+                caused_by(e, NotImplementedError))
     finally:
         modules.record()
     try:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ddl_lab import Cluster
-from ddl_lab.check._worlds import in_worlds
 from ddl_lab.compression import compressors as C
 from ddl_lab.message_passing.comm import connect
 from ddl_lab.parameter_server.rules import shard_ranges
@@ -20,6 +19,7 @@ from ddl_lab.parameter_server.shard import Shard
 from ddl_lab.ring_allreduce import textbook
 from ddl_lab.ring_allreduce.engine import allreduce
 from ddl_lab.ring_allreduce.shm import shm_allreduce
+from ddl_lab.runtime.worlds import in_worlds
 
 
 def few(n):

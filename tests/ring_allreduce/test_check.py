@@ -245,7 +245,7 @@ def _collectives_still_work():
 
 
 def test_check_restores_the_process_group():
-    from ddl_lab.check._worlds import MAX_WORLD
+    from ddl_lab.runtime.worlds import MAX_WORLD
     from ddl_lab.runtime import shared_cluster
     with pytest.raises(CheckFailed):
         check.ring_allreduce(uses_builtin)

@@ -1,4 +1,5 @@
-"""Checks on real workers at several world sizes, all on one warm cluster (issue 16).
+"""Code run on n-rank worlds carved out of one warm cluster (the checks of lessons 00–11,
+the capstone's meter).
 
 A check draws world sizes 2–5, but starting a cluster per size would cost seconds each.
 So every case runs on the one shared cluster of ``MAX_WORLD`` ranks: ranks 0…n−1 make a
@@ -8,11 +9,15 @@ sums over the n ranks); the other ranks wait. All of a check's cases go to the w
 one call and run one after the other; after each, the whole cluster agrees whether it
 failed, and stops there if so.
 
-Each check makes fresh groups (one per world size), so a message an earlier answer left
+Each call makes fresh groups (one per world size), so a message an earlier answer left
 unreceived cannot leak into it, and they have an operation timeout, so a deadlock is
 reported in seconds rather than at the cluster's time limit. When the learner's code raises
 on one rank, that rank closes the group: its neighbours, blocked in a receive from it, fail
 at once.
+
+Failures come back structured: each rank that raised sends home a ``Raised`` saying, beside
+the traceback, what its exception was (decided on the worker, where the exception exists),
+and the parent sums them up in one ``RankFailure`` per case.
 """
 from __future__ import annotations
 
@@ -21,25 +26,45 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
-
-from ._core import stub_message
+from .errors import WorkerError, WorkerTimeout, caused_by, exception_chain
+from .launch import shared_cluster
 
 MAX_WORLD = 5               # the largest world size a check draws; the cluster's size
 OP_TIMEOUT_S = 15.0         # a send/recv/collective that waits longer is a deadlock
-CASES_TIMEOUT = 60.0        # seconds all of a check's cases may take together
-_TIMED_OUT = "Timed out waiting"
-_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-           "connectFullMesh failed")
+CASES_TIMEOUT = 60.0        # seconds all of a call's cases may take together
+# what gloo says (it raises a plain RuntimeError) when an operation waited past the group's
+# timeout, and when the rank at the other end closed its connection
+_GLOO_TIMED_OUT = "Timed out waiting"
+_GLOO_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                "connectFullMesh failed")
 
 
 @dataclass
 class Raised:
-    """Worker → parent: the learner's code raised; ``text`` is the whole traceback."""
+    """Worker → parent: the learner's code raised on this rank.
+
+    ``text``: the whole traceback; ``exception``: the exception's type name; ``stub``: it
+    was (or was caused by) a NotImplementedError, a stub not written yet; ``timed_out``: a
+    send, receive or collective waited past the operation timeout; ``closed``: another rank
+    closed its connection (a failure that follows another rank's).
+    """
     text: str
+    exception: str = ""
+    stub: bool = False
+    timed_out: bool = False
+    closed: bool = False
 
 
 # ------------------------------------------------------------------ on the workers
+
+def raised(error: BaseException) -> Raised:
+    """Worker side: what ``error`` was, for the parent."""
+    said = [str(e) for e in exception_chain(error)]
+    return Raised("".join(traceback.format_exception(error)).rstrip(), type(error).__name__,
+                  caused_by(error, NotImplementedError),
+                  any(_GLOO_TIMED_OUT in s for s in said),
+                  any(c in s for s in said for c in _GLOO_CLOSED))
+
 
 def _default_group(group: Any) -> None:
     from torch.distributed import distributed_c10d as c10d
@@ -85,8 +110,8 @@ def _one_case(group: Any, n: int, body: Callable, args: tuple) -> Any:
         _default_group(group)
         with _ranks_within(n):
             return body(*args)
-    except Exception as e:                 # the learner's error, sent home as text
-        return Raised("".join(traceback.format_exception(e)).rstrip())
+    except Exception as e:                 # the learner's error, sent home described
+        return raised(e)
     finally:
         _default_group(world)
 
@@ -125,20 +150,23 @@ def in_worlds(body: Callable, cases: Sequence[tuple[int, tuple]],
     return out
 
 
-# ------------------------------------------------------------------ in the check
+# ------------------------------------------------------------------ in the parent
 
 @dataclass
 class RankFailure:
-    """How the learner's code failed on the workers, in a check's terms.
+    """How the learner's code failed on the workers.
 
-    kind: 'stub', 'raised' (``line`` is the exception's last line, on ``rank``),
-    'deadlock' (every waiting rank timed out in a send/recv/collective), 'died' (a
-    rank's process was killed, e.g. by gloo), 'timeout' (the ranks never answered).
+    kind: 'stub' (it raised NotImplementedError on ``rank``), 'raised' (``line`` is the
+    exception's last line, ``exception`` its type name, on ``rank``), 'deadlock' (every
+    waiting rank timed out in a send/recv/collective), 'died' (a rank's process was killed,
+    e.g. by gloo), 'timeout' (the ranks never answered). ``text``: the rank's traceback or
+    the whole report.
     """
     kind: str
     rank: int
     line: str
     text: str
+    exception: str = ""
 
     def message(self, name: str, n: int) -> str:
         """The usual sentence for this failure; checks add their task's hint."""
@@ -172,29 +200,38 @@ class WorldFailed(Exception):
         self.failure = failure
 
 
+def stub_failure(fn: Callable, rank: int = 0, text: str = "") -> RankFailure:
+    """``fn`` raised NotImplementedError on ``rank``: a stub not written yet."""
+    name = getattr(fn, "__name__", "the function")
+    return RankFailure("stub", rank, f"{name} is not implemented yet (it raised "
+                       "NotImplementedError)", text, "NotImplementedError")
+
+
 def _last_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else ""
 
 
-def classify(failures: dict[int, str], fn: Callable) -> RankFailure:
-    """The learner's failure among the ranks' failure texts (secondary ones — a neighbour's
-    closed connection — are skipped)."""
-    if any("NotImplementedError" in t for t in failures.values()):
-        return RankFailure("stub", min(failures), stub_message(fn), "")
-    primary = {r: t for r, t in failures.items() if not any(c in t for c in _CLOSED)}
-    if primary and all(_TIMED_OUT in t for t in primary.values()):
+def classify(failures: dict[int, Raised], fn: Callable) -> RankFailure:
+    """The learner's failure among the ranks' (secondary ones — a neighbour's closed
+    connection — are skipped)."""
+    stubs = sorted(r for r, v in failures.items() if v.stub)
+    if stubs:
+        return stub_failure(fn, stubs[0], failures[stubs[0]].text)
+    primary = {r: v for r, v in failures.items() if not v.closed}
+    if primary and all(v.timed_out for v in primary.values()):
         r = min(primary)
-        return RankFailure("deadlock", r, _last_line(primary[r]), primary[r])
-    raised = {r: t for r, t in primary.items() if _TIMED_OUT not in t}
-    r = min(raised or primary or failures)
-    text = (raised or primary or failures)[r]
-    return RankFailure("raised", r, _last_line(text), text)
+        return RankFailure("deadlock", r, _last_line(primary[r].text), primary[r].text,
+                           primary[r].exception)
+    raised_here = {r: v for r, v in primary.items() if not v.timed_out}
+    among = raised_here or primary or failures
+    r = min(among)
+    return RankFailure("raised", r, _last_line(among[r].text), among[r].text, among[r].exception)
 
 
 def _bare_stub(fn: Callable) -> bool:
     """True if ``fn`` does nothing but raise NotImplementedError (an exercise's stub), so
-    the check need not start workers to find out."""
+    there is no need to start workers to find out."""
     import dis
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -214,21 +251,22 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     if not all(1 <= n <= MAX_WORLD for n, _ in cases):
         raise ValueError(f"world sizes must lie in 1…{MAX_WORLD}")
     if _bare_stub(fn):
-        raise WorldFailed(RankFailure("stub", 0, stub_message(fn), ""))
+        raise WorldFailed(stub_failure(fn))
     cluster = shared_cluster(MAX_WORLD)
     try:
         per_rank = cluster.run_with(in_worlds, (body, list(cases)), {},
                                     timeout=timeout or CASES_TIMEOUT)
     except WorkerError as e:
-        if any("NotImplementedError" in (t or "") for t in e.failures.values()):
-            raise WorldFailed(RankFailure("stub", 0, stub_message(fn), "")) from None
+        if e.not_implemented:
+            r = e.not_implemented[0]
+            raise WorldFailed(stub_failure(fn, r, e.failures[r])) from None
         kind = "timeout" if isinstance(e, WorkerTimeout) else "died"
         raise WorldFailed(RankFailure(kind, min(e.failures, default=0),
                                       str(e).splitlines()[0], str(e))) from None
     outcomes = []
     for k, (n, _) in enumerate(cases[:len(per_rank[0])]):
         results = [per_rank[r][k] for r in range(n)]
-        failed = {r: v.text for r, v in enumerate(results) if isinstance(v, Raised)}
+        failed = {r: v for r, v in enumerate(results) if isinstance(v, Raised)}
         outcomes.append(Outcome(n, None, classify(failed, fn)) if failed
                         else Outcome(n, results, None))
     return outcomes
