@@ -104,37 +104,29 @@ def _p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: in
     """Worker, while the learner's code runs: every send/recv is written to a file (a line
     each, flushed), and a message that cannot be right raises at once instead of hanging:
     None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
-    import torch.distributed as dist
-    saved, peers = {k: getattr(dist, k) for k in ("send", "recv", "isend", "irecv")}, {prev, nxt}
+    from ddl_lab.runtime.wiretap import Wiretap
+    peers = {prev, nxt}
 
-    def judge(op: str, tensor: Any, peer: Any) -> None:
-        sending = op.endswith("send")
+    def judge(call: str, sending: bool, tensor: Any, peer: Any) -> None:
         if tensor is None:
-            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{op} with None")
+            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{call} with None")
         if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
             raise ValueError(f"{_GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
                              f"its input's gradient to nxt = {peer}")
         if peer not in peers - {None}:
             raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
-                             f"{rank} called dist.{op} with rank {peer!r}, which is not one of "
+                             f"{rank} called dist.{call} with rank {peer!r}, which is not one of "
                              f"its neighbours {sorted(peers - {None})}")
 
-    def wrap(op: str, call: Callable) -> Callable:
-        def logged(tensor=None, peer=None, *args, **kwargs):
-            peer = kwargs.pop("dst", kwargs.pop("src", peer))
-            log.write(f"{op.lstrip('i')} {peer}\n")
-            log.flush()
-            judge(op, tensor, peer)
-            return call(tensor, peer, *args, **kwargs)
-        return logged
-    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log:
-        for k, f in saved.items():
-            setattr(dist, k, wrap(k, f))
-        try:
-            yield
-        finally:
-            for k, f in saved.items():
-                setattr(dist, k, f)
+    def logged(op: Any, args: tuple) -> None:
+        if op.op not in ("send", "recv"):
+            return
+        peer = op.dst if op.op == "send" else op.src
+        log.write(f"{op.op} {peer}\n")
+        log.flush()
+        judge(op.call or op.op, op.op == "send", args[0][0], peer)
+    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log, Wiretap(on_op=logged):
+        yield
 
 
 def _last_dim(t: Any) -> int | None:
