@@ -211,8 +211,9 @@ class Wiretap:
         peer = local.get("dst" if op == "send" else "src")
         peer = local.get("group_dst" if op == "send" else "group_src") if peer is None else peer
         tensor = local.get("tensor")
+        nbytes = tensor_bytes(tensor) if isinstance(tensor, torch.Tensor) else 0
         src, dst = (me, peer) if op == "send" else (peer, me)
-        return (Op(op, op, code.co_name, tensor_bytes(tensor), 0.0, src, dst, self.size,
+        return (Op(op, "", code.co_name, nbytes, 0.0, src, dst, self.size,
                    self._ranks, refused=True), ([tensor], peer))
 
     # ------------------------------------------------------------------ in and out

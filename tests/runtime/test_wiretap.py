@@ -86,8 +86,7 @@ def test_a_deaf_wiretap_raises_instead_of_counting_zero():
 
 def nested_and_guarded() -> dict:
     """Worker: a wiretap inside a wiretap inside the sub-world guard; a refused call."""
-    n, r = dist.get_world_size(), dist.get_rank()
-    seen = []
+    n, seen = dist.get_world_size(), []
     with Wiretap() as outer:
         with Wiretap(on_op=lambda op, args: seen.append((op.op, op.refused))) as inner:
             dist.all_reduce(torch.ones(4))
@@ -105,8 +104,7 @@ def nested_and_guarded() -> dict:
 
 
 def test_nested_wiretaps_compose_with_the_sub_world_guard():
-    for n, out in enumerate(run_cases(nested_and_guarded, [(3, ())], fn=nested_and_guarded)[0]
-                            .results):
+    for out in run_cases(nested_and_guarded, [(3, ())], fn=nested_and_guarded)[0].results:
         assert out["inner"] == [("all_reduce", 16), ("send", 8)]
         assert out["outer"][:2] == out["inner"]          # once each: no canary leaks out
         assert "the world has 3 ranks" in out["guard"]
