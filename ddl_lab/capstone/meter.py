@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -33,6 +34,8 @@ from ddl_lab.capstone.wire import Wire, metered, metered_server
 from ddl_lab.ml.data import Dataset, digits, shard
 from ddl_lab.ml.models import SmallCNN, flat_params
 from ddl_lab.ml.training import evaluate_accuracy
+from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["Batches", "WorkerReport", "Result", "PlanFailed", "measure", "scaling_table",
            "table_text", "initial_model", "fp32_allreduce_bytes"]
@@ -51,7 +54,7 @@ def initial_model(seed: int = 0) -> nn.Module:
 
 def fp32_allreduce_bytes(n: int = 4) -> float:
     """Bytes the meter charges a worker for one allreduce of the whole fp32 model on n."""
-    return 2 * (n - 1) / n * 4 * sum(p.numel() for p in SmallCNN().parameters())
+    return sent_bytes("all_reduce", n, 4 * sum(p.numel() for p in SmallCNN().parameters()))
 
 
 class Batches:
@@ -113,6 +116,20 @@ def _unwrap(out: Any) -> tuple[nn.Module | None, str, float | None]:
     return None, what, (numbers[0] if numbers else None)
 
 
+def _charged(tap: Wiretap) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, int], int]]:
+    """Of the operations that carried bytes: calls and bytes per operation, calls per
+    (operation, S)."""
+    calls: Counter = Counter()
+    by_op: Counter = Counter()
+    sizes: Counter = Counter()
+    for op in tap.ops:
+        if op.nbytes and op.sent:
+            calls[op.op] += 1
+            by_op[op.op] += op.sent
+            sizes[(op.op, op.nbytes)] += 1
+    return dict(calls), dict(by_op), dict(sizes)
+
+
 def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> WorkerReport:
     """On every worker: build its model and batches, run ``plan`` on the metered wire."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -125,20 +142,20 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
         from ddl_lab.parameter_server.wire import ShardClient
         client = ShardClient(*server, name=f"worker {rank}")
     dist.barrier()
-    with metered() as group, (metered_server(group) if client else nullcontext()):
+    with metered() as tap, (metered_server(tap) if client else nullcontext()):
         if client is not None:
             client.join()
             dist.barrier()
         t0 = time.perf_counter()
         try:
-            out = plan(model, batches, Wire(group, client))
+            out = plan(model, batches, Wire(tap, client))
         finally:
             wall = time.perf_counter() - t0
             if client is not None:
                 client.close()
     trained, returned, reported = _unwrap(out)
-    return WorkerReport(rank, group.sent, dict(group.calls), dict(group.by_op),
-                        dict(group.sizes), batches.drawn, wall,
+    calls, by_op, sizes = _charged(tap)
+    return WorkerReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall,
                         None if trained is None else flat_params(trained).numpy(),
                         None if trained is None else evaluate_accuracy(trained, test),
                         returned, reported)

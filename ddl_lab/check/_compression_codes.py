@@ -8,9 +8,8 @@ import numpy as np
 import torch
 
 from ddl_lab.compression.compressors import QSGD, encode_indices, varint_encode
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task
 from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, returned_arrays, returned_none)
-from ._core import task
 
 _PACKAGE = "ddl_lab.compression"
 
@@ -72,7 +71,7 @@ def _qsgd_ref(v: np.ndarray, s: int, u: np.ndarray, norm: float | None = None) -
     return (np.sign(v) * (low + (u.astype(v.dtype) < r - low))).astype(np.int64)
 
 
-@task("compression", refuses=(_PACKAGE, 'qsgd_levels', '_qsgd_levels'))
+@task("compression", refuses=(_PACKAGE, "qsgd_levels", "_qsgd_levels"))
 def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 3: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
     with r = |v|/‖v‖₂·s, level = ⌊r⌋ + 1 if u < r − ⌊r⌋ else ⌊r⌋, times sign(v)."""
@@ -201,7 +200,7 @@ def _index_array(case: Case) -> np.ndarray:
     return np.concatenate([[p["first"]] if p["first"] else [], rest]).astype(p["dtype"])
 
 
-@task("compression", refuses=(_PACKAGE, 'varint_encode', 'encode_indices', '_varint_encode'))
+@task("compression", refuses=(_PACKAGE, "varint_encode", "encode_indices", "_varint_encode"))
 def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 4: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
     index itself, then i_k − i_{k−1}) in LEB128 varints: low 7 bits first, high bit set on

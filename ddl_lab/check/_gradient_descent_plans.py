@@ -11,10 +11,9 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task
 from ._diagnose import Case, Cases, same
 from ._parallel_models_plans import two_numbers
-from ._core import task
 
 # ------------------------------------------------------------------ the best fixed step
 

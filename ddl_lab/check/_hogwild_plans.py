@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same
 from .parallel_models import PROCESSES, shared_file
-from ._core import task
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem

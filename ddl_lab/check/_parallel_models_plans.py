@@ -19,9 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task
 from ._diagnose import Case, Cases, describe_value, returned_arrays, returned_none, same
-from ._core import task
 
 # ------------------------------------------------------------------ Amdahl's bound
 
@@ -32,7 +31,7 @@ def _amdahl_case(rng: np.random.Generator) -> dict[str, Any]:
             "cores": int(2 ** rng.uniform(1, 12))}
 
 
-@task("parallel_models", refuses=('ddl_lab.parallel_models', 'amdahl', 'fit_parallel_fraction'))
+@task("parallel_models", refuses=("ddl_lab.parallel_models", "amdahl", "fit_parallel_fraction"))
 def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
     """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
     workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from

@@ -10,9 +10,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, stub_message
+from ._core import call_local, fail, passed, stub_message, task
 from ._diagnose import Cases, describe_value, returned_none
-from ._core import task
 
 # seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
 # and only answers right on every local case get that far

@@ -132,27 +132,17 @@ def bucket_run(widths: list[int], bucket_bytes: int) -> list[int]:
     """Worker: one backward pass of a chain of Linear layers with the lesson's
     GradientBuckets; the bytes of each allreduce its hooks launched, in order."""
     import torch
-    from torch._C._distributed_c10d import ProcessGroup
 
     from ddl_lab.ring_allreduce.buckets import GradientBuckets
+    from ddl_lab.runtime.wiretap import Wiretap
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
-    raw, launched = ProcessGroup.__dict__["allreduce"], []
-    call = ProcessGroup.allreduce
-
-    def counted(pg, tensors, *args, **kwargs):
-        launched.append(sum(t.numel() * t.element_size() for t in tensors))
-        return call(pg, tensors, *args, **kwargs)
-
-    ProcessGroup.allreduce = counted
-    try:
+    with Wiretap() as tap:
         buckets = GradientBuckets(model, bucket_bytes)
         model(torch.randn(8, widths[0])).pow(2).mean().backward()
         buckets.wait()
         buckets.remove()
-    finally:
-        ProcessGroup.allreduce = raw
-    return launched
+    return [op.nbytes for op in tap.ops if op.method == "allreduce"]
 
 
 def judge_buckets(case: dict, bucket_bytes: int, launched: list[int]) -> tuple[bool, str]:

@@ -11,9 +11,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases
-from ._core import task
 
 CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random

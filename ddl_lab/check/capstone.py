@@ -76,7 +76,7 @@ def _bytes_mistakes(p: dict[str, Any]) -> dict[str, float]:
     }
 
 
-@task("capstone", refuses=(_PACKAGE, 'fp32_allreduce_bytes'))
+@task("capstone", refuses=(_PACKAGE, "fp32_allreduce_bytes"))
 def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     """Lesson 11, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
     returns the bytes each worker sends when local SGD averages the whole model with a ring

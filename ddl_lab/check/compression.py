@@ -60,7 +60,7 @@ def _strom_ref(grad: torch.Tensor, residual: torch.Tensor, tau: float
     return idx, signs, new
 
 
-@task("compression", refuses=(_PACKAGE, 'strom_step', '_strom_step'))
+@task("compression", refuses=(_PACKAGE, "strom_step", "_strom_step"))
 def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
@@ -213,7 +213,7 @@ def _ef_draw(rng: np.random.Generator) -> dict[str, Any]:
             "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}
 
 
-@task("compression", refuses=(_PACKAGE, 'ef_onebit_step', '_ef_onebit_step'))
+@task("compression", refuses=(_PACKAGE, "ef_onebit_step", "_ef_onebit_step"))
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                           world_size: int = 4, epochs: int = 4,
                           min_accuracy: float = 0.85) -> None:

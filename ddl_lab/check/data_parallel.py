@@ -18,11 +18,10 @@ import numpy as np
 from ddl_lab.runtime.worlds import Outcome, WorldFailed
 
 from . import _data_parallel_plans as plans
-from ._core import call_local, fail, passed, run_cases
+from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
 from ._message_passing_formula import formula_cases
-from ._core import task
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
 
@@ -181,7 +180,8 @@ def _sync_reference(theta: np.ndarray, batches: list, lr: float, d: int
     return params, losses
 
 
-@task("data_parallel", refuses=('ddl_lab.data_parallel', 'sync_sgd_step', '_sync_sgd_step', 'sync_sgd'))
+@task("data_parallel", refuses=("ddl_lab.data_parallel", "sync_sgd_step", "_sync_sgd_step",
+                                "sync_sgd"))
 def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 1: ``my_sync_sgd_step(model, loss_fn, X, y, lr)`` takes one step of
     synchronous SGD — local gradient, allreduce (sum), W ← W − lr·ΔW/R — updating the model
@@ -384,7 +384,7 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
     ]
 
 
-@task("data_parallel", refuses=('ddl_lab.data_parallel', 'average_params', 'local_sgd'))
+@task("data_parallel", refuses=("ddl_lab.data_parallel", "average_params", "local_sgd"))
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""

@@ -9,12 +9,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task
 from ._diagnose import (AdagradWords, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor,
                         returned_none, same)
 from ._gradient_descent_plans import best_step, sgd_plan
-from ._core import task
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
            "best_step", "sgd_plan"]
@@ -36,7 +35,7 @@ def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
-@task("gradient_descent", refuses=('ddl_lab.ml', 'linreg_grad'))
+@task("gradient_descent", refuses=("ddl_lab.ml", "linreg_grad"))
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
@@ -124,7 +123,7 @@ def _epoch_case(rng: np.random.Generator) -> dict[str, Any]:
             "lr": float(10 ** rng.uniform(-2.5, -1))}
 
 
-@task("gradient_descent", refuses=('ddl_lab.ml', 'minibatch_sgd_epoch', 'minibatch_gd', 'sgd'))
+@task("gradient_descent", refuses=("ddl_lab.ml", "minibatch_sgd_epoch", "minibatch_gd", "sgd"))
 def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None:
     """Lesson 01, task 2: ``my_minibatch_sgd_epoch(theta, X, y, grad, lr, batch_size, rng)``
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
@@ -248,7 +247,7 @@ def _adagrad_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
-@task("gradient_descent", refuses=('ddl_lab.ml', 'Adagrad'))
+@task("gradient_descent", refuses=("ddl_lab.ml", "Adagrad"))
 def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
@@ -328,7 +327,7 @@ def _lr_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
-@task("gradient_descent", refuses=('ddl_lab.ml', 'lipschitz'))
+@task("gradient_descent", refuses=("ddl_lab.ml", "lipschitz"))
 def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STEPS) -> None:
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases, Snapshot, differs, explain, factor_of, tolerance
 from ._hogwild_plans import expected_overlap, hogwild_plan
 from .parallel_models import PROCESSES, FileLock, shared_file
-from ._core import task
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem
@@ -43,7 +42,7 @@ def _update_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
-@task("hogwild", refuses=('ddl_lab.hogwild', *_IMPLEMENTATIONS))
+@task("hogwild", refuses=("ddl_lab.hogwild", *_IMPLEMENTATIONS))
 def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     """Lesson 03, task 1: ``my_hogwild_update(theta, idx, val, y, lr)`` does one SGD step of
     logistic regression on a sparse example, in place, touching only θ[idx]:
@@ -192,7 +191,7 @@ def _serial(problem: "Problem", theta0: np.ndarray, rows: np.ndarray, lr: float)
     return theta
 
 
-@task("hogwild", refuses=('ddl_lab.hogwild', *_IMPLEMENTATIONS))
+@task("hogwild", refuses=("ddl_lab.hogwild", *_IMPLEMENTATIONS))
 def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     """Lesson 03, task 2: ``my_hogwild_worker(theta, problem, rows, lr, lock, locked)`` runs
     one SGD update per row, in order, on the shared θ with the given lr: never touching the

@@ -16,11 +16,10 @@ import numpy as np
 
 from . import _core
 from . import _message_passing_costs as costs
-from ._core import CheckFailed, call_local, fail, passed, run_on_workers
+from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
 from ._message_passing_formula import formula_cases
-from ._core import task
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
@@ -264,7 +263,7 @@ def _gradient_worker(comm: Any, fn: Callable, theta: np.ndarray, shards: list) -
     return out, inputs.changed(getattr(fn, "__name__", "my_parallel_gradient"))
 
 
-@task("message_passing", refuses=(_PKG, 'parallel_gd'))
+@task("message_passing", refuses=(_PKG, "parallel_gd"))
 def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
@@ -337,7 +336,7 @@ def _pagerank_case(rng: np.random.Generator) -> dict[str, Any]:
             "supersteps": int(rng.integers(3, 6))}
 
 
-@task("message_passing", refuses=(_PKG, '_pagerank_vertex', 'pregel_pagerank'))
+@task("message_passing", refuses=(_PKG, "_pagerank_vertex", "pregel_pagerank"))
 def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any

@@ -97,37 +97,29 @@ def _p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: in
     """Worker, while the learner's code runs: every send/recv is written to a file (a line
     each, flushed), and a message that cannot be right raises at once instead of hanging:
     None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
-    import torch.distributed as dist
-    saved, peers = {k: getattr(dist, k) for k in ("send", "recv", "isend", "irecv")}, {prev, nxt}
+    from ddl_lab.runtime.wiretap import Wiretap
+    peers = {prev, nxt}
 
-    def judge(op: str, tensor: Any, peer: Any) -> None:
-        sending = op.endswith("send")
+    def judge(call: str, sending: bool, tensor: Any, peer: Any) -> None:
         if tensor is None:
-            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{op} with None")
+            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{call} with None")
         if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
             raise ValueError(f"{_GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
                              f"its input's gradient to nxt = {peer}")
         if peer not in peers - {None}:
             raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
-                             f"{rank} called dist.{op} with rank {peer!r}, which is not one of "
+                             f"{rank} called dist.{call} with rank {peer!r}, which is not one of "
                              f"its neighbours {sorted(peers - {None})}")
 
-    def wrap(op: str, call: Callable) -> Callable:
-        def logged(tensor=None, peer=None, *args, **kwargs):
-            peer = kwargs.pop("dst", kwargs.pop("src", peer))
-            log.write(f"{op.lstrip('i')} {peer}\n")
-            log.flush()
-            judge(op, tensor, peer)
-            return call(tensor, peer, *args, **kwargs)
-        return logged
-    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log:
-        for k, f in saved.items():
-            setattr(dist, k, wrap(k, f))
-        try:
-            yield
-        finally:
-            for k, f in saved.items():
-                setattr(dist, k, f)
+    def logged(op: Any, args: tuple) -> None:
+        if op.op not in ("send", "recv"):
+            return
+        peer = op.dst if op.op == "send" else op.src
+        log.write(f"{op.op} {peer}\n")
+        log.flush()
+        judge(op.call or op.op, op.op == "send", args[0][0], peer)
+    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log, Wiretap(on_op=logged):
+        yield
 
 
 def _last_dim(t: Any) -> int | None:
@@ -260,7 +252,7 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
             shutil.rmtree(d, ignore_errors=True)
 
 
-@task("model_parallel", refuses=(_PKG, 'stage_step', 'run_schedule', 'pipeline_run', 'hybrid_run'))
+@task("model_parallel", refuses=(_PKG, "stage_step", "run_schedule", "pipeline_run", "hybrid_run"))
 def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 1: ``my_stage_step(stage, batches, loss_fn, prev, nxt)`` runs one
     GPipe step of one pipeline stage — every micro-batch forward (receive the activation
@@ -336,7 +328,7 @@ def _order_fault(got: list, spec: dict, name: str) -> str | None:
     return None
 
 
-@task("model_parallel", refuses=(_PKG, 'one_f_one_b_order', 'gpipe_order'))
+@task("model_parallel", refuses=(_PKG, "one_f_one_b_order", "gpipe_order"))
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
@@ -412,7 +404,8 @@ def _row_fault(got: list[dict], spec: dict, name: str) -> str | None:
     return None
 
 
-@task("model_parallel", refuses=(_PKG, 'row_parallel', 'RowParallelLinear', 'megatron_mlp', 'tp_run'))
+@task("model_parallel", refuses=(_PKG, "row_parallel", "RowParallelLinear", "megatron_mlp",
+                                 "tp_run"))
 def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 3: ``my_row_parallel(x_part, weight_cols, bias)`` — this rank holds
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)

@@ -19,10 +19,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases, Snapshot, describe_value, differs
 from ._parallel_models_plans import amdahl_bound, dynamic_chunk
-from ._core import task
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 
@@ -122,7 +121,7 @@ def _sum_case(rng: np.random.Generator) -> dict[str, Any]:
             "dtype": str(rng.choice(["float64", "float32"]))}
 
 
-@task("parallel_models", refuses=('ddl_lab.parallel_models', 'parallel_for'))
+@task("parallel_models", refuses=("ddl_lab.parallel_models", "parallel_for"))
 def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int = 0) -> None:
     """Lesson 02, task 1: ``my_threaded_sum(x, num_threads)`` returns ``x.sum()`` computed
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
@@ -250,7 +249,7 @@ def _chunk_case(rng: np.random.Generator) -> dict[str, Any]:
             "start": int(rng.integers(0, stop + 1))}
 
 
-@task("parallel_models", refuses=('ddl_lab.parallel_models', 'next_chunk', 'guided_chunk'))
+@task("parallel_models", refuses=("ddl_lab.parallel_models", "next_chunk", "guided_chunk"))
 def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> None:
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —

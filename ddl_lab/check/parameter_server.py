@@ -10,11 +10,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed
+from ._core import call_local, fail, passed, task
 from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_diagnosis,
                         differs, returned_none)
 from ._parameter_server_plans import REAL_TIMEOUT, real
-from ._core import task
 from ._parameter_server_plans import downpour_plan
 from ._parameter_server_plans import worst_staleness
 
@@ -77,7 +76,7 @@ def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     return r.report.max_gap
 
 
-@task("parameter_server", refuses=(_PACKAGE, 'ssp_must_wait', '_ssp_must_wait'))
+@task("parameter_server", refuses=(_PACKAGE, "ssp_must_wait", "_ssp_must_wait"))
 def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
     """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
     ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
@@ -176,7 +175,7 @@ def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
     return got, want, np.concatenate([s["G"] for s in report.shards]), G
 
 
-@task("parameter_server", refuses=(_PACKAGE, 'adagrad_push', '_adagrad_push'))
+@task("parameter_server", refuses=(_PACKAGE, "adagrad_push", "_adagrad_push"))
 def adagrad_push(my_adagrad_push: Callable, seed: int = 0) -> None:
     """Lesson 07, task 2: ``my_adagrad_push(theta, grad, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), for the shard's slice (θ and G may be
@@ -265,7 +264,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
     return got, theta0 - rates @ grads, report.shards[0]["lr"], rates
 
 
-@task("parameter_server", refuses=(_PACKAGE, 'staleness_lr', '_staleness_lr'))
+@task("parameter_server", refuses=(_PACKAGE, "staleness_lr", "_staleness_lr"))
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
     """Lesson 07, task 3: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""

@@ -4,12 +4,11 @@ gradient buckets (run with the lesson's hooks on real workers, timed in the α�
 
 ``ring_allreduce(my_ring_allreduce)`` runs the learner's function on seeded cases: world
 sizes 2–5 and lengths that divide by n, that do not, primes, 1, 0 and fewer elements than
-ranks, in float32 and float64. Inside each worker the process group's methods are wrapped
-for the duration of the call: ``send`` counts the bytes this rank sends (every
-``dist.send``/``isend``/``batch_isend_irecv`` goes through it, however it was imported),
-``send``/``recv`` refuse a buffer whose dtype is not the tensor's (gloo would kill the
-process on the size mismatch), and the built-in collectives record that they were called.
-The originals are restored in ``finally``.
+ranks, in float32 and float64. Inside each worker the runtime's ``Wiretap`` listens for the
+duration of the call: it counts the bytes this rank sends (every ``dist.send``/``isend``/
+``batch_isend_irecv`` goes through it, however it was imported), refuses a send/recv buffer
+whose dtype is not the tensor's (gloo would kill the process on the size mismatch), and
+records the built-in collectives called.
 """
 from __future__ import annotations
 
@@ -22,11 +21,10 @@ from ddl_lab.runtime.worlds import RankFailure, WorldFailed
 
 from . import _answers as answers
 from . import _ring_allreduce_design as design
-from ._core import call_local, fail, passed, run_cases
+from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         returned_none)
 from ._message_passing_formula import formula_cases
-from ._core import task
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
 
@@ -63,7 +61,8 @@ def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
             "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
 
 
-@task("ring_allreduce", refuses=('ddl_lab.ring_allreduce', 'cost_model', 'ring_bytes'))
+@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "cost_model", "ring_bytes",
+                                 "sent_bytes"))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
@@ -151,68 +150,39 @@ def _inputs(length: int, rank: int, dtype: str, seed: int):
     return torch.randint(-40, 40, (length,), generator=g).to(getattr(torch, dtype)) / 4
 
 
-class _Watch:
-    """While active: count the bytes this rank sends, refuse buffers of another dtype than
-    ``tensor``'s, and record the built-in collectives called."""
-
-    def __init__(self, tensor: Any):
-        from torch._C._distributed_c10d import ProcessGroup
-        self.pg, self.dtype = ProcessGroup, tensor.dtype
-        self.sent, self.used = 0, []
-        # the class's own entries (pybind instance methods) go back as they were
-        self.raw = {n: ProcessGroup.__dict__[n] for n in ["send", "recv", *_BUILTINS]
-                    if n in ProcessGroup.__dict__}
-        self.call = {n: getattr(ProcessGroup, n) for n in self.raw}
-
-    def _guard(self, what: str, tensors: list) -> None:
-        for t in tensors:
-            if t.dtype != self.dtype:
-                raise TypeError(
-                    f"{_DTYPE_MARK} called dist.{what} with a {str(t.dtype)[6:]} buffer while the "
-                    f"tensor being summed is {str(self.dtype)[6:]}: a message must land in a "
-                    "buffer of the same dtype and length as the chunk sent "
-                    "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
-
-    def __enter__(self) -> "_Watch":
-        call = self.call
-
-        def send(pg, tensors, *args, **kwargs):
-            self._guard("send", tensors)
-            self.sent += sum(t.numel() * t.element_size() for t in tensors)
-            return call["send"](pg, tensors, *args, **kwargs)
-
-        def recv(pg, tensors, *args, **kwargs):
-            self._guard("recv", tensors)
-            return call["recv"](pg, tensors, *args, **kwargs)
-
-        def flagged(name: str) -> Callable:
-            def builtin(pg, *args, **kwargs):
-                self.used.append(_BUILTINS[name])
-                return call[name](pg, *args, **kwargs)
-            return builtin
-
-        for n in self.raw:
-            setattr(self.pg, n, send if n == "send" else recv if n == "recv" else flagged(n))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for n, original in self.raw.items():
-            setattr(self.pg, n, original)
+def _guard(what: str, tensors: list, dtype: Any) -> None:
+    """Refuse a send/recv buffer of another dtype than the tensor being summed."""
+    for t in tensors:
+        if t.dtype != dtype:
+            raise TypeError(
+                f"{_DTYPE_MARK} called dist.{what} with a {str(t.dtype)[6:]} buffer while the "
+                f"tensor being summed is {str(dtype)[6:]}: a message must land in a "
+                "buffer of the same dtype and length as the chunk sent "
+                "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
 
 
 def _run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
-    """Worker: call ``fn(tensor)`` with the process group watched; report what it did."""
+    """Worker: call ``fn(tensor)`` with the process group wiretapped; report what it did."""
     import torch
     import torch.distributed as dist
+    from ddl_lab.runtime.wiretap import Wiretap
     tensor = _inputs(length, dist.get_rank(), dtype, seed)
-    before = tensor.clone()
-    with _Watch(tensor) as watch:
+    before, used = tensor.clone(), []
+
+    def watch(op: Any, args: tuple) -> None:
+        if op.method in ("send", "recv"):
+            _guard(op.method, args[0], tensor.dtype)
+        elif op.method in _BUILTINS:
+            used.append(_BUILTINS[op.method])
+
+    with Wiretap(on_op=watch) as tap:
         returned = fn(tensor)
     other = (returned.detach().double().cpu().numpy().copy()
              if isinstance(returned, torch.Tensor) and returned is not tensor
              and returned.numel() == length else None)
-    return {"result": tensor.double().cpu().numpy(), "returned": other, "sent": watch.sent,
-            "used": sorted(set(watch.used)), "unchanged": bool(torch.equal(tensor, before))}
+    return {"result": tensor.double().cpu().numpy(), "returned": other,
+            "sent": tap.payload["send"], "used": sorted(set(used)),
+            "unchanged": bool(torch.equal(tensor, before))}
 
 
 def _where(case: Case) -> str:
@@ -223,7 +193,9 @@ def _where(case: Case) -> str:
     return f"with {what} — {case}"
 
 
-@task("ring_allreduce", refuses=('ddl_lab.ring_allreduce', 'ring_allreduce', 'allreduce', 'tree_allreduce', 'reduce_broadcast_allreduce', 'builtin_allreduce', 'shm_allreduce'))
+@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "ring_allreduce", "allreduce",
+                                 "tree_allreduce", "reduce_broadcast_allreduce",
+                                 "builtin_allreduce", "shm_allreduce"))
 def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).

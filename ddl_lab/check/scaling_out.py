@@ -11,9 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core import call_local, fail, passed, run_on_workers, stub_message
+from ._core import call_local, fail, passed, run_on_workers, stub_message, task
 from ._diagnose import Cases, describe_value, differs, explain
-from ._core import task
 from ._scaling_out_plans import fedavg_plan
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]

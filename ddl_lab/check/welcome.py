@@ -12,9 +12,8 @@ from typing import Any, Callable
 
 from ddl_lab.runtime.worlds import Raised, in_worlds
 
-from ._core import call_local, fail, passed, run_on_workers
+from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases, describe_value, only_right_for, returned_none
-from ._core import task
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
@@ -65,33 +64,23 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
 
 # ------------------------------------------------------------------ task 2
 
-def _spied_sum_of_ranks(fn: Callable) -> tuple[Any, list[tuple[list, str, list]]]:
-    """On a worker: run the learner's ``fn`` with every dist.all_reduce recorded as
-    (tensor before, op, tensor after)."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-    original, calls = c10d.all_reduce, []
+def _spied_sum_of_ranks(fn: Callable) -> tuple[Any, list[tuple[list, str]]]:
+    """On a worker: run the learner's ``fn`` with every all_reduce recorded as (tensor
+    before, op), however it was called."""
+    from ddl_lab.runtime.wiretap import Wiretap
+    calls: list[tuple[list, str]] = []
 
-    def spy(tensor: Any, op: Any = dist.ReduceOp.SUM, *args: Any, **kwargs: Any) -> Any:
-        before = tensor.detach().flatten().tolist()
-        out = original(tensor, op, *args, **kwargs)
-        calls.append((before, str(op).rsplit(".", 1)[-1], tensor.detach().flatten().tolist()))
-        return out
+    def spy(op: Any, args: tuple) -> None:
+        if op.method == "allreduce":
+            reduce_op = args[1].reduceOp
+            calls.append((args[0][0].detach().flatten().tolist(),
+                          str(getattr(reduce_op, "op", reduce_op)).rsplit(".", 1)[-1]))
 
-    glb = getattr(fn, "__globals__", {})
-    aliases = [k for k, v in glb.items() if v is original]   # `from … import all_reduce`
-    dist.all_reduce = c10d.all_reduce = spy
-    for k in aliases:
-        glb[k] = spy
-    try:
+    with Wiretap(on_op=spy):
         return fn(), calls
-    finally:
-        dist.all_reduce = c10d.all_reduce = original
-        for k in aliases:
-            glb[k] = original
 
 
-@task("welcome", refuses=('ddl_lab.welcome', 'sum_of_ranks'))
+@task("welcome", refuses=("ddl_lab.welcome", "sum_of_ranks"))
 def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
                  world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE

@@ -38,6 +38,7 @@ from ddl_lab.compression.compressors import Compressor, ErrorFeedback, Scheme
 from ddl_lab.ml.data import digits, shard
 from ddl_lab.ml.models import MLP, SmallCNN, flat_grads, flat_params, set_flat_params
 from ddl_lab.runtime import progress
+from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker", "run", "compare",
            "async_peer_worker", "run_async", "ddp_worker", "run_ddp", "count_allreduce_bytes",
@@ -385,25 +386,13 @@ def run_async(cluster, scheme: Scheme | Compressor, timeout: float | None = 120.
 
 # ------------------------------------------------------------------ torch DDP hooks
 
-class count_allreduce_bytes:
-    """In a worker: count the bytes of every tensor handed to ``dist.all_reduce`` (the
-    DDP hooks call it from Python), restoring the original function on exit."""
+class count_allreduce_bytes(Wiretap):
+    """In a worker: count the bytes of every tensor handed to ``all_reduce`` (the DDP
+    hooks call it from Python), with the runtime's wiretap on the process group."""
 
-    def __init__(self) -> None:
-        self.bytes = 0
-        self._original: Callable | None = None
-
-    def __enter__(self) -> "count_allreduce_bytes":
-        self._original = original = dist.all_reduce
-
-        def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any):
-            self.bytes += tensor.numel() * tensor.element_size()
-            return original(tensor, *args, **kwargs)
-        dist.all_reduce = counting
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        dist.all_reduce = self._original
+    @property
+    def bytes(self) -> int:
+        return self.payload["all_reduce"]
 
 
 HOOKS = ("fp32", "fp16", "powersgd")

@@ -11,7 +11,29 @@ import torch.distributed as dist
 
 from ddl_lab.runtime import device
 
-__all__ = ["ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model"]
+__all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model"]
+
+
+def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
+    """Bytes one of ``world_size`` ranks puts on the wire for ``op`` of the ``nbytes`` it
+    hands in, in the ring model (lesson 06; lesson 11's meter charges exactly this).
+
+    all_reduce 2(n−1)/n·S (share-reduce, then share-only); all_gather (n−1)·S (its S to
+    each of the others); broadcast, reduce, reduce_scatter, all_to_all, scatter (n−1)/n·S
+    (its share of the (n−1)·S moved); gather S from a non-root, 0 at the ``root``; send S;
+    recv and barrier nothing.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    n = world_size
+    share = (n - 1) / n
+    factors = {"all_reduce": 2 * (n - 1) / n, "all_gather": n - 1, "broadcast": share,
+               "reduce": share, "reduce_scatter": share, "all_to_all": share,
+               "scatter": share, "gather": 0 if root else 1, "send": 1, "recv": 0,
+               "barrier": 0}
+    if op not in factors:
+        raise ValueError(f"no ring-model bytes for {op!r}: use one of {sorted(factors)}")
+    return factors[op] * nbytes
 
 
 def ping_pong(sizes: Sequence[int], repeats: int = 5) -> list[float]:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.runtime import device
 
 __all__ = ["chunk_bounds", "Step", "Recorder", "tree_allreduce", "reduce_broadcast_allreduce",
@@ -138,9 +139,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def ring_bytes(world_size: int, nbytes: int) -> float:
     """Bytes each rank sends in a ring allreduce of ``nbytes``: 2(n−1)/n · S (lesson 06)."""
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    return 2 * (world_size - 1) / world_size * nbytes
+    return sent_bytes("all_reduce", world_size, nbytes)
 
 
 # ------------------------------------------------------------------ the ring

@@ -1,0 +1,280 @@
+"""The wiretap: every operation a worker hands to its process group, recorded (lessons 00,
+06, 08, 09, 11 — their checks and meters all listen here).
+
+``Wiretap`` is a context manager used on a worker. While inside, a process group that
+forwards every call to the current default group — and records it first — *is* the
+default group (registered like it), so every ``torch.distributed`` call on it, however it
+was imported, and the calls DDP's C++ reducer makes, pass through it::
+
+    with Wiretap(on_op=hook) as tap:         # hook(op, args) may raise to refuse a call
+        ...
+    tap.ops            # every Op: (source, destination, bytes) of a message, or (operation,
+                       # payload bytes, group size, ranks) of a collective
+    tap.sent           # bytes this rank put on the wire, by lesson 06's ring model
+
+A call that torch itself refused before it reached the group (``dist.send(t, None)``, a
+rank outside the group, a None tensor) is reported to the hook as it leaves, marked
+``refused``. The wiretap proves itself as it starts: a canary ``isend``/``irecv``/
+``all_reduce`` of known size goes through ``torch.distributed`` to it (and no further);
+if the records do not show it exactly, it raises instead of ever reporting 0.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+__all__ = ["Op", "Wiretap", "tensor_bytes"]
+
+# ProcessGroup method -> (the operation, which argument holds this rank's payload)
+METHODS: dict[str, tuple[str, int | None]] = {
+    "allreduce": ("all_reduce", 0), "allreduce_coalesced": ("all_reduce", 0),
+    "broadcast": ("broadcast", 0), "reduce": ("reduce", 0),
+    "allgather": ("all_gather", 1), "all_gather_single": ("all_gather", 1),
+    "_allgather_base": ("all_gather", 1), "allgather_coalesced": ("all_gather", 1),
+    "all_gather_single_coalesced": ("all_gather", 1),
+    "allgather_into_tensor_coalesced": ("all_gather", 1),
+    "reduce_scatter": ("reduce_scatter", 1), "reduce_scatter_single": ("reduce_scatter", 1),
+    "_reduce_scatter_base": ("reduce_scatter", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1),
+    "alltoall": ("all_to_all", 1), "alltoall_base": ("all_to_all", 1),
+    "all_to_all_single": ("all_to_all", 1), "gather": ("gather", 1), "scatter": ("scatter", 1),
+    "send": ("send", 0), "recv": ("recv", 0), "recv_anysource": ("recv", 0),
+    "barrier": ("barrier", None), "monitored_barrier": ("barrier", None),
+}
+_P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+_C10D = c10d.__file__
+_DIST = os.path.dirname(_C10D) + os.sep
+_HERE = __file__
+_CANARY_TAG = 0x0CA9A7                    # a tag no lesson uses
+_CANARY_NUMEL = 3
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes of a tensor or of (nested lists of) tensors; 0 for None."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors.numel() * tensors.element_size()
+    if tensors is None:
+        return 0
+    return sum(tensor_bytes(t) for t in tensors)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation a rank handed to its process group.
+
+    ``op``: the operation ('send', 'recv', 'all_reduce', 'all_gather', 'broadcast', …);
+    ``method``: the ProcessGroup method called; ``call``: the torch.distributed function the
+    caller used ('' from C++, e.g. DDP's reducer); ``nbytes``: the payload this rank handed
+    in; ``sent``: what it puts on the wire by the ring model (lesson 06); ``src``/``dst``:
+    a message's ranks in the group (None for a collective, or a receive from anyone);
+    ``size``/``ranks``: the group; ``refused``: torch refused it before the group saw it.
+    """
+
+    op: str
+    method: str
+    call: str
+    nbytes: int
+    sent: float
+    src: int | None
+    dst: int | None
+    size: int
+    ranks: tuple[int, ...]
+    refused: bool = False
+
+
+class _Tapped(dist.ProcessGroup):
+    """A process group that hands every call to its wiretap, which records and forwards it."""
+
+    def __init__(self, inner: dist.ProcessGroup, tap: "Wiretap"):
+        super().__init__(inner.rank(), inner.size())
+        self.inner, self.tap = inner, tap
+
+    def getBackendName(self) -> str:
+        return "wiretap"
+
+
+def _method(name: str) -> Callable:
+    def forward(self: _Tapped, *args: Any, **kwargs: Any) -> Any:
+        return self.tap._route(self.inner, name, args + tuple(kwargs.values()))
+    forward.__name__ = forward.__qualname__ = name
+    return forward
+
+
+for _name in METHODS:
+    setattr(_Tapped, _name, _method(_name))
+
+
+def _outermost_call(frame: FrameType | None) -> FrameType | None:
+    """The outermost torch.distributed function frame of the call stack ending at ``frame``
+    (None if the call did not come through one, e.g. from C++)."""
+    while frame is not None and frame.f_code.co_filename == _HERE:
+        frame = frame.f_back
+    found = None
+    while frame is not None and frame.f_code.co_filename.startswith(_DIST):
+        if frame.f_code.co_filename == _C10D:
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+class Wiretap:
+    """Records every operation this worker hands to its default process group (see the
+    module's docstring). ``on_op(op, args)`` runs before each operation is forwarded, with
+    the method's own arguments (``args[0]``: the tensors of a send, recv or allreduce); it
+    may raise to refuse the call. ``refuse_new_group``: if given, ``dist.new_group`` raises
+    a RuntimeError with this text while inside (a new group would talk past the tap)."""
+
+    def __init__(self, on_op: Callable[[Op, tuple], None] | None = None,
+                 refuse_new_group: str | None = None):
+        self.on_op, self.refuse_new_group = on_op, refuse_new_group
+        self.ops: list[Op] = []
+        self.payload: Counter = Counter()     # operation -> bytes handed in
+        self.by_op: Counter = Counter()       # operation -> bytes put on the wire (ring model)
+        self.sent = 0.0
+        self._canary: list[Op] | None = None
+        self._reached: FrameType | None = None
+        self._inner: dist.ProcessGroup | None = None
+
+    # ------------------------------------------------------------------ recording
+
+    @property
+    def rank(self) -> int:
+        return self._group.rank()
+
+    @property
+    def size(self) -> int:
+        return self._group.size()
+
+    def _record(self, op: Op) -> None:
+        self.ops.append(op)
+        self.payload[op.op] += op.nbytes
+        self.by_op[op.op] += op.sent
+        self.sent += op.sent
+
+    def charge(self, op: str, nbytes: int) -> None:
+        """A message that does not go through the process group (lesson 07's parameter-
+        server client), sent as it is: ``nbytes`` on the wire."""
+        self._record(Op(op, "", "", nbytes, float(nbytes), self.rank, None, self.size,
+                        self._ranks))
+
+    def _op(self, name: str, args: tuple, call: str) -> Op:
+        from ddl_lab.ring_allreduce.cost import sent_bytes
+        op, at = METHODS[name]
+        nbytes = 0 if at is None else tensor_bytes(args[at])
+        me, n = self._inner.rank(), self._inner.size()
+        src = dst = None
+        if op == "send":
+            src, dst = me, int(args[1])
+        elif op == "recv":
+            src, dst = (int(args[1]) if name == "recv" else None), me
+        root = op == "gather" and me == getattr(args[-1], "rootRank", 0)
+        return Op(op, name, call, nbytes, sent_bytes(op, n, nbytes, root=root), src, dst, n,
+                  self._ranks)
+
+    def _route(self, inner: dist.ProcessGroup, name: str, args: tuple) -> Any:
+        """Record the call ``inner.name(*args)``, let ``on_op`` see it, then forward it."""
+        frame = _outermost_call(sys._getframe(1))
+        op = self._op(name, args, frame.f_code.co_name if frame is not None else "")
+        if self._canary is not None:          # proving the tap: record, send nothing
+            self._canary.append(op)
+            return None
+        self._reached = frame
+        self._record(op)
+        if self.on_op is not None:
+            self.on_op(op, args)
+        if args and args[-1] is None:         # options left out: the method's defaults
+            args = args[:-1]
+        return getattr(inner, name)(*args)
+
+    # ------------------------------------------------------------------ refused calls
+
+    def _refused(self, tb: TracebackType | None) -> tuple[Op, tuple] | None:
+        """The point-to-point call torch refused before it reached the group, if that is
+        what raised (its arguments as the caller gave them)."""
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename == _C10D and code.co_name in _P2P:
+                break
+            tb = tb.tb_next
+        if tb is None or tb.tb_frame is self._reached:
+            return None
+        local, op, me = tb.tb_frame.f_locals, _P2P[tb.tb_frame.f_code.co_name], self.rank
+        peer = local.get("dst" if op == "send" else "src")
+        peer = local.get("group_dst" if op == "send" else "group_src") if peer is None else peer
+        tensor = local.get("tensor")
+        nbytes = tensor_bytes(tensor) if isinstance(tensor, torch.Tensor) else 0
+        src, dst = (me, peer) if op == "send" else (peer, me)
+        return (Op(op, "", code.co_name, nbytes, 0.0, src, dst, self.size,
+                   self._ranks, refused=True), ([tensor], peer))
+
+    # ------------------------------------------------------------------ in and out
+
+    def __enter__(self) -> "Wiretap":
+        inner = c10d._get_default_group()
+        self._inner, self._group = inner, _Tapped(inner, self)
+        self._ranks = tuple(c10d.get_process_group_ranks(inner))
+        world = c10d._world
+        self._tables = [getattr(world, t) for t in ("pg_map", "pg_names", "pg_group_ranks",
+                                                    "pg_backend_config")]
+        for table in self._tables:
+            if inner in table:
+                table[self._group] = table[inner]
+        self._new_group = dist.new_group
+        c10d._update_default_pg(self._group)
+        if self.refuse_new_group is not None:
+            dist.new_group = c10d.new_group = self._no_new_group
+        try:
+            self._prove()
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def _no_new_group(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(self.refuse_new_group)
+
+    def _prove(self) -> None:
+        """A canary isend, irecv and all_reduce of known size through torch.distributed:
+        the records must show exactly them, or the tap is deaf on this torch."""
+        self._canary = []
+        t, me = torch.zeros(_CANARY_NUMEL), self._group.rank()
+        try:
+            dist.isend(t, group_dst=me, tag=_CANARY_TAG)
+            dist.irecv(t, group_src=me, tag=_CANARY_TAG)
+            dist.all_reduce(t)
+        finally:
+            seen, self._canary = [(o.op, o.nbytes) for o in self._canary], None
+        want = [(op, tensor_bytes(t)) for op in ("send", "recv", "all_reduce")]
+        if seen != want:
+            raise RuntimeError(
+                f"the wiretap is deaf on torch {torch.__version__}: a canary dist.isend, "
+                f"dist.irecv and dist.all_reduce of {tensor_bytes(t)} bytes each reached it as "
+                f"{seen or 'nothing'}, expected {want}. This torch no longer routes "
+                "torch.distributed calls through the default process group's methods, so "
+                "every byte count would read 0: ddl_lab.runtime.wiretap needs updating.")
+
+    def _restore(self) -> None:
+        if self.refuse_new_group is not None:
+            dist.new_group = c10d.new_group = self._new_group
+        c10d._update_default_pg(self._inner)
+        for table in self._tables:
+            table.pop(self._group, None)
+
+    def __exit__(self, kind: type | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._restore()
+        refused = self._refused(tb) if exc is not None else None
+        self._reached = None
+        if refused is not None:
+            self.ops.append(refused[0])
+            if self.on_op is not None:
+                self.on_op(*refused)
