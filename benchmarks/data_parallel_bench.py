@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/data_parallel_bench.py
 
-The "last executor" effect (seed 000): with one rank three times slower, every step of
+The "last executor" effect (Do's lecture): with one rank three times slower, every step of
 synchronous SGD takes as long as that rank's; the others spend the difference waiting.
 Runs alternate (no straggler, straggler) so a change of load hits both alike.
 """

@@ -1,14 +1,14 @@
 """Gradient descent on this machine (lesson 01), measured side by side in one run.
 
 - the cost of one full gradient of J over m examples against one example's gradient (what
-  an SGD update pays), as m grows ×10: the seed's "GD is very costly" (expected: the full
+  an SGD update pays), as m grows ×10: the lecture's "GD is very costly" (expected: the full
   gradient ×10 per ×10 of m, one example's flat);
 - one epoch of batch GD, of mini-batch SGD (batch 32) and of SGD on the same data, and
   their ratios;
 - the batch size that reaches J − J* < 10⁻² fastest in wall time (each size with its best
-  rate from a small grid), against the seed's rule of thumb 32–256;
+  rate from a small grid), against the lecture's rule of thumb 32–256;
 - the cost of a forward + backward pass of lesson 01's MLP at batch sizes around powers of
-  2 (the seed: "powers of 2 run faster").
+  2 (the lecture: "powers of 2 run faster").
 
     .venv/bin/python benchmarks/gradient_descent_bench.py
 """

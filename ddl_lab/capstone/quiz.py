@@ -26,5 +26,5 @@ QUESTIONS = [
     Question('Why does the capstone count bytes in the process group instead of asking the plan how much it sent?',
              choices=("A plan's own count misses what it does not see: DDP's C++ reducer, a library's collectives, a parameter server's answers", 'Counting in the plan would be slower', 'The plan cannot know its rank', 'torch.distributed forbids counting'),
              salt='capstone:5', answer='8133d84e53b188ec592a266fb491c0004403e16b0536ca9a34700cf99e6cbe7e',
-             why='KQENXhkTBxpXHBcLRUIRDgpSB1kNCgYAAAoOHQFeTFkEBEJXRQAXCwAVFwcfAUVUEQpVRAkJDh4IEExKHg4XSgxUARYABxMDAVIhZClIBgAeCgseBwEeDQ0PBhpJAAFZSA0KDRxSBFIcTxZIDR0IDgBITFoEABZfVhEAWVQKAEYfHgROWQ0QTAUKGQ4XRAVZTBIHVFRa'),
+             why='JwsZQxhBA04AABocABIXCQwXFlNZCAdPGR9DSwoLGA0FD0JOSBFSCUwDC1xPBg1FWQIQVAkdTxwWBRxeTBUKXwAQFx9BFwkSTxUXTwwfWQAfAE8OEgECDSglMh1TVAAcRBcGAx1SBE4dTxxUH08HBAsPHw0NEwcaQxwTC0cHAUpPBQ1BDQoDRR5PGwMBRBxBDQ9CWEUYGxxWBxZGBgZFUxwBAQCO7/tLAQUPRUwCA1ZMVAURQRZFCgoBFk8XT0UWSxxPGQ0KCw1EDhAaVBwXWU0DEQUHGwtHWQwaTAAKDB8NEgkETAwDUUUHUhgAFQoUBBcXAAoKG0RATw0SRAIDXwEUDlsABhMNSAcXRhsaBE5ZDQwADw4fHxEWBUMLQRZSRVQcHFQVChQEXA=='),
 ]

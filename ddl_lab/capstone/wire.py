@@ -1,5 +1,5 @@
-"""The capstone's meter on the wire (lesson 11): every byte a worker puts on the network
-is counted where it leaves, not where a plan says it does.
+"""The capstone's meter on the wire (lesson 11): every communication call is charged at the
+process group, whoever makes it — not where a plan says it talks — by formula, not by capture.
 
 While a plan runs, the worker listens with the runtime's ``Wiretap`` (``runtime.wiretap``):
 its group *is* the default group, so every ``torch.distributed`` call — from the plan, from

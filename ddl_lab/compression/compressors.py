@@ -5,10 +5,10 @@ Every compressor has one interface::
     data = comp.encode(g)            # bytes: what would cross the network
     g_hat = comp.decode(data, g.numel())
 
-- ``FP32``: the raw 32-bit floats (the seed's "None" row); ``FP16``: 16-bit floats.
+- ``FP32``: the raw 32-bit floats (the "None" row of Do's lecture's table); ``FP16``: 16-bit floats.
 - ``OneBit``: the sign of each entry, one bit, and one scale (mean |g|) per bucket
   (Seide et al., 1-bit SGD, 2014).
-- ``QSGD``: s levels per bucket, unbiased stochastic rounding, entropy-coded
+- ``QSGD``: levels 0..s of each sign per bucket (variance ≤ min(d/s², √d/s)·‖v‖², Alistarh et al. Lemma 3.1), unbiased stochastic rounding, entropy-coded
   (Alistarh et al., 2017).
 - ``Threshold``: Strom's scheme (2015) — entries beyond ±τ are sent as a sign bit and
   an index and decode to ±τ; with ``ErrorFeedback`` the rest stays in a residual.
@@ -180,7 +180,7 @@ class Compressor:
 
 
 class FP32(Compressor):
-    """No compression: 4 bytes per entry (the seed's "None (32-bit floating point)")."""
+    """No compression: 4 bytes per entry (Do's lecture's "None (32-bit floating point)")."""
 
     name = "fp32"
 
@@ -193,7 +193,7 @@ class FP32(Compressor):
 
 
 class FP16(Compressor):
-    """16-bit floats: 2 bytes per entry, half the size (the seed's second row)."""
+    """16-bit floats: 2 bytes per entry, half the size (the second row of Do's lecture's table)."""
 
     name = "fp16"
 

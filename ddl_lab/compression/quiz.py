@@ -7,11 +7,11 @@ seal the new text with those functions. Salt: ``"<slug>:<question number>"``.
 from ddl_lab.active import Question
 
 QUESTIONS = [
-    Question("Seed 003 Q4: quantization, in the seed's sense, means …",
+    Question("ID2223 review question 4 (Teta & Zangis): quantization, in their sense, means …",
              choices=('sending only the largest gradient entries', 'representing values with fewer bits — down to approximating a floating-point network by one with low bit-width numbers', 'compressing the data set', 'averaging models less often'),
              salt='compression:1', answer='192eadbaaa18b17b1a8ac4732920997e8ec18d333542b68e75f088ed85580198',
              why='NRENQxgIGFtUHR0XABAAAhoRAFNZGx1FTA0GHxdEHEgeQQxPTRYXCwBKAxZeREkASEIXSRhDTzo3IygKH0EOX1YRHgoJWUUKAAVFQhAbWFcFCxsDRAoJWRsOEFFTVAMMQQwRDxUXRVQRClVXCQYIAxAXTEwCBUJbQwAbD0EWDAkBAUVUEQoYUwkDGQ4XSExeDRcLVEdUHxxNDRcfTxMLRFkMGk0cGhsORAUYDR8OD18AFREaVRAEBRZc'),
-    Question('Seed 003 Q4: gradient sparsification means …',
+    Question('ID2223 review question 4 (Teta & Zangis): gradient sparsification means …',
              choices=('sending fewer elements — only the significant entries (with a residual for the rest)', 'sending every element in 16 bits', "pruning the network's neurons", 'averaging the gradients less often'),
              salt='compression:2', answer='50e772921e5b079781ccb2d2d62639a12cc7cd119edab871a2f37c0f49a77026',
              why='NxAeQgFGERpUHAAcUwoKCgtSBE4dTwFPHEIESxcBAklMAEJJTRUeFQARABJPHQMAUQYbRAkXQ0sSBQBYCUENSAAHGx5OS0UWDhsXU0JPEFIeAB1LAgEJSQ4AAVEAHxccUBFFEQcTEQAODgYAAgAbSxcBAllMBw1IABgTDUUQRRUbFxVTVw=='),

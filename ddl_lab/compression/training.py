@@ -6,7 +6,7 @@ Three ways to train the digits model on real workers with compressed communicati
   compressor from ``ddl_lab.compression.compressors``, the ranks exchange the bytes over gloo
   (``all_gather_bytes``: lengths first, then the padded byte tensors), every rank decodes
   all n updates, averages them and takes the same SGD step. The encoded bytes are counted.
-- ``async_peer_worker``: decentralized asynchronous SGD (Strom 2015, the seed's
+- ``async_peer_worker``: decentralized asynchronous SGD (Strom 2015, Do's lecture's
   "no centralized parameter server"): each rank applies its own update at once and sends
   it to every peer; a listener thread per peer receives theirs, which are applied whenever
   they have arrived — no barrier, no server, stale updates allowed.
@@ -47,7 +47,7 @@ __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker"
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp": MLP, "cnn": SmallCNN}
 TIMEOUT_S = 30.0            # longest wait for a peer's message in the asynchronous exchange
 
-# The seed's table (lecture 000): a 14.6M-parameter model's update, in MB.
+# The table of Trong-Hop Do's Distributed deep learning lecture: a 14.6M-parameter model's update, in MB.
 SEED_TABLE = [("None (32-bit floating point)", 58.4, None),
               ("16-bit floating point", 29.2, 50.0),
               ("Quantized, τ=2", 0.21, 99.6)]
@@ -224,7 +224,7 @@ class Result:
 
     @property
     def update_bytes(self) -> float:
-        """Mean size of one rank's encoded update (the seed's "Update Size")."""
+        """Mean size of one rank's encoded update (the "Update Size" of Do's lecture's table)."""
         return float(self.sent.mean() / self.world_size)
 
     @property
@@ -296,7 +296,7 @@ def async_peer_worker(scheme: Scheme | Compressor, steps: int = 120, batch_size:
     Each rank, every step: apply the peers' updates that have arrived, compute a gradient
     on its current (possibly stale) model, encode it, apply it at once and ``isend`` it
     to every peer. Each update is scaled by 1/n. With ``max_lag`` (bounded staleness, the
-    seed's remedy) a rank about to make step s first waits, if need be, for every peer's
+    lecture's remedy) a rank about to make step s first waits, if need be, for every peer's
     updates up to step s − max_lag. At the end every rank drains the messages still on
     their way, so all ranks have applied the same updates, in different orders.
     ``lag`` logs, for each peer update applied, this rank's step minus the step at which
@@ -451,10 +451,10 @@ def run_ddp(cluster, hook: str, timeout: float | None = 120.0, **options: Any) -
     return merge_logs(cluster.run_with(ddp_worker, (hook,), options, timeout=timeout))
 
 
-# ------------------------------------------------------------------ the seed's table
+# --------------------------------------------------------- Do's lecture's table
 
 def size_text(b: float) -> str:
-    """'12.3 KB': a byte count in words (decimal units, as the seed's table)."""
+    """'12.3 KB': a byte count in words (decimal units, as Do's lecture's table)."""
     for unit, k in (("MB", 1e6), ("KB", 1e3)):
         if b >= k:
             return f"{b / k:.3g} {unit}"
@@ -462,7 +462,7 @@ def size_text(b: float) -> str:
 
 
 def table(results: Sequence[Result], seed_rows: Sequence[tuple] = SEED_TABLE) -> str:
-    """The seed's table, our measured rows beside it, plus accuracy reached."""
+    """Do's lecture's table, our measured rows beside it, plus accuracy reached."""
     base = results[0].fp32_bytes
     lines = [f"{'compression':<26}{'update size':>12}{'reduction':>11}{'x smaller':>11}"
              f"{'accuracy':>10}   seed (58.4 MB model)"]

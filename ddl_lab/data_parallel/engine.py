@@ -4,15 +4,16 @@ Every rank holds the same model and its own shard of the data (D_i ⊥ D_j | θ)
 worker functions here run on every rank of a cluster (``cluster.run(sync_sgd, ...)``)
 and read their rank from ``torch.distributed``:
 
-- ``sync_sgd``: seed 002's synchronous SGD — local minibatch of M/R examples, AllReduce
+- ``sync_sgd``: the synchronous SGD of Jamshidi's lecture — local minibatch of M/R examples, AllReduce
   of the gradients, divide by R, update (``_sync_sgd_step`` is one step of it: exercise
   05's first task, hence the private name).
 - ``local_sgd``: each rank steps on its own; at the synchronisation times I_T the models
   are averaged (``average_params``). ``sync_every=1`` is parameter averaging after every
-  iteration, ``sync_every=H`` averaging with period H (seed 000, seed 003's local SGD).
-- ``distributed_minibatch``: Dekel et al.'s DMB (seed 002, Algorithm 3): the gradient sum
-  travels as an *asynchronous* allreduce while the rank keeps serving μ/k more inputs.
-- a ``Straggler`` makes one rank k× slower (the "last executor" effect of seed 000);
+  iteration, ``sync_every=H`` averaging with period H (Do's lecture; the local SGD of the ID2223 review answers).
+- ``distributed_minibatch``: Dekel et al.'s DMB (Algorithm 3 of Jamshidi's lecture): the
+  gradient sum travels as an *asynchronous* allreduce while the rank keeps serving μ/k more
+  inputs (``use_extra`` keeps their gradients for the next step, one step stale).
+- a ``Straggler`` makes one rank k× slower (the "last executor" effect of Do's lecture);
   every rank records a ``Timeline`` of compute / wait / communicate.
 
 What the lesson prints is the short ``textbook.py``, tested equal to these. The workloads
@@ -100,7 +101,7 @@ def _sync_sgd_step(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torc
                    lr: float, allreduce: Callable = dist.all_reduce,
                    timeline: Timeline | None = None, straggler: Straggler | None = None,
                    barrier: bool = False) -> float:
-    """One step of synchronous SGD on this rank (seed 002, lesson 05); returns the loss.
+    """One step of synchronous SGD on this rank (Jamshidi's lecture, lesson 05); returns the loss.
 
     Compute ∇L on the local minibatch; AllReduce: sum the gradients of all R replicas
     into ΔW; update W ← W − α·ΔW/R. With ``barrier`` the time spent waiting for the
@@ -231,13 +232,15 @@ def distributed_minibatch(workload: str = "digits-mlp", steps: int = 30, batch: 
                           mu: int = 32, lr: float = 0.1, seed: int = 0,
                           use_extra: bool = False, overlap: bool = True,
                           straggler: Straggler | None = None) -> Run:
-    """Worker function: Dekel et al.'s distributed mini-batch (seed 002, Algorithm 3).
+    """Worker function: Dekel et al.'s distributed mini-batch (Algorithm 3 of Jamshidi's lecture).
 
     Each of k ranks sums the gradients of b/k inputs into ĝ_j, then *starts* the vector
     sum (an asynchronous ``dist.all_reduce``) and, while it is in flight, serves μ/k more
     inputs with the current w_j; only then does it wait for the sum, divide by b and
-    update. ``use_extra`` also adds those μ/k inputs' gradients to the next ĝ (keep
-    computing updates while aggregating); ``overlap=False`` waits for the sum first
+    update. ``use_extra`` also adds those μ/k inputs' gradients, taken at w_j, to the next
+    ĝ, applied to w_{j+1}: one step stale (the lecture's "keep computing updates while
+    aggregating"); Dekel et al. predict on them and drop their gradients, which
+    ``use_extra=False`` does. ``overlap=False`` waits for the sum first
     (the synchronous baseline). ``served`` counts the inputs predicted.
     """
     model, loss_fn, X, y, n, rank, b = _prepare(workload, batch, seed, 0.0)

@@ -23,7 +23,7 @@ def replay_single_process(workload: str, steps: int, batch: int, lr: float, worl
                           seed: int = 0, skew: float = 0.0) -> torch.Tensor:
     """One process, one model, the same global minibatches as ``sync_sgd`` on R ranks.
 
-    Synchronous SGD computes exactly this (up to float rounding): the seed's "the
+    Synchronous SGD computes exactly this (up to float rounding): Jamshidi's lecture's "the
     computation is completely deterministic". Returns the final parameters.
     """
     model, train, _, loss_fn = build(workload, seed)

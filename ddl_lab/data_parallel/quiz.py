@@ -7,14 +7,14 @@ seal the new text with those functions. Salt: ``"<slug>:<question number>"``.
 from ddl_lab.active import Question
 
 QUESTIONS = [
-    Question('Seed 003 Q1: in data-parallel learning with k devices, …',
+    Question('ID2223 review question 1 (Teta & Zangis): in data-parallel learning with k devices, …',
              choices=('each device holds one layer of the model and the activations flow through them', 'each device holds the whole model, computes a gradient on its own mini-batch, and the k gradients are averaged', 'each device trains its own model and the best one is kept', 'the data set is copied to every device and each computes the full gradient'),
              salt='data_parallel:1', answer='e78ab5ddc5b991eeab8543de35c0614e65d34a32a52f74eb0f6d1ea573ed399c',
              why='NwUBSEwWB1NHHAYKDEIBDwkUAFIcAQEAAQYBAkkGDVkPCQdJGlQVWR1CTVdAGUwAt8wqSkwIMAFKRD9dAAgWTkkaFVlUCgBGAh0BRRVPHFQfCgMNRAUPXwMSERpEEQQQQwcWRgYBRU0WCxBMTB8OGQUIAEgACBFXAFweHFMRCghPQlwJVw=='),
     Question('Synchronous SGD on 4 workers; one becomes 3× slower than the others. The time per step becomes about how many times the old one?',
              number='H0YaD1ZBURYAVgZbGkJVSFkP',
              why='IRIJXxVBEU5FBFIOQQsRFU8UClJZGx1FTAMOGBBECVUJAhdOTwZIWVQKAEYcBhdBHggZRR5IHEsUBQ9ITBIHTlNUFw9FEBwEABYcBwpUVVQECk9YRAINXhhBEFtOHwFZUxIACAtSEUgcTxFJCgkKGQEKD0hMFgNTVB0cHg4='),
-    Question('Seed 003 Q3: local SGD differs from synchronous SGD in that …',
+    Question('ID2223 review question 3 (Teta & Zangis): local SGD differs from synchronous SGD in that …',
              choices=('workers never communicate', 'workers take several local steps and average their models only at the sync times I_T', 'a parameter server applies stale gradients', 'each worker uses a different learning rate'),
              salt='data_parallel:3', answer='56e3b7f2232bf9d725cb1cc651743bf1b690f9b1caa311988aa106d75c29d4e8',
              why='JgEYWgkEDBpTDRwaSBAKCAYBBFQQABtTTAoOCAxEHkgcDQtZQVQUFkwOChEcUgxUCk8aVwJPCBkFAAVIAhURAQAVBllUQk5GXlKHqPFPPH84TxsDAUQBQggEDkkAXBcIVQsTBwMXC1QVFlkACgAdSxQIDUQCQTF9ZFQUC08PRQdPEQpNFAAbAB8bDhkQSExZBARCSVUZHxxEQhAWCxMRRQpGVUEeCk8KEgEeTAsEBhQ='),

@@ -22,7 +22,7 @@ Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
 
 def sync_sgd(model: nn.Module, loss_fn: Callable, batches: Batches, lr: float) -> None:
-    """Synchronous SGD (seed 002): each of R ranks computes ∇L on its own M/R examples;
+    """Synchronous SGD (Jamshidi's lecture): each of R ranks computes ∇L on its own M/R examples;
     an AllReduce sums the gradients into ΔW; every rank updates W ← W − α·ΔW/R."""
     R = dist.get_world_size()
     for X, y in batches:
@@ -35,7 +35,7 @@ def sync_sgd(model: nn.Module, loss_fn: Callable, batches: Batches, lr: float) -
 
 def local_sgd(model: nn.Module, loss_fn: Callable, batches: Batches, lr: float,
               sync_at: Collection[int]) -> None:
-    """Local SGD (seed 003): every rank takes plain SGD steps on its own; at the
+    """Local SGD (the ID2223 review answers, Teta & Zangis): every rank takes plain SGD steps on its own; at the
     synchronisation times I_T = ``sync_at`` (steps counted from 1) the models are averaged."""
     for t, (X, y) in enumerate(batches, start=1):
         model.zero_grad()

@@ -1,6 +1,6 @@
 """Hogwild!: SGD on one parameter vector in shared memory, without locks (lesson 03).
 
-The seed's "Asynchronous SGD (shared memory)": every worker repeatedly does
+Jamshidi's lecture's "Asynchronous SGD (shared memory)": every worker repeatedly does
 ``θ ← θ − γ ∇J(θ; x⁽ⁱ⁾, y⁽ⁱ⁾)`` on the *same* θ. Niu, Recht, Ré and Wright (Hogwild!,
 2011) showed that no lock is needed when each update touches few coordinates: two
 workers rarely write the same coordinate at once, and an occasional overwritten
@@ -75,7 +75,7 @@ class Problem:
         return slice(None), (lr * (float(x @ theta) - float(self.y[i]))) * x
 
     def loss(self, theta: np.ndarray) -> float:
-        """The training loss at θ (mean logistic loss, or the seed's J(θ))."""
+        """The training loss at θ (mean logistic loss, or the lecture's J(θ))."""
         if self.kind == "sparse":
             z = (theta[self.idx] * self.val).sum(axis=1)
             return float(np.mean(np.logaddexp(0.0, z) - self.y * z))

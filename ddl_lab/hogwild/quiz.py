@@ -8,9 +8,9 @@ from ddl_lab.active import Question
 
 QUESTIONS = [
     Question('Why can Hogwild! drop the lock on sparse problems?',
-             choices=('Python makes numpy writes atomic', 'Updates touch few coordinates, so they rarely collide, and a rare lost step barely matters', 'The workers take turns', 'Each worker owns its own copy of θ'),
-             salt='hogwild:1', answer='d64ae6fea533955215e7f98ac9f34e8320dc25c160fc25f73f04233aca8dc34e',
-             why='Kg0ZAUwzB1lIAF5ZcqHMRklSMlIQCB1UTEddW1VVRRdMFgtOSFQBCUEQFgNPBxVEGBsQU0wMAAcIDR9EAw8RGkEGF1lSAxcDTxMLRFk8MmRMDAAFEgEeSgkSQlRFFQAVWUIEFU8bAwALGhsAHwodAgUIAFRAQRVTVBxSF0UDF0sDGwtFGB1VUxwKCg8RFEI='),
+             choices=('Python makes numpy writes atomic', 'Updates touch few coordinates, so they rarely overlap, and reading a slightly stale θ costs little', 'The workers take turns', 'Each worker owns its own copy of θ'),
+             salt='hogwild:1', answer='cf4a190b83d46025ce23343b0dae5715ac612bfbe0b7c18764ce798c66868726',
+             why='Kg0ZAUwzB1lIAF5ZcqHMRklSMlIQCB1UTEddW1VVRQ0NEhFPTRFSDUgDEUYKEwZIWRwcTgsDCkYHCwNfCAgMW1QRUgxQBgQSClIMU1kOAU8BBgxLTAoDDRsTC05FVBsKAA4KFRtbRUEXC1VCAxoBD0QQBEhMBARcRRcGWU8ERRUbEwlFWR0QQQgcVUsTDRhFTBISW1IHF1lVEgEHGxcWACooMQAPAAEdARYLSB9BDF9BBh4AAAMWRgYURVIMAVVTCR0GCggIFQFMFgtOSFQcHEEQSAoGHABBC08GUAkKCx4USkxDGQwSQwcHUreYOQwCFy9FwvH9SAAfGwobRA0fDQIOFhpBAB0USQFJRhwdRUwcHAZPAk9fWEQFAF4DQQFVVRoGCgAOChUbUhZUHB8GAI7v+0sFRAFIDRIXSEUZFxdUQgoTGwEMRBxPAUgJTx8KFAEeCh9BD1VEER5X'),
     Question('On 2 free cores, 2 lock-free workers vs 2 workers that take a lock around every update: which reaches the target loss first?',
              choices=('lock-free', 'locked', 'the same time'),
              salt='hogwild:2', answer='af9f884b47d2def915ab6055fee98fd66a5006a5866b822519a2b969f60f736c',

@@ -1,4 +1,4 @@
-"""Iterative training MapReduce-style vs in memory (lesson 04; seed 000, "Naive MapReduce
+"""Iterative training MapReduce-style vs in memory (lesson 04; Do's lecture, "Naive MapReduce
 is not good for ML", "HDFS bottleneck", "Spark ... RDDs cached in memory").
 
 Hadoop runs every iteration of an iterative algorithm as an independent job: each map

@@ -1,4 +1,4 @@
-"""Parallel gradient descent on message passing (lesson 04; seed 002).
+"""Parallel gradient descent on message passing (lesson 04; Jamshidi's lecture).
 
 Partition the m examples into k shards S_1..S_k, one per worker. The gradient of
 J(θ) = 1/(2m) Σ_i (x_i·θ − y_i)² is a sum over examples, so it splits over the shards:

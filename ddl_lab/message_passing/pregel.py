@@ -1,4 +1,4 @@
-"""Graph-parallel computing in the BSP / Pregel style (lesson 04; seed 000, "Graph
+"""Graph-parallel computing in the BSP / Pregel style (lesson 04; Do's lecture, "Graph
 Parallel ML – BSP, Pregel, GAS").
 
 Pregel (Malewicz et al., SIGMOD 2010) "thinks like a vertex". The vertices are split over

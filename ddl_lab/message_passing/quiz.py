@@ -18,7 +18,7 @@ QUESTIONS = [
     Question('Why is naive (Hadoop) MapReduce slow for iterative ML such as gradient descent?',
              choices=('It cannot compute sums', 'Each iteration is a new job that re-reads and parses its input', 'It uses too little memory', 'It only runs on one machine'),
              salt='message_passing:3', answer='ccc311c5ca0d02e7ac89165bb5e21742822e723caa5fe84f8cbf0cb5dec4514d',
-             why='NxQNXwdBCV9FBAFZVAoARh8TF1QQGxxPAhxPAgpEAUgBDhBDAFwgPWQRTEYOHAEACQ4MU0wJABlEFglMCAgMXQAbHBpFQk08DhoEUhAOVUUYTw4HSkReHV1RWBpeTEJZU0ITFU8MVAAKTwVFHk8DChABHg0FFQdIQQAbFk5LSw=='),
+             why='NxQNXwdBCV9FBAFZVAoARh8TF1QQGxxPAhxPAgpEAUgBDhBDAFwgPWQRTEYOHAEACQ4MU0wJABlEFglMCAgMXQAAGhxNQgoIDBdLACMOHUEeBg5LARBMTABPQhJoGwY6TA0QAk9AVRFJRlkAAAAIAhcQBU5MEwddUhEBCkkNC0YAHEUSQE8yYkwOAQ9EVlwNAQABUkkaFwoaQi0HCx0KUFleRxdMHE8bARZMRBgEEFtUHR0XG0I2Fg4ADgBIWEEAH08JBBZEGEUJQQRTUgcGWUEMAUZZUhYAHwAHAAkODANECA1ZCRNCVU4RUpug9kUSBxdFRhAIAFIJHE8HARcfQgJBUg4ABAAQThYWSA=='),
     Question('PageRank with damping d = 0.85 on n = 100 pages: the rank of a page that NO page links to?',
              number='H0YaD1ZBUhQQRENMDEJHEk1IRRBXX0UQXRI=',
              why='FjsaDVFBSgsAlvrrAAZMSQFSTgAdrcIIHxoCSwsSCV9MCAwXTB0cElNLRVtPQksRTEBEEFxPUktUSlwdXVRCTUgRHFlUCgAUClIEUhxPG09MBgFGCA0CRh9P'),

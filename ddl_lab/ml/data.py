@@ -1,6 +1,6 @@
 """Data sets that need no download, deterministic under a seed (lesson 01; reused by all).
 
-- ``linear_regression``: y = Xθ* + noise, the seed's running example (lessons 01, 04, 05).
+- ``linear_regression``: y = Xθ* + noise, the running example of Jamshidi's lecture (lessons 01, 04, 05).
 - ``sparse_logistic``: many features, few non-zeros per example, skewed feature
   frequencies (lesson 01's Adagrad, lesson 03's Hogwild!, lesson 07).
 - ``digits``: scikit-learn's bundled 8×8 handwritten digits with a train/test split.

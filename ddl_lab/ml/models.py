@@ -1,8 +1,8 @@
 """Models the course trains (lesson 01; reused by all).
 
 Torch modules: ``LinearRegression``, ``LogisticRegression``, ``MLP`` and ``SmallCNN``
-(for the 8×8 digits). Numpy forms where a lesson shows the math: the seed's
-J(θ) = 1/(2m) Σ (x_i·θ − y_i)² and its gradient, the logistic loss, and a
+(for the 8×8 digits). Numpy forms where a lesson shows the math: Jamshidi's
+lecture's J(θ) = 1/(2m) Σ (x_i·θ − y_i)² and its gradient, the logistic loss, and a
 non-convex two-parameter wave fit. Flattening
 helpers for the parameter-server and allreduce lessons (05–08).
 """
@@ -73,7 +73,7 @@ class SmallCNN(nn.Module):
 # ----------------------------------------------------------------- numpy math
 
 def linreg_loss(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
-    """J(θ) = 1/(2m) Σ_i (x_i·θ − y_i)²  (seed 002, "Supervised ML")."""
+    """J(θ) = 1/(2m) Σ_i (x_i·θ − y_i)²  (Jamshidi's lecture, "Supervised ML")."""
     r = X @ theta - y
     return float(r @ r) / (2 * len(y))
 

@@ -1,6 +1,6 @@
 """Optimisers written out for teaching (lesson 01; Adagrad again in lesson 07).
 
-The seed's three code fragments, made real on numpy::
+The three code fragments of Jamshidi's lecture, made real on numpy::
 
     batch_gd(theta, X, y, grad, lr, epochs)            # one full gradient per step
     sgd(theta, X, y, grad, lr, epochs, rng)            # one example per step
@@ -179,7 +179,7 @@ class TorchOptimizer:
                     p.copy_(rule.step(p, p.grad))
 
 
-# ------------------------------------------------------------- the seed's loops
+# ----------------------------------------------------- Jamshidi's lecture's loops
 
 def get_batches(m: int, batch_size: int, rng: np.random.Generator | None = None
                 ) -> Iterator[np.ndarray]:

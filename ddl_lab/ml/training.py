@@ -89,7 +89,7 @@ def plot_histories(histories: dict[str, History], x: str = "step", ax=None,
 
 
 def loss_function(kind: str | Callable) -> Callable:
-    """'mse' (½ mean squared error, the seed's J), 'bce' (binary, logits), 'ce' (classes)."""
+    """'mse' (½ mean squared error, Jamshidi's lecture's J), 'bce' (binary, logits), 'ce' (classes)."""
     if callable(kind):
         return kind
     losses = {"mse": lambda out, y: 0.5 * nn.functional.mse_loss(out, y),

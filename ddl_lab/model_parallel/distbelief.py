@@ -1,5 +1,5 @@
 """DistBelief's diminishing returns: one model partitioned over 1…n machines (lesson 09;
-Dean et al. 2012, seed 001).
+Dean et al. 2012, as summarised).
 
 DistBelief cuts every layer of a model into blocks of units, one block per machine;
 "only those nodes with edges that cross partition boundaries will need to have their

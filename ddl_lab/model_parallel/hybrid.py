@@ -1,5 +1,5 @@
 """Hybrid data + model parallelism (lesson 09; DistBelief "exploits both model parallelism and
-data parallelism", seed 001).
+data parallelism", in the summary of Dean et al. 2012).
 
 ``replicas × stages`` ranks: rank = replica · stages + stage. Each *pipeline* (a model
 replica) is ``stages`` consecutive ranks and trains on its own share of the mini-batch

@@ -1,4 +1,4 @@
-"""Layers split across processes by hand (lesson 09, seed 003 question 2).
+"""Layers split across processes by hand (lesson 09, ID2223 review question 2).
 
 A network is cut into p *stages*, one per rank. Going forward, a stage receives the
 activation of the previous stage, runs its layers and sends its output on; going

@@ -1,6 +1,6 @@
 """OpenMP-style threads in Python: ``parallel_for`` and its clauses (lesson 02).
 
-The seed's C++ loop::
+The C++ loop of Jamshidi's *Scalable Machine Learning* lecture::
 
     #pragma omp parallel for private(a) shared(b)
     for (a = 0; a < 50; ++a) {

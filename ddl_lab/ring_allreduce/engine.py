@@ -6,7 +6,7 @@ Three ways to sum a tensor over every rank, in place, with ``send/recv/isend/ire
   up and sends the sum back: the root moves 2(n−1)·S bytes while the others idle.
 - ``tree_allreduce``: a binomial tree, ⌈log2 n⌉ rounds up and ⌈log2 n⌉ rounds down; every
   message carries the whole tensor.
-- ``"ring"``: the ring of seed 003 (neighbour (p+1) % n). The tensor is cut into n
+- ``"ring"``: the ring of the ID2223 review answers (neighbour (p+1) % n). The tensor is cut into n
   chunks; in the *share-reduce* phase (reduce-scatter) each rank passes one chunk to its
   right neighbour, which adds it to its own, n−1 times, until every rank holds one fully
   reduced chunk; in the *share-only* phase (allgather) the finished chunks travel round
@@ -352,7 +352,7 @@ def best_of(per_rank: Sequence[Sequence[float]]) -> float:
     return float(np.min(np.max(np.array(per_rank), axis=0)))
 
 
-# ----------------------------------------------------------- the seed's figures
+# ------------------------------------ the figures of the ID2223 review answers
 
 def ring_trace(chunk_length: int = 1) -> Recorder:
     """Worker function: a recorded ring allreduce whose data says who contributed.

@@ -1,4 +1,4 @@
-"""Lesson 06's pictures: the ring step by step (seed 003's figures 3–11), the bytes each
+"""Lesson 06's pictures: the ring step by step (figures 3–11 of the ID2223 review answers), the bytes each
 rank sends, the α–β model against the clock, and every allreduce against the memcpy floor.
 
 ``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
@@ -28,7 +28,7 @@ def plot_ring_step(states: np.ndarray, step: int, recorders: Sequence[Recorder] 
     """Ranks on a ring, each with its n chunks coloured by how many ranks' data they hold.
 
     Step 0 is the start; steps 1..n−1 are share-reduce, n..2(n−1) share-only, as in
-    seed 003's figures 3–11 (for n = 5). Arrows show the chunk each rank sent to get here.
+    figures 3–11 of the ID2223 review answers (Teta & Zangis; for n = 5). Arrows show the chunk each rank sent to get here.
     """
     total, n, _ = states.shape
     if not 0 <= step < total:
@@ -64,7 +64,7 @@ def plot_ring_step(states: np.ndarray, step: int, recorders: Sequence[Recorder] 
     phase = ("start: every rank holds only its own data" if step == 0 else
              f"share-reduce (reduce-scatter) {step}/{n - 1}" if step <= n - 1 else
              f"share-only (allgather) {step - n + 1}/{n - 1}")
-    fig_no = f" — seed 003, figure {3 + step}" if n == 5 else ""
+    fig_no = f" — Teta & Zangis, figure {3 + step}" if n == 5 else ""
     ax.set_title(f"Step {step}: {phase}{fig_no}", fontsize=10)
     ax.set_xlim(-1.6, 1.6)
     ax.set_ylim(-1.45, 1.45)

@@ -7,7 +7,7 @@ seal the new text with those functions. Salt: ``"<slug>:<question number>"``.
 from ddl_lab.active import Question
 
 QUESTIONS = [
-    Question('Seed 003 Q5: in the ring allreduce, which phase comes first, and what does it leave?',
+    Question('ID2223 review question 5 (Teta & Zangis): in the ring allreduce, which phase comes first, and what does it leave?',
              choices=('share-only; every rank holds all chunks', 'share-reduce; each rank holds one completely reduced chunk', 'share-reduce; rank 0 holds the whole sum', 'share-only; each rank holds one chunk'),
              salt='ring_allreduce:1', answer='bb96d7379fd06aefe32bea9de11510b0b6c5ce149643bb63109ec341fc59b611',
              why='NwwNXwlMEF9EAREcAEoXAwsHBkVUHBZBGBsKGU1eTENMg+qoAEVSClQHFRVPHQMACgobREEbAEZMFEccRUFHGk5UExdEQgQCC0lFVBEKGwAfBw4ZAUkDQwAYQhJBGB4eQRYNAx1bRVAYHAZFH08bAwFECkQCCBFSRRBSGkgXCw0cUgRSFhobREwGAUsKRI6l/kFTGk0bABwAEREDHwFL'),
@@ -25,5 +25,5 @@ QUESTIONS = [
     Question('For a tiny message (1 KiB) on many ranks, which allreduce has the fewest latency terms?',
              choices=('the ring', 'reduce + broadcast', 'the tree'),
              salt='ring_allreduce:5', answer='2a95733d36db93d7454623bc9c810d07304e2878255e0cf7f3d968ffeb97f8e4',
-             why='JUQYXwkEQlRFERYKAFCH6uceCkdLTxvC4OZPGQsRAkkfWkJOSBFSC0kMAkYOHAEACwoRVQ8KT0BEBh5CDQUBW1MAUhxBAQ1GHxMcAEtHGwCO5/1LVU2umqLQTA=='),
+             why='JUQYXwkEQlRFERYKAFCH6uceCkdLTxvC4OZPGQsRAkkfWkJOSBFSC0kMAkYOHAEACwoRVQ8KT0BEBh5CDQUBW1MAUhxBAQ1GHxMcAEtHGwCO5/1LVU2umqLQTBoIJhcaVRAWDxkXRUgYAwNJAghPCgoATEkDFABWSRoVVQADCwJPAgxQHAMcTgkLTw8LEQ5BCUEAU04VAAAAFhcDCgFJABIKEFBMGwcEFwFMQQMGQlQABh0MTgYWRg4cAQAYAwZPTAwABgFED0EDEgcaVBtSDUgHRRQGHAIHCk8XQQILGAIAEAQNjuH2GkwRAQpPDEVWWV5F4t5bWwk='),
 ]

@@ -25,7 +25,7 @@ from ddl_lab.ml.models import flat_grads
 
 __all__ = ["Fit", "step_time", "measure", "fit", "seed_case", "SEED_PARAMS", "SEED_EXAMPLES"]
 
-SEED_PARAMS, SEED_EXAMPLES = 16e6, 17e9     # seed 002: "16M parameters", "17B examples"
+SEED_PARAMS, SEED_EXAMPLES = 16e6, 17e9     # Jamshidi's lecture: "16M parameters", "17B examples"
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def fit(m: dict) -> Fit:
 def seed_case(f: Fit, ns: Sequence[int] = (1, 8, 64, 512), links: Sequence[float] = (1, 10, 100),
               per_worker: int = 256, params: float = SEED_PARAMS,
               examples: float = SEED_EXAMPLES) -> list[dict]:
-    """Seed 002's "16M parameters, 17B examples": days per epoch on n workers (each with
+    """Jamshidi's lecture's "16M parameters, 17B examples": days per epoch on n workers (each with
     this machine's cores, ``per_worker`` examples each per step) behind links of
     ``links`` Gbit/s. One row per (link, n)."""
     rows = []

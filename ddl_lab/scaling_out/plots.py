@@ -147,7 +147,7 @@ def plot_calculator(f: Fit, batch: int, measured: dict[int, float] | None = None
 
 
 def plot_seed_case(rows: Sequence[dict], ax=None):
-    """Speedup against workers for each link speed (seed 002's 16M / 17B case)."""
+    """Speedup against workers for each link speed (the 16M / 17B case of Jamshidi's lecture)."""
     ax = ax or plt.subplots(figsize=(6.5, 3.6))[1]
     for gbit in sorted({r["link_gbit"] for r in rows}):
         rs = [r for r in rows if r["link_gbit"] == gbit]

@@ -24,7 +24,7 @@ QUESTIONS = [
     Question('A ring allreduce of S = 64 MB among 8 workers over 1 Gbit/s links (β = 8 ns per byte), latency ignored: about how many seconds?',
              number='H0YaD1ZBUhQZWFJbVEBfRl9cVRUE',
              why='VkwCz+TzUxMPGlK7l0I2Rq3FRe7LT0gAXk+t3ERTQxVMo9UaFkAXTwCg0kZXF0gZWY38qExfQVJEF1YNCRcHSFlUAQ1FEkUJCVIBQQ0OVVANHQ4HCAEARB8MQkpBDQFZVAoEEkNSEkgYGxBWCR1PHwwBTE8NFQFSAJby7QALEUYGAUVXEQ4BABgHCksHCwFdGRUHGlARAFlTFgAWTx8QUw1PEVcNHQlF'),
-    Question('Seed 000: which networks are good candidates for distributed training?',
+    Question("Trong-Hop Do's lecture: which networks are good candidates for distributed training?",
              choices=('small and shallow networks', 'networks with parameter sharing, such as CNNs and RNNs', 'any network above a million parameters', 'networks trained with small mini-batches'),
              salt='scaling_out:6', answer='153fea7071c26a81695009b207b330bec7a4f476df6d37c08343d01d6e1ac755',
              why='MAwJVEwFDRpNARERAAEKCx8HEUENBhpOTB8KGUQUDV8NDAdORQZeWVMNRQdPARFFCUgGAA8AAhsREA1ZBQ4MGkkHUhVBEAIDTxMCQRABBlRMGwcORAYVWQkSQlVGVBsNU0ICFA4WDEUXGwYbTBwCCggITEwCBUJJSBUeFU8VRQgKBhJPCwQGAAgATwcNEBhBCUEBVU0EBw1BFgwJAVIVRQtPHFQJHQ4fDQsCAUwADF4AABocSRBFBwMeF0UdGhZFTAsABg0KDVkJEkw='),

@@ -74,7 +74,7 @@ def test_threshold_with_residual_sends_far_fewer_bytes_and_still_learns(fp32, cl
     assert r.label == "threshold τ=0.1 + EF" and r.spread == 0
     assert r.reduction > 100
     assert r.residual.min() > 0
-    assert r.final_accuracy > 0.2                # slow at first (the seed's first downside)
+    assert r.final_accuracy > 0.2                # slow at first (the lecture's first downside)
     assert set(r.times_ms) == {"gradient", "encode", "exchange", "decode"}
 
 

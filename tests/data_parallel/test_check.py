@@ -210,7 +210,7 @@ def also_at_the_end(model, loss_fn, batches, lr, H):
 
 
 def averages_gradient(model, loss_fn, batches, lr, H):
-    """The seed's formula read literally: at t+1 ∈ I_T, step with the mean gradient."""
+    """The ID2223 answers' formula read literally: at t+1 ∈ I_T, step with the mean gradient."""
     for t, (X, y) in enumerate(batches):
         model.zero_grad()
         loss_fn(model(X), y).backward()

@@ -86,7 +86,7 @@ def epoch(theta, X, y, grad, lr, batch_size, rng):
     return theta
 
 
-def epoch_in_place(theta, X, y, grad, lr, batch_size, rng):       # the seed's `+=` form
+def epoch_in_place(theta, X, y, grad, lr, batch_size, rng):       # the lecture's `+=` form
     idx = np.arange(len(y))
     rng.shuffle(idx)
     starts = list(range(0, len(y), batch_size))

@@ -96,7 +96,7 @@ def test_one_f_one_b_keeps_fewer_activations(cluster):
 
 
 def test_stacked_outputs_are_the_layer_outputs(cluster):
-    """Seed 003: the intermediate outputs, synchronised and stacked, are the model's."""
+    """ID2223 review question 2: the intermediate outputs, synchronised and stacked, are the model's."""
     runs = cluster.run(P.pipeline_run, "mlp", 2, 4, "gpipe", batch=20, keep_outputs=True)
     layers = S.build_layers("mlp")
     X, _ = S.digits_batches(20, 1)[0]

@@ -1,5 +1,5 @@
 """The when-it-pays calculator (lesson 10): the step-time model, its fit from measurements,
-seed 002's case, and measuring on real workers."""
+the case of Jamshidi's lecture, and measuring on real workers."""
 import numpy as np
 import pytest
 
