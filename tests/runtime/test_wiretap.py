@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddl_lab.check._worlds import run_cases
+from ddl_lab.runtime.worlds import run_cases
 from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.ring_allreduce.engine import ring_bytes
 from ddl_lab.runtime.wiretap import Wiretap

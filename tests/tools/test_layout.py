@@ -56,9 +56,6 @@ SHARED = ("ddl_lab/runtime/", "ddl_lab/ml/", "ddl_lab/timeline.py", "ddl_lab/wid
 # (file, lesson module) the one shared file that reads a lesson, inside a function: the
 # ring's bytes per operation for the wire tap.
 SHARED_READS_LESSON = {("ddl_lab/runtime/wiretap.py", "ddl_lab.ring_allreduce.cost")}
-# (file, module): a lesson's import of a check helper that is being moved to a shared layer.
-# Empty this set once it has moved.
-LESSON_IMPORTS_FROM_CHECK_TO_MOVE = {("ddl_lab/capstone/meter.py", "ddl_lab.check._worlds")}
 
 
 @dataclass(frozen=True)
@@ -157,8 +154,7 @@ def layer_violations(root: Path, order: dict[str, int]) -> list[str]:
             if rel.startswith(SHARED) and target in order \
                     and not (u.in_function and _allowed(rel, what, SHARED_READS_LESSON)):
                 out.append(at + f"rule (b): shared code imports the lesson package {what}")
-            if mine in order and target in ("check", "tools") \
-                    and not _allowed(rel, what, LESSON_IMPORTS_FROM_CHECK_TO_MOVE):
+            if mine in order and target in ("check", "tools"):
                 out.append(at + f"rule (c): the lesson package {mine} imports {what}; lessons "
                            "import neither the checks nor the tooling")
             if mine == "check" and target in order and any(map(_private, u.path[2:])):
