@@ -175,7 +175,10 @@ def _run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
         elif op.method in _BUILTINS:
             used.append(_BUILTINS[op.method])
 
-    with Wiretap(on_op=watch) as tap:
+    with Wiretap(on_op=watch, refuse_new_group=(
+            "dist.new_group was called: the ring runs on the group it is given (the default "
+            "group, dist.get_world_size() ranks) — a group of your own would talk past the "
+            "check. Send to your neighbours with dist.send/recv or isend/irecv.")) as tap:
         returned = fn(tensor)
     other = (returned.detach().double().cpu().numpy().copy()
              if isinstance(returned, torch.Tensor) and returned is not tensor

@@ -160,6 +160,13 @@ def uses_builtin(tensor):
     return tensor
 
 
+def builtin_on_a_group_of_its_own(tensor):
+    """A built-in allreduce on a fresh group, out of sight of the default group's wiretap."""
+    group = dist.new_group(list(range(dist.get_world_size())))
+    dist.all_reduce(tensor, group=group)
+    return tensor
+
+
 def whole_tensor_ring(tensor):
     """The tutorial's ring: the whole tensor goes round the ring n−1 times."""
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -205,6 +212,7 @@ def test_right_rings_pass(solution, capsys):
     (ring_adds_in_share_only, "share-only phase does not"),
     (ring_returns_new, "left the tensor it was given unchanged"),
     (uses_builtin, r"called dist\.all_reduce.*point-to-point"),
+    (builtin_on_a_group_of_its_own, r"dist\.new_group was called: the ring runs on the group"),
     (whole_tensor_ring, r"not bandwidth-optimal.*3\.00·S.*1\.50·S"),
 ])
 def test_ring_mistakes_are_named(wrong, fault):
