@@ -7,20 +7,17 @@ runs (``Roles``); every wait has a timeout, and every process of a failed run is
 from __future__ import annotations
 
 import atexit
-import os
 import pickle
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import dill
 from multiprocess.connection import Connection, wait
 
 from ddl_lab.parameter_server.errors import ParameterServerError
 from ddl_lab.parameter_server.wire import recv_msg
-from ddl_lab.runtime.errors import caused_by
-from ddl_lab.runtime.process import SPAWN, child_setup, exit_text
+from ddl_lab.runtime.pickling import loads
+from ddl_lab.runtime.process import ByValue, Child, answer, exit_text, stop_all
 
 __all__ = ["Roles", "Event", "tell_driver", "from_driver", "exit_text"]
 
@@ -29,9 +26,9 @@ _TASK = b"ddl_lab-task:"       # marks a role for a pool process to run
 _READY = b"ddl_lab-ready"      # a new pool process has imported what it needs
 
 
-def _pool_main(conn: Connection, parent: int) -> None:
-    """A warm process: run one role after another until the driver says goodbye."""
-    child_setup(parent)
+def _pool_main(conn: Connection) -> None:
+    """A warm process (a ``process.Child``): run one role after another until the driver
+    says goodbye."""
     conn.send_bytes(_READY)
     while True:
         try:
@@ -42,15 +39,9 @@ def _pool_main(conn: Connection, parent: int) -> None:
             return
         if not data.startswith(_TASK):         # a message meant for a role that has ended
             continue
+        fn, args = pickle.loads(data[len(_TASK):])
         try:
-            fn, args = dill.loads(data[len(_TASK):])
-            reply = ("done", dill.dumps(fn(conn, *args), recurse=True))
-        except BaseException as e:
-            tb = e.__traceback__.tb_next if e.__traceback__ else None
-            reply = ("err", "".join(traceback.format_exception(type(e), e, tb)),
-                     f"{type(e).__name__}: {e}", caused_by(e, NotImplementedError))
-        try:
-            conn.send_bytes(pickle.dumps(reply, protocol=5))
+            conn.send_bytes(pickle.dumps(answer(fn, conn, args=args), protocol=5))
         except OSError:
             return
 
@@ -65,15 +56,10 @@ def from_driver(parent: Connection, timeout: float) -> tuple:
     return recv_msg(parent, timeout, "the driver")
 
 
-class _Proc:
-    def __init__(self) -> None:
-        mine, theirs = SPAWN.Pipe(duplex=True)
-        self.process = SPAWN.Process(target=_pool_main, args=(theirs, os.getpid()),
-                                      daemon=True, name="ddl_lab-ps")
-        self.process.start()
-        theirs.close()
-        self.conn = mine
-        self.booted = False
+class _Warm(Child):
+    """A pool process; booted once it has said it can read a task."""
+
+    booted = False
 
     def wait_booted(self, timeout: float) -> None:
         """Wait until the new process can read a task (so sending one does not block)."""
@@ -82,27 +68,14 @@ class _Proc:
                 raise ParameterServerError(f"a new process did not start within {timeout:g} s")
             self.booted = True
 
-    @property
-    def alive(self) -> bool:
-        return self.process.is_alive()
 
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(1.0)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(1.0)
-        self.conn.close()
-
-
-_IDLE: list[_Proc] = []
+_IDLE: list[_Warm] = []
 
 
 @atexit.register
 def _kill_pool() -> None:
-    while _IDLE:
-        _IDLE.pop().kill()
+    stop_all(_IDLE)
+    _IDLE.clear()
 
 
 @dataclass
@@ -132,8 +105,9 @@ class Roles:
             if p.alive:
                 reuse.append(p)
             else:
-                p.kill()
-        self.procs = reuse + [_Proc() for _ in range(n - len(reuse))]
+                p.stop()
+        self.procs = reuse + [_Warm.start(_pool_main, name="ddl_lab-ps", threads=1)
+                              for _ in range(n - len(reuse))]
         self.state = ["idle"] * n          # idle, running, done, failed, died
         self.exitcodes: list[int | None] = [None] * n
         self.backlog: list[Event] = []     # events read but not yet handed out
@@ -148,7 +122,8 @@ class Roles:
         except (EOFError, OSError):
             raise ParameterServerError(f"{self.label} {i}'s process died while "
                                        "starting") from None
-        self.procs[i].conn.send_bytes(_TASK + dill.dumps((fn, args), recurse=True))
+        task = pickle.dumps((ByValue(fn), ByValue(args)), protocol=5)
+        self.procs[i].conn.send_bytes(_TASK + task)
         self.state[i] = "running"
 
     def tell(self, i: int, *msg: Any) -> None:
@@ -161,7 +136,7 @@ class Roles:
 
     def kill(self, i: int) -> None:
         """Terminate process i for real (SIGTERM), as a machine that fails."""
-        self.procs[i].process.terminate()
+        self.procs[i].terminate()
 
     def running(self) -> list[int]:
         return [i for i, s in enumerate(self.state) if s == "running"]
@@ -169,7 +144,7 @@ class Roles:
     def waitables(self) -> list:
         out = []
         for i in self.running():
-            out += [self.procs[i].conn, self.procs[i].process.sentinel]
+            out += [self.procs[i].conn, self.procs[i].sentinel]
         return out
 
     def collect(self, ready: Sequence) -> list[Event]:
@@ -178,7 +153,7 @@ class Roles:
         ready_ids = {id(o) for o in ready}
         for i in self.running():
             p = self.procs[i]
-            if id(p.conn) in ready_ids or id(p.process.sentinel) in ready_ids:
+            if id(p.conn) in ready_ids or id(p.sentinel) in ready_ids:
                 events += self._drain(i)
         return events
 
@@ -189,19 +164,20 @@ class Roles:
                 msg = pickle.loads(p.conn.recv_bytes())
                 if msg[0] == "msg":
                     events.append(Event(i, "msg", msg[1:]))
-                elif msg[0] == "done":
+                elif msg[0] == "ok":
                     self.state[i] = "done"
-                    events.append(Event(i, "done", dill.loads(msg[1])))
+                    events.append(Event(i, "done", loads(msg[1])))
                 else:
                     self.state[i] = "failed"
-                    events.append(Event(i, "err", msg[1:]))
+                    events.append(Event(i, "err", (msg[1].traceback, msg[1].summary,
+                                                   msg[1].not_implemented)))
         except (EOFError, OSError):                # the pipe closed: it is dying
-            p.process.join(1.0)
+            p.join(1.0)
         if self.state[i] == "running" and not p.alive:
-            p.process.join(1.0)
+            p.join(1.0)
             self.state[i] = "died"
-            self.exitcodes[i] = p.process.exitcode
-            events.append(Event(i, "died", p.process.exitcode))
+            self.exitcodes[i] = p.exitcode
+            events.append(Event(i, "died", p.exitcode))
         return events
 
     def events(self, timeout: float) -> list[Event]:
@@ -252,6 +228,6 @@ class Roles:
             if self.state[i] in ("idle", "done") and p.alive and len(_IDLE) < _POOL_MAX:
                 _IDLE.append(p)
             else:
-                p.kill()
+                p.stop()
         self.state = ["closed"] * len(self.procs)
 

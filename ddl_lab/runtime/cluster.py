@@ -15,7 +15,6 @@ failed workers are stopped at once and fresh ones start with the next run.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
 import shutil
 import sys
@@ -23,6 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
+from functools import partial
 from typing import Any, Callable
 
 from multiprocess.connection import Connection, wait
@@ -31,7 +31,7 @@ from .backends import check_port, choose_backend, free_port
 from .errors import Failure, RunInterrupted, WorkerError, death_hint, run_error
 from .memory import check_fits
 from .pickling import loads, pickle_task
-from .process import SPAWN, exit_text
+from .process import SPAWN, Child, exit_text, join_all, stop_all
 from .progress import SINKS
 from .stacks import Where
 from .worker import worker_main
@@ -86,7 +86,7 @@ class Cluster:
         self.num_threads = num_threads
         self.echo = echo
         self.addr, self.port = addr, port
-        self._procs: list = []
+        self._procs: list[Child] = []
         self._conns: list[Connection] = []
         self._ctls: list[Connection] = []
         self._tmpdir: str | None = None
@@ -108,19 +108,16 @@ class Cluster:
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "WORLD_SIZE": str(self.world_size), "LOCAL_WORLD_SIZE": str(self.world_size)}
         cfg = dict(world_size=self.world_size, backend=self.backend, init=init, env=env,
-                   group_timeout=self.timeout or _NO_LIMIT_S, num_threads=self.num_threads,
-                   parent=os.getpid(), authkey=bytes(multiprocessing.current_process().authkey),
-                   tmpdir=self._tmpdir)
+                   group_timeout=self.timeout or _NO_LIMIT_S, num_threads=self.num_threads)
+        # a worker whose parent dies removes the store, which the parent can no longer do
+        cleanup = partial(shutil.rmtree, self._tmpdir, ignore_errors=True)
         for rank in range(self.world_size):
-            mine, theirs = SPAWN.Pipe(duplex=True)
             ctl, their_ctl = SPAWN.Pipe(duplex=True)
-            p = SPAWN.Process(target=worker_main, args=(rank, theirs, their_ctl, cfg),
-                             daemon=True, name=f"ddl_lab-rank{rank}")
-            p.start()
-            theirs.close()
+            p = Child.start(worker_main, (rank, their_ctl, cfg), name=f"ddl_lab-rank{rank}",
+                            at_parent_exit=cleanup)
             their_ctl.close()
             self._procs.append(p)
-            self._conns.append(mine)
+            self._conns.append(p.conn)
             self._ctls.append(ctl)
         try:
             self._collect("ready", (self.timeout or 60.0) + 60.0)
@@ -136,9 +133,7 @@ class Cluster:
                     c.send(None)
                 except OSError:
                     pass
-            deadline = time.monotonic() + 2.0
-            for p in self._procs:
-                p.join(max(0.0, deadline - time.monotonic()))
+            join_all(self._procs, 2.0)
             self._kill()
 
     def restart(self) -> None:
@@ -149,7 +144,7 @@ class Cluster:
 
     @property
     def alive(self) -> bool:
-        return bool(self._procs) and all(p.is_alive() for p in self._procs)
+        return bool(self._procs) and all(p.alive for p in self._procs)
 
     @property
     def pids(self) -> list[int]:
@@ -172,15 +167,8 @@ class Cluster:
         return f"Cluster(world_size={self.world_size}, backend={self.backend!r}, {state})"
 
     def _kill(self) -> None:
-        for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-        for p in self._procs:
-            p.join(1.0)
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
-        for c in self._conns + self._ctls:
+        stop_all(self._procs, 1.0)
+        for c in self._ctls:
             c.close()
         self._procs, self._conns, self._ctls = [], [], []
         self._fresh = False

@@ -8,10 +8,7 @@ environment ``torchrun`` would give it (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`
 from __future__ import annotations
 
 import linecache
-import multiprocessing
 import os
-import shutil
-import signal
 import sys
 import threading
 import traceback
@@ -51,14 +48,11 @@ class LineWriter:
         return False
 
 
-def worker_main(rank: int, conn: Connection, ctl: Connection, cfg: dict) -> None:
-    """A worker's life: join the group, then run tasks until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C / interrupts
+def worker_main(conn: Connection, rank: int, ctl: Connection, cfg: dict) -> None:
+    """A worker's life (a ``process.Child``): join the group, then run tasks until told
+    to stop."""
     os.environ.update(cfg["env"], RANK=str(rank), LOCAL_RANK=str(rank))
-    # torch.multiprocessing hands shared memory over a socket that checks this key
-    multiprocessing.current_process().authkey = cfg["authkey"]
-    threading.Thread(target=_watch, args=(cfg["parent"], ctl, cfg["tmpdir"]),
-                     daemon=True).start()
+    threading.Thread(target=_answer_where, args=(ctl,), daemon=True).start()
     lock = threading.Lock()
     WORKER.update(conn=conn, lock=lock, last=0.0)
     sys.stdout = LineWriter(conn, "out", lock)
@@ -92,17 +86,15 @@ def worker_main(rank: int, conn: Connection, ctl: Connection, cfg: dict) -> None
         dist.destroy_process_group()
 
 
-def _watch(parent: int, ctl: Connection, tmpdir: str) -> None:
-    """Exit with the parent (removing the cluster's store, which the parent can no longer
-    do); answer its "where" with the main thread's position."""
-    while os.getppid() == parent:
+def _answer_where(ctl: Connection) -> None:
+    """Answer the parent's "where" with the main thread's position, until the parent
+    closes the pipe (or dies: then the child's own watch ends the process)."""
+    while True:
         try:
-            if ctl.poll(0.5) and ctl.recv() == "where":
+            if ctl.recv() == "where":
                 ctl.send(tuple(main_thread_where()))
-        except (EOFError, OSError):          # the parent closed it, or died
-            break
-    shutil.rmtree(tmpdir, ignore_errors=True)
-    os._exit(0)
+        except (EOFError, OSError):
+            return
 
 
 def _rpc_started() -> bool:
