@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar
@@ -43,7 +44,7 @@ def _plan_bytes(params: int, workers: int, steps: int, period: int, value_bytes:
     """ceil(steps/period) averagings, each an allreduce of params·value_bytes bytes that the
     ring charges 2(n−1)/n of (``rounds`` and ``share`` make the named mistakes)."""
     n = workers
-    share = 2 * (n - 1) / n if share is None else share
+    share = sent_bytes("all_reduce", n, 1) if share is None else share
     return rounds(steps / period) * share * params * value_bytes
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.runtime.worlds import RankFailure, WorldFailed
 
 from . import _answers as answers
@@ -32,7 +33,7 @@ __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
 # ------------------------------------------------------------------ the cost model
 
 def _ring_seconds(n: float, S: float, a: float, b: float) -> float:
-    return 2 * (n - 1) * a + 2 * (n - 1) / n * S * b
+    return 2 * (n - 1) * a + sent_bytes("all_reduce", n, S) * b
 
 
 _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {

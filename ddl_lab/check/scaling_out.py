@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.ring_allreduce.cost import sent_bytes
 from ._core import call_local, fail, passed, run_on_workers, stub_message, task
 from ._diagnose import Cases, describe_value, differs, explain
 from ._scaling_out_plans import fedavg_plan
@@ -433,7 +434,7 @@ def _times(c: dict, n: int, mistake: str = "") -> float:
         return compute
     if mistake == "whole tensor":
         return compute + 2 * (n - 1) * (alpha + S * c["beta"])
-    return compute + 2 * (n - 1) * alpha + 2 * (n - 1) / n * S * c["beta"]
+    return compute + 2 * (n - 1) * alpha + sent_bytes("all_reduce", n, S) * c["beta"]
 
 
 def _best(c: dict, mistake: str = "") -> int:

@@ -96,7 +96,8 @@ def cost_model(algorithm: str, n: int, nbytes: float, alpha: float, beta: float,
         return 0.0
     S = float(nbytes)
     if algorithm == "ring":
-        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S * beta + (n - 1) / n * S * gamma
+        return (2 * (n - 1) * alpha + sent_bytes("all_reduce", n, S) * beta
+                + (n - 1) / n * S * gamma)          # γ: the (n−1)/n·S bytes each rank adds
     if algorithm == "tree":
         rounds = math.ceil(math.log2(n))
         return 2 * rounds * (alpha + S * beta) + rounds * S * gamma

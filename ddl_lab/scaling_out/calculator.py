@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
+from ddl_lab.ring_allreduce.cost import sent_bytes
 
 __all__ = ["Fit", "step_time", "measure", "fit", "seed_case", "SEED_PARAMS", "SEED_EXAMPLES"]
 
@@ -53,7 +54,7 @@ def step_time(n: int, batch: int, f: Fit) -> dict[str, float]:
     """Predicted seconds of one step on ``n`` workers: compute, communicate, total."""
     compute = f.t0 + f.per_example * batch / n * max(1.0, n / f.cores)
     S = 4.0 * f.params
-    comm = 0.0 if n == 1 else 2 * (n - 1) * f.alpha + 2 * (n - 1) / n * S * f.beta
+    comm = 0.0 if n == 1 else 2 * (n - 1) * f.alpha + sent_bytes("all_reduce", n, S) * f.beta
     return {"compute": compute, "communicate": comm, "total": compute + comm}
 
 
