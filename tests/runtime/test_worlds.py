@@ -101,10 +101,13 @@ def test_a_deadlock_is_reported_as_one_within_seconds():
                                                               [(2, ())], 1.0), timeout=30)
     assert time.monotonic() - t0 < OP_TIMEOUT_S
     raised = {r: per_rank[r][0] for r in range(2)}
-    assert all(isinstance(v, Raised) and v.timed_out and not v.stub for v in raised.values())
+    # the first rank to time out closes the group, so its peer may see a closed connection
+    assert all(isinstance(v, Raised) and (v.timed_out or v.closed) and not v.stub
+               for v in raised.values())
+    assert any(v.timed_out for v in raised.values())
     assert per_rank[2:] == [[None]] * (MAX_WORLD - 2)
     f = classify(raised, _both_receive_first)
-    assert (f.kind, f.rank) == ("deadlock", 0)
+    assert f.kind == "deadlock" and raised[f.rank].timed_out
     assert f.message("fn", 2).startswith("fn deadlocked on 2 ranks")
     _usable()
 
