@@ -20,9 +20,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import dill
 from multiprocess import AuthenticationError
 from multiprocess.connection import answer_challenge, deliver_challenge
+
+from ddl_lab.runtime.pickling import dumps, loads
 
 __all__ = ["CommError", "CommTimeout", "CommAborted", "Wire", "Mail", "encode", "decode",
            "handshake", "size_text", "BYE", "ABORT", "TEXT"]
@@ -73,8 +74,8 @@ def encode(obj: Any) -> tuple[int, list[memoryview]]:
     try:
         _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)
         return _PICKLE, [f.getbuffer()] + [b.raw() for b in buffers]
-    except Exception:           # a lambda, a class from a notebook cell: dill sends it by value
-        return _DILL, [memoryview(dill.dumps(obj, recurse=True))]
+    except Exception:           # a lambda, a class from a notebook cell: sent by value
+        return _DILL, [memoryview(dumps(obj))]
 
 
 def decode(codec: int, parts: list) -> Any:
@@ -82,7 +83,7 @@ def decode(codec: int, parts: list) -> Any:
     if codec == _PICKLE:
         return pickle.loads(parts[0], buffers=parts[1:])
     if codec == _DILL:
-        return dill.loads(bytes(parts[0]))
+        return loads(bytes(parts[0]))
     return bytes(parts[0]).decode()
 
 

@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterator, Sequence
 
-import dill
 import numpy as np
 from multiprocess.connection import Connection, wait
 
@@ -48,6 +47,7 @@ from ddl_lab.parameter_server.roles import Event, Roles, exit_text, from_driver,
 from ddl_lab.parameter_server.rules import shard_ranges, validate
 from ddl_lab.parameter_server.shard import Shard
 from ddl_lab.parameter_server.wire import ShardClient, accept, send_msg
+from ddl_lab.runtime.pickling import dumps, loads
 
 __all__ = ["ParameterServer", "ServerReport", "ParameterServerError", "ShardDied",
            "shard_main", "shard_throughput"]
@@ -56,7 +56,7 @@ __all__ = ["ParameterServer", "ServerReport", "ParameterServerError", "ShardDied
 # ------------------------------------------------------------- the shard process
 
 def _load(fn_bytes: bytes | None) -> Callable | None:
-    return None if fn_bytes is None else dill.loads(fn_bytes)
+    return None if fn_bytes is None else loads(fn_bytes)
 
 
 def shard_main(parent: Connection, index: int, theta: np.ndarray, options: dict,
@@ -64,7 +64,7 @@ def shard_main(parent: Connection, index: int, theta: np.ndarray, options: dict,
     """A shard process: serve pulls, pushes and vector operations until told to finish.
 
     Runs as a role in a pool process; the learner's ``gate``/``push``/``rate``
-    functions arrive dill-pickled in ``options``.
+    functions arrive pickled by ``runtime.pickling`` in ``options``.
     """
     options = dict(options)
     for key in ("gate", "push", "rate"):
@@ -294,7 +294,7 @@ def _dump(fn: Callable | None, what: str) -> bytes | None:
     if not callable(fn):
         raise TypeError(f"{what} must be a function, got {type(fn).__name__}")
     try:
-        return dill.dumps(fn, recurse=True)
+        return dumps(fn)
     except Exception as e:
         raise TypeError(f"the {what} function {getattr(fn, '__name__', fn)!r} cannot be sent "
                         f"to the shard processes ({type(e).__name__}: {e})") from None
