@@ -21,7 +21,7 @@ from . import _data_parallel_plans as plans
 from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
-from ._message_passing_formula import formula_cases
+from ._formula import formula_cases
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
 

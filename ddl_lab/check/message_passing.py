@@ -19,7 +19,7 @@ from . import _message_passing_costs as costs
 from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
-from ._message_passing_formula import formula_cases
+from ._formula import formula_cases
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",

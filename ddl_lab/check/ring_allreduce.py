@@ -25,7 +25,7 @@ from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         returned_none)
-from ._message_passing_formula import formula_cases
+from ._formula import formula_cases
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
 
