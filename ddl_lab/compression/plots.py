@@ -1,5 +1,6 @@
 """Lesson 08's pictures: one gradient and its decodings, accuracy against the bytes sent,
-the residual, the early loss, where a step's time goes, and the asynchronous peers' lag.
+the residual, the early loss, where a step's time goes, the asynchronous peers' lag, and
+the traffic saved and the accuracy reached over a sweep of Strom's τ.
 
 ``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
 """
@@ -13,10 +14,11 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ddl_lab.compression.sweep import TauSweep
 from ddl_lab.compression.training import Result, size_text
 
 __all__ = ["plot_reconstruction", "plot_accuracy_vs_bytes", "plot_residual", "plot_early",
-           "plot_step_costs", "plot_lag", "figure_scheme"]
+           "plot_step_costs", "plot_lag", "plot_tau_sweep", "figure_scheme"]
 
 
 def plot_reconstruction(grad: torch.Tensor, rows: list[dict[str, Any]], n: int = 120,
@@ -110,6 +112,40 @@ def plot_lag(results: dict[str, Result], ax: Axes | None = None) -> Axes:
     ax.set_ylabel("updates applied")
     ax.legend(fontsize=7)
     ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_tau_sweep(sweep: TauSweep, ax: Axes | None = None, mark: float | None = 99.6) -> Axes:
+    """Against τ (log scale): test accuracy (left axis, fp32's as a dashed line) and the
+    % of fp32's bytes saved (right axis, on a logit scale: 90, 99, 99.9 % equally spaced),
+    with ``mark`` (the lecture's 99.6 %) as a dotted line. Returns the accuracy axes."""
+    ax = ax or plt.gca()
+    ax.plot(sweep.taus, 100 * sweep.accuracy, "-o", color="#4c72b0",
+            label="test accuracy, threshold + EF")
+    ax.axhline(100 * sweep.fp32_accuracy, color="#4c72b0", ls="--", lw=1,
+               label=f"test accuracy, fp32 ({100 * sweep.fp32_accuracy:.1f}%)")
+    ax.set_xscale("log")
+    ax.set_xlabel("τ (in the gradient's units, log scale)")
+    ax.set_ylabel("test accuracy (%)", color="#4c72b0")
+    ax.grid(True, which="both", alpha=0.3)
+    right = ax.twinx()
+    right.plot(sweep.taus, sweep.reduction / 100, "-s", color="#c44e52",
+               label="fp32 bytes saved (measured)")
+    for t, r in zip(sweep.taus, sweep.reduction):
+        right.annotate(f"{r:.2f}%", (t, r / 100), textcoords="offset points", xytext=(0, 6),
+                       ha="center", fontsize=7, color="#c44e52")
+    if mark is not None:
+        right.axhline(mark / 100, color="#c44e52", ls=":", lw=1,
+                      label=f"the lecture's {mark:g}%")
+    right.set_yscale("logit")
+    ends = np.log(np.array(right.dataLim.intervaly) / (1 - np.array(right.dataLim.intervaly)))
+    pad = 0.12 * (ends[1] - ends[0]) + 0.1                 # room for the labels, in logits
+    right.set_ylim(1 / (1 + np.exp(-(ends + [-pad, pad]))))
+    right.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{100 * v:g}%"))
+    right.yaxis.set_minor_formatter(plt.NullFormatter())
+    right.set_ylabel("fp32 bytes saved (%)", color="#c44e52")
+    lines = ax.get_lines() + right.get_lines()
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="center left")
     return ax
 
 
