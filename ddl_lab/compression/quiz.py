@@ -22,7 +22,7 @@ QUESTIONS = [
     Question('1-bit SGD with one 32-bit scale per bucket of 1024 entries: about how many times smaller than fp32?',
              number='H0YaD1ZBUQsMVFANAlhFV0FHGA==',
              why='V1ZMTwUVERrC8uBZEUIHDxtSTgBKXVoRXF1bSwYNGF5Mg+uyAEVcSRNCBw8bAUVQHB1VRQIbHRJeRA1PAxQWGhNFse4AEQgHAx4AUlc='),
-    Question("Why does Strom's threshold still learn as well as fp32 although it drops most entries at every step?",
+    Question("At a well-chosen τ, why does Strom's threshold learn about as well as fp32 although it holds back most entries at every step?",
              choices=('The dropped entries are zero anyway', 'The residual keeps every unsent amount and adds it to the next gradient', 'The workers send the dropped entries at the end', 'Adagrad on the server'),
              salt='compression:5', answer='767a8c77a8d1bf3c530a5151c472ccd882ffd589f9e0e4b4577822d79e716905',
              why='IRYeQh5BBF9FEBAYQwlfRgEdEUgQARIABRxPBwsXGAFMDgxWWVQWHEwDHAMLUoeg7U8CSAUMB0sNF0xMABINGlccC1lFAxcKFlIRUhgGG0kCCE8HBQMfAw=='),
