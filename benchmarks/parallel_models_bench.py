@@ -1,8 +1,11 @@
 """Shared memory and threads on this machine (lesson 02), measured side by side in one run.
 
 - Amdahl's law: speedup of a numpy workload with 0 %, 20 % and 50 % of it serial on 1 … N
-  threads, the parallel fraction p fitted back from the measurements (against the p built
-  in), and torch's own intra-op threads on one matrix product;
+  threads, the parallel fraction p fitted back from the counts with a core each (against the
+  p built in; oversubscribed counts shown in brackets), and torch's own intra-op threads on
+  one matrix product;
+- Gustafson's law: the same workload with its parallel part grown n× on n threads, the
+  measured scaled speedup T_1/T_n over Gustafson's n − f(n − 1) with the fitted f;
 - the GIL: speedup of pure-Python work and of numpy work on N threads;
 - schedules: a triangular loop (iteration i costs ∝ i) under static, dynamic and guided;
 - the lost-update race and its fixes on 2 processes: updates lost, and nanoseconds per
@@ -15,22 +18,39 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Callable, Sequence
 
 from ddl_lab.parallel_models import shared_memory, speedup, threads
 
 
 def amdahl(counts: list[int]) -> None:
-    print("Amdahl's law (best of 2 runs per thread count):")
+    cores = speedup.usable_cores()
+    print(f"Amdahl's law (best of 2 runs per thread count; p fitted on n <= {cores} usable "
+          "cores, the oversubscribed counts in brackets, not fitted):")
     for serial in (0.0, 0.2, 0.5):
-        s = speedup.measure_scaling(lambda n: speedup.amdahl_workload(n, serial, tasks=24,
-                                                                      size=150_000),
-                                    counts, repeats=2, label=f"{serial:.0%} serial")
-        p = speedup.fit_parallel_fraction(s.counts, s.speedup)
-        shown = ", ".join(f"S({n}) = {v:.2f}" for n, v in zip(s.counts, s.speedup))
-        print(f"  {s.label:>12}: {shown}; fitted p = {p:.2f} (built in {1 - serial:.2f}); "
-              f"Amdahl's S({counts[-1]}) = {speedup.amdahl(1 - serial, counts[-1]):.2f}")
+        work = _work(serial)
+        s = speedup.measure_scaling(work, counts, repeats=2, label=f"{serial:.0%} serial")
+        p = s.parallel_fraction()
+        print(f"  {s.label:>12}: {_shown(s.counts, s.speedup, s.oversubscribed)}; fitted p = "
+              f"{p:.2f} (built in {1 - serial:.2f}); Amdahl's S({counts[-1]}) = "
+              f"{speedup.amdahl(1 - serial, counts[-1]):.2f}")
+        w = speedup.measure_weak_scaling(work, counts, repeats=2)
+        g = speedup.gustafson(1 - p, counts)
+        print(f"  {'grown n×':>12}: scaled {_shown(w.counts, w.scaled_speedup, w.oversubscribed)}"
+              f"; measured / Gustafson's n − f(n − 1): "
+              + ", ".join(f"{m / e:.2f}" for m, e in zip(w.scaled_speedup, g)))
     mm = speedup.torch_matmul_scaling(1024, counts, repeats=3)
-    print(f"  {mm.label}: " + ", ".join(f"S({n}) = {v:.2f}" for n, v in zip(mm.counts, mm.speedup)))
+    print(f"  {mm.label}: {_shown(mm.counts, mm.speedup, mm.oversubscribed)}")
+
+
+def _work(serial: float) -> Callable[..., None]:
+    return lambda n, grow=1: speedup.amdahl_workload(n, serial, tasks=20, size=600_000,
+                                                     grow=grow)
+
+
+def _shown(counts: Sequence[int], values: Sequence[float], over: Sequence[bool]) -> str:
+    return ", ".join(f"[S({n}) = {v:.2f}]" if o else f"S({n}) = {v:.2f}"
+                     for n, v, o in zip(counts, values, over))
 
 
 def gil(n: int) -> None:

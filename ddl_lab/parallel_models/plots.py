@@ -1,11 +1,11 @@
 """Lesson 02's pictures: memory architectures, a schedule's chunks per thread, the GIL,
-the lost-update race and its fixes, and Amdahl's law against measured speedups.
+the lost-update race and its fixes, Amdahl's law against measured speedups (strong
+scaling) and Gustafson's against a measured weak-scaling run.
 
 ``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -16,11 +16,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from ddl_lab.parallel_models.shared_memory import RaceResult
-from ddl_lab.parallel_models.speedup import Scaling, amdahl, fit_parallel_fraction
+from ddl_lab.parallel_models.speedup import (OVERSUBSCRIBED, Scaling, WeakScaling, amdahl,
+                                             gustafson)
 from ddl_lab.parallel_models.threads import ForResult
 
 __all__ = ["figure_memory_architectures", "plot_schedule", "plot_gil", "figure_race",
-           "figure_speedup"]
+           "figure_speedup", "plot_speedup", "plot_amdahl_model", "plot_weak_scaling"]
 
 
 def figure_memory_architectures() -> Figure:
@@ -139,33 +140,96 @@ def figure_race(results: Sequence[RaceResult]) -> Figure:
 
 
 
-def figure_speedup(scalings: Sequence[Scaling], max_n: int = 64) -> Figure:
-    """Lesson 02's picture: measured speedups against the ideal and the fitted Amdahl curve
-    (left), and what the model predicts for many more cores (right)."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
-    top = max(max(s.counts) for s in scalings)
-    xs = np.arange(1, top + 1)
-    a.plot(xs, xs, "k--", lw=1, label="ideal S(n) = n")
-    nn = np.logspace(0, np.log2(max_n), 100, base=2)
-    b.plot(nn, nn, "k--", lw=1, label="ideal")
-    cores = os.cpu_count() or 1
-    for i, s in enumerate(scalings):
-        color = f"C{i}"
-        on_cores = [k for k, n in enumerate(s.counts) if n <= cores]     # fit where cores are free
-        p = fit_parallel_fraction([s.counts[k] for k in on_cores], s.speedup[on_cores])
-        a.plot(s.counts, s.speedup, "o-", color=color, label=f"{s.label} (measured)")
-        a.plot(xs, amdahl(p, xs), ":", color=color,
-               label=f"Amdahl, p = {p:.2f} fitted on ≤ {cores}")
-        b.plot(nn, amdahl(p, nn), color=color,
-               label=f"p = {p:.2f}: at most {1 / max(1e-9, 1 - p):.0f}×" if p < 1 else "p = 1")
-    if cores < top:
-        a.axvspan(cores + 0.5, top + 0.5, color="grey", alpha=0.12, lw=0)
-        a.text(cores + 0.6, 1.02, "more threads\nthan cores", fontsize=8, va="bottom")
-    a.set(xlabel="threads / workers", ylabel="speedup T(1)/T(n)", xticks=xs,
-          title=f"measured on this machine ({cores} cores)")
-    a.legend(fontsize=7)
-    b.set(xscale="log", yscale="log", xlabel="cores (model)", ylabel="speedup",
-          title="Amdahl's law with the fitted p")
-    b.legend(fontsize=7)
+def figure_speedup(scalings: Sequence[Scaling], max_n: int = 64,
+                   weak: WeakScaling | None = None) -> Figure:
+    """Lesson 02's picture: measured speedups with Amdahl's curve fitted on n <= cores
+    (left), what the model predicts for many more cores (middle), and with ``weak`` — the
+    weak-scaling run of ``scalings[0]``'s program — its scaled speedup against Gustafson's
+    law with that program's fitted serial fraction (right)."""
+    fig, axes = plt.subplots(1, 2 if weak is None else 3,
+                             figsize=(11, 3.6) if weak is None else (16, 3.8))
+    plot_speedup(scalings, axes[0])
+    plot_amdahl_model(scalings, max_n, axes[1])
+    if weak is not None:
+        plot_weak_scaling(weak, 1.0 - scalings[0].parallel_fraction(), axes[2])
     fig.tight_layout()
     return fig
+
+
+def plot_speedup(scalings: Sequence[Scaling], ax: Axes | None = None) -> Axes:
+    """Lesson 02's picture: measured speedups against the ideal and Amdahl's curve fitted on
+    the counts with a core each; oversubscribed counts (n > cores) drawn apart, not fitted."""
+    ax = ax or plt.subplots(figsize=(5.5, 3.6))[1]
+    top = max(max(s.counts) for s in scalings)
+    xs = np.arange(1, top + 1)
+    ax.plot(xs, xs, "k--", lw=1, label="ideal S(n) = n")
+    for i, s in enumerate(scalings):
+        _measured(ax, s.counts, s.speedup, s.oversubscribed, f"C{i}", f"{s.label} (measured)")
+        p = s.parallel_fraction()
+        ax.plot(xs, amdahl(p, xs), ":", color=f"C{i}",
+                label=f"Amdahl, p = {p:.2f} fitted on n ≤ {s.cores}")
+    cores = min(s.cores for s in scalings)
+    _shade_oversubscribed(ax, cores, top, "more threads\nthan cores:\nnot fitted")
+    ax.set(xlabel="threads / workers", ylabel="speedup T(1)/T(n)", xticks=xs,
+           title=f"strong scaling, measured ({cores} usable cores)")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_amdahl_model(scalings: Sequence[Scaling], max_n: int = 64,
+                      ax: Axes | None = None) -> Axes:
+    """Lesson 02's picture: Amdahl's law with each fitted p, out to ``max_n`` cores."""
+    ax = ax or plt.subplots(figsize=(5.5, 3.6))[1]
+    nn = np.logspace(0, np.log2(max_n), 100, base=2)
+    ax.plot(nn, nn, "k--", lw=1, label="ideal")
+    for i, s in enumerate(scalings):
+        p = s.parallel_fraction()
+        ax.plot(nn, amdahl(p, nn), color=f"C{i}",
+                label=f"p = {p:.2f}: at most {1 / max(1e-9, 1 - p):.0f}×" if p < 1 else "p = 1")
+    ax.set(xscale="log", yscale="log", xlabel="cores (model)", ylabel="speedup",
+           title="Amdahl's law with the fitted p")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_weak_scaling(weak: WeakScaling, serial_fraction: float,
+                      ax: Axes | None = None) -> Axes:
+    """Lesson 02's picture: the measured scaled speedup of a problem grown with n against
+    the ideal, Gustafson's n − f(n − 1) and Amdahl's fixed-size curve for the same f;
+    oversubscribed counts (n > cores) drawn apart."""
+    ax = ax or plt.subplots(figsize=(5.5, 3.6))[1]
+    top = max(weak.counts)
+    xs = np.arange(1, top + 1)
+    ax.plot(xs, xs, "k--", lw=1, label="ideal S(n) = n")
+    _measured(ax, weak.counts, weak.scaled_speedup, weak.oversubscribed, "C0",
+              f"{weak.label} (measured)")
+    ax.plot(xs, gustafson(serial_fraction, xs), "-", color="C3", lw=1,
+            label=f"Gustafson n − f(n − 1), f = {serial_fraction:.2f}")
+    ax.plot(xs, amdahl(1.0 - serial_fraction, xs), ":", color="grey",
+            label="Amdahl, same f, fixed problem")
+    _shade_oversubscribed(ax, weak.cores, top)
+    ax.set(xlabel="threads (parallel part grown n×)", ylabel="scaled speedup T₁/Tₙ", xticks=xs,
+           title="weak scaling, measured (Gustafson 1988)")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def _measured(ax: Axes, counts: Sequence[int], values: np.ndarray, over: np.ndarray,
+              color: str, label: str) -> None:
+    """Points with a core each as a line; oversubscribed ones as crosses, joined dotted
+    (labelled once per panel)."""
+    n, v = np.asarray(counts), np.asarray(values)
+    ax.plot(n[~over], v[~over], "o-", color=color, label=label)
+    if over.any():
+        joined = max(0, int(np.argmax(over)) - 1)
+        ax.plot(n[joined:], v[joined:], ":", color=color, lw=1, label="_nolegend_")
+        ax.plot(n[over], v[over], "x", color=color, ms=8, mew=2,
+                label="_nolegend_" if any(line.get_label() == OVERSUBSCRIBED
+                                          for line in ax.lines) else OVERSUBSCRIBED)
+
+
+def _shade_oversubscribed(ax: Axes, cores: int, top: int,
+                          text: str = "more threads\nthan cores") -> None:
+    if cores < top:
+        ax.axvspan(cores + 0.5, top + 0.5, color="grey", alpha=0.12, lw=0)
+        ax.text(cores + 0.6, 1.02, text, fontsize=8, va="bottom")
