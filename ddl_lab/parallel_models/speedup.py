@@ -76,7 +76,11 @@ class Scaling:
         for n, t, s, e, over in zip(self.counts, self.seconds, self.speedup, self.efficiency,
                                     self.oversubscribed):
             rows.append(f"{n:>8} {1e3 * t:>10.1f} {s:>8.2f} {e:>10.0%}"
-                        + (f"  {OVERSUBSCRIBED} ({self.cores}), not fitted" if over else ""))
+                        + (f"  {OVERSUBSCRIBED} ({self.cores}), not fitted"
+                           if over and self.cores > 1 else ""))
+        if self.cores < 2:
+            rows.append("one usable core: every count above 1 takes turns, so p is fitted on "
+                        "them all and reads low (run this on a machine with more cores)")
         return "\n".join(rows)
 
 
@@ -174,12 +178,15 @@ def fit_parallel_fraction(counts: Sequence[int], speedups: Sequence[float],
 
     Only counts 1 < n <= ``cores`` (default: ``usable_cores()``) are fitted: with more
     threads than cores they take turns, which Amdahl's law does not model and which
-    would pull p down.
+    would pull p down. On one usable core there is no such count: then every n > 1 is
+    fitted (the only fit there is, biased low; ``Scaling.table`` says so).
     """
     n = np.asarray(counts, dtype=float)
     s = np.asarray(speedups, dtype=float)
     cores = usable_cores() if cores is None else cores
-    keep = (n > 1) & (n <= cores)
+    keep = (n > 1) & (n <= max(cores, 1))
+    if not keep.any() and cores < 2:
+        keep = n > 1
     if not keep.any():
         raise ValueError(f"need at least one measurement with more than one worker and no "
                          f"more workers than the {cores} usable cores, got counts "

@@ -40,7 +40,16 @@ def test_the_fit_ignores_counts_beyond_the_cores():
     biased = fit_parallel_fraction(s.counts, s.speedup, cores=4)      # the turns fitted too
     assert biased < 0.8
     with pytest.raises(ValueError, match="usable cores"):
-        fit_parallel_fraction(s.counts, s.speedup, cores=1)
+        fit_parallel_fraction(s.counts[:1] + s.counts[3:], [1.0, 3.0], cores=2)
+
+
+def test_one_usable_core_fits_every_count_and_says_it_reads_low():
+    """A one-core laptop still gets a fit (the only one there is) and is told why it is low."""
+    s = synthetic(0.9, cores=2)
+    assert fit_parallel_fraction(s.counts, s.speedup, cores=1) == \
+        pytest.approx(fit_parallel_fraction(s.counts, s.speedup, cores=4))
+    one = type(s)(s.counts, s.seconds, cores=1)
+    assert "one usable core" in one.table() and "not fitted" not in one.table()
 
 
 def test_the_table_marks_the_oversubscribed_rows():
