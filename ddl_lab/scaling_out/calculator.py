@@ -51,7 +51,7 @@ from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
 from ddl_lab.ring_allreduce.cost import sent_bytes
 
-__all__ = ["Fit", "step_time", "buckets", "assumptions", "measure", "fit", "overlap_fraction",
+__all__ = ["Fit", "step_time", "buckets", "bucket_trade", "assumptions", "measure", "fit", "overlap_fraction",
            "dense_flops", "cost", "cost_modelled", "seed_fit", "seed_case", "SEED_PARAMS",
            "SEED_EXAMPLES", "DDP_BUCKET_BYTES", "BACKWARD_SHARE"]
 
@@ -127,6 +127,13 @@ def buckets(f: Fit) -> int:
     return max(1, math.ceil(f.bytes_per_param * f.params / f.bucket_bytes))
 
 
+def bucket_trade(n: int, batch: int, f: Fit) -> tuple[float, float]:
+    """(what one bucket's allreduce pays in latency, 2(n−1)·α; its share of backward, s·w/k):
+    the first below the second, full overlap is never slower than none."""
+    work = f.per_example * batch / n * max(1.0, n / f.cores)
+    return 2 * (n - 1) * f.alpha, f.backward_share * work / buckets(f)
+
+
 def step_time(n: int, batch: int, f: Fit) -> dict[str, float]:
     """Modelled seconds of one step on ``n`` workers (global ``batch``): ``compute`` C(n),
     ``communicate`` (one allreduce of all gradients, A(n)), ``exposed`` (the communication
@@ -136,7 +143,7 @@ def step_time(n: int, batch: int, f: Fit) -> dict[str, float]:
     S = f.bytes_per_param * f.params
     comm = _ring(n, S, f)
     total = compute + comm                                  # φ = 0: additive
-    if f.overlap > 0 and n > 1:
+    if f.overlap > 0 and n > 1 and buckets(f) > 1:         # one bucket hides nothing
         k, back = buckets(f), f.backward_share * work
         all_k = _ring(n, S, f, messages=k)
         pipelined = compute - back + max(back + all_k / k, back / k + all_k)
@@ -306,18 +313,24 @@ def cost(m: dict) -> dict:
 
 
 def cost_modelled(f: Fit, batch: int, alone: float, up_to: int = 1024) -> int | None:
-    """The smallest n ≤ ``up_to`` whose modelled step beats one process's measured ``alone``
-    seconds for the same global batch (None: none does)."""
-    return next((n for n in range(1, up_to + 1) if step_time(n, batch, f)["total"] < alone),
+    """The smallest n in 2 … ``up_to`` whose modelled step beats one process on the same
+    global batch (None: none does). The model charges a worker no overhead of its own, so
+    one process's time is the faster of the measured ``alone`` and the model's one worker:
+    an error of the fit cannot make COST look small."""
+    single = min(alone, step_time(1, batch, f)["total"])
+    return next((n for n in range(2, up_to + 1) if step_time(n, batch, f)["total"] < single),
                 None)
 
 
 def seed_fit(f: Fit, per_example: float, source: str, params: float = SEED_PARAMS,
              workers: int = 512) -> Fit:
     """Jamshidi's lecture's model: ``params`` parameters at ``per_example`` seconds per example
-    (from ``source``), one machine per worker (no two workers share a core)."""
-    return replace(f.with_compute(per_example, source, params), cores=workers).noted(
-        cores="assumed: one machine per worker, so workers never share a core")
+    (from ``source``), one machine per worker (no two workers share a core), DDP's default
+    buckets, overlap φ = 0 until ``with_overlap`` says otherwise."""
+    return replace(f.with_compute(per_example, source, params), cores=workers, overlap=0.0,
+                   bucket_bytes=DDP_BUCKET_BYTES).noted(
+        cores="assumed: one machine per worker, so workers never share a core",
+        overlap="stated")
 
 
 def seed_case(f: Fit, per_example: float, source: str = "stated",
