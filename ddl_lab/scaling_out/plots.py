@@ -127,35 +127,49 @@ def figure_federated(runs: Sequence[FedRun], central: FedRun | None = None):
 
 
 def plot_calculator(f: Fit, batch: int, measured: dict[int, float] | None = None,
-                    max_workers: int = 8, ax=None):
-    """Predicted seconds per step against workers (compute + communication stacked) and
-    the measured points."""
+                    max_workers: int = 8, alone: float | None = None, ax=None):
+    """Modelled seconds per step against workers — compute, the allreduce backward did not
+    hide, and (hatched) what it hid — with the measured points and one process's measured
+    time (the COST baseline)."""
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
     ns = np.arange(1, max_workers + 1)
     pred = [step_time(int(n), batch, f) for n in ns]
     comp = np.array([p["compute"] for p in pred]) * 1e3
-    comm = np.array([p["communicate"] for p in pred]) * 1e3
-    ax.bar(ns, comp, color="C0", alpha=0.6, label="predicted compute")
-    ax.bar(ns, comm, bottom=comp, color="C3", alpha=0.6, label="predicted allreduce")
+    exposed = np.array([p["exposed"] for p in pred]) * 1e3
+    hidden = np.maximum(np.array([p["communicate"] for p in pred]) * 1e3 - exposed, 0)
+    ax.bar(ns, comp, color="C0", alpha=0.6, label="modelled compute")
+    ax.bar(ns, exposed, bottom=comp, color="C3", alpha=0.6, label="modelled allreduce, exposed")
+    if f.overlap > 0:
+        ax.bar(ns, hidden, bottom=comp + exposed, fill=False, hatch="//", ec="C3", lw=0,
+               label="allreduce hidden under backward")
     if measured:
         ax.plot(list(measured), [v * 1e3 for v in measured.values()], "ko", ms=7,
-                label="measured")
+                label="measured step")
+    if alone is not None:
+        ax.axhline(alone * 1e3, color="k", ls="--", lw=1, label="one process, measured")
     ax.set(xlabel="workers n", ylabel="ms per step", xticks=ns,
-           title=f"{f.params:,} parameters, global batch {batch}, {f.cores} cores")
+           title=f"modelled: {f.params:,} parameters, global batch {batch}, {f.cores} cores, "
+                 f"φ = {f.overlap:.2f}\n(α = {f.alpha * 1e6:.3g} µs, "
+                 f"β = {f.beta * 1e9:.3g} ns/byte)")
+    ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     return ax
 
 
 def plot_seed_case(rows: Sequence[dict], ax=None):
-    """Speedup against workers for each link speed (the 16M / 17B case of Jamshidi's lecture)."""
+    """Modelled speedup against workers for each link speed and overlap φ (the 16M / 17B
+    case of Jamshidi's lecture): φ = 0 dashed, φ = 1 solid."""
     ax = ax or plt.subplots(figsize=(6.5, 3.6))[1]
-    for gbit in sorted({r["link_gbit"] for r in rows}):
-        rs = [r for r in rows if r["link_gbit"] == gbit]
-        ax.plot([r["workers"] for r in rs], [r["speedup"] for r in rs], "o-",
-                label=f"{gbit:g} Gbit/s")
-    n = [r["workers"] for r in rows]
-    ax.plot(sorted(set(n)), sorted(set(n)), "k:", lw=1, label="perfect")
-    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup per epoch",
-           title="16 M parameters, 17 B examples")
-    ax.legend(fontsize=8)
+    links = sorted({r["link_gbit"] for r in rows})
+    for i, gbit in enumerate(links):
+        for phi in sorted({r.get("overlap", 0.0) for r in rows}):
+            rs = [r for r in rows if r["link_gbit"] == gbit and r.get("overlap", 0.0) == phi]
+            ax.plot([r["workers"] for r in rs], [r["speedup"] for r in rs],
+                    "o-" if phi else "o--", color=f"C{i}", alpha=0.5 + 0.5 * phi,
+                    label=f"{gbit:g} Gbit/s, φ = {phi:g}")
+    n = sorted({r["workers"] for r in rows})
+    ax.plot(n, n, "k:", lw=1, label="perfect")
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup per epoch (modelled)",
+           title="16 M parameters, 17 B examples — modelled, not measured")
+    ax.legend(fontsize=7)
     return ax

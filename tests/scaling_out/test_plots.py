@@ -43,7 +43,16 @@ def test_ddp_federated_and_calculator_figures_have_their_panels():
     assert len(plots.figure_federated([fed], FedRun("c", [0.1, 0.9], [0, 4])).axes) == 3
     ax = plots.plot_calculator(Fit(0, 1e-5, 1e-4, 1e-9, 2, 1000), 64, {1: 1e-3, 2: 2e-3})
     assert len(ax.patches) == 16                                    # 8 × (compute + comm)
-    plots.plot_seed_case([{"link_gbit": 1, "workers": n, "speedup": n ** 0.5} for n in (1, 8)])
+    assert ax.get_title().startswith("modelled") and "φ = 0.00" in ax.get_title()
+    f = Fit(0, 1e-5, 1e-4, 1e-9, 2, 1000).with_overlap(0.5, "test", bucket_bytes=400)
+    ax = plots.plot_calculator(f, 64, {1: 1e-3}, alone=1.5e-3)
+    assert len(ax.patches) == 24                                    # + the hidden allreduce
+    labels = ax.get_legend_handles_labels()[1]
+    assert "one process, measured" in labels and "measured step" in labels
+    assert not any("measured" in x for x in labels if x.startswith("modelled"))
+    ax = plots.plot_seed_case([{"link_gbit": 1, "overlap": p, "workers": n, "speedup": n ** 0.5}
+                               for p in (0.0, 1.0) for n in (1, 8)])
+    assert "modelled" in ax.get_title() and len(ax.lines) == 3     # 2 overlaps + perfect
     plt.close("all")
 
 
