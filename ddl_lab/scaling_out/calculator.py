@@ -143,7 +143,7 @@ def seed_case(f: Fit, ns: Sequence[int] = (1, 8, 64, 512), links: Sequence[float
         for n in ns:
             s = step_time(n, per_worker * n, g)
             epoch = s["total"] * examples / (per_worker * n)
-            rows.append({"link_gbit": gbit, "workers": n, "step_s": s["total"],
+            rows.append({"link_gbit": gbit, "alpha": g.alpha, "workers": n, "step_s": s["total"],
                          "communicate_share": s["communicate"] / s["total"],
                          "epoch_days": epoch / 86400, "speedup": one / epoch})
     return rows

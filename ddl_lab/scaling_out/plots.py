@@ -128,15 +128,16 @@ def figure_federated(runs: Sequence[FedRun], central: FedRun | None = None):
 
 def plot_calculator(f: Fit, batch: int, measured: dict[int, float] | None = None,
                     max_workers: int = 8, ax=None):
-    """Predicted seconds per step against workers (compute + communication stacked) and
-    the measured points."""
+    """Predicted seconds per step against workers (compute + communication stacked, the
+    model's α and β in the legend) and the measured points."""
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
     ns = np.arange(1, max_workers + 1)
     pred = [step_time(int(n), batch, f) for n in ns]
     comp = np.array([p["compute"] for p in pred]) * 1e3
     comm = np.array([p["communicate"] for p in pred]) * 1e3
     ax.bar(ns, comp, color="C0", alpha=0.6, label="predicted compute")
-    ax.bar(ns, comm, bottom=comp, color="C3", alpha=0.6, label="predicted allreduce")
+    ax.bar(ns, comm, bottom=comp, color="C3", alpha=0.6,
+           label=f"predicted allreduce (α = {1e6 * f.alpha:.3g} µs, β = {1e9 * f.beta:.3g} ns/B)")
     if measured:
         ax.plot(list(measured), [v * 1e3 for v in measured.values()], "ko", ms=7,
                 label="measured")
@@ -151,8 +152,9 @@ def plot_seed_case(rows: Sequence[dict], ax=None):
     ax = ax or plt.subplots(figsize=(6.5, 3.6))[1]
     for gbit in sorted({r["link_gbit"] for r in rows}):
         rs = [r for r in rows if r["link_gbit"] == gbit]
+        alpha = f", α = {1e6 * rs[0]['alpha']:.3g} µs" if "alpha" in rs[0] else ""
         ax.plot([r["workers"] for r in rs], [r["speedup"] for r in rs], "o-",
-                label=f"{gbit:g} Gbit/s")
+                label=f"modelled: {gbit:g} Gbit/s (β = {8 / gbit:.3g} ns/B{alpha})")
     n = [r["workers"] for r in rows]
     ax.plot(sorted(set(n)), sorted(set(n)), "k:", lw=1, label="perfect")
     ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup per epoch",
