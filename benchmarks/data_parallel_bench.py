@@ -48,7 +48,8 @@ def main() -> None:
         print(f"{n} ranks: {1e3 * b:.1f} ms/step without, {1e3 * s:.1f} ms/step with rank 1 "
               f"{a.factor:g}× slower: {s / b:.2f}× slower overall (the straggler computes "
               f"{1e3 * c[1]:.1f} ms per step, the others {1e3 * np.mean(np.delete(c, 1)):.1f} ms); "
-              f"the other ranks wait {', '.join(others)} of their time, the straggler {w[1]:.0%}")
+              f"the other ranks wait {', '.join(others)} of their time, the straggler {w[1]:.0%} "
+              f"({Straggler(1, a.factor).describe()})")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

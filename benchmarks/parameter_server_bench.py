@@ -57,6 +57,7 @@ def distbelief(problem: D.Problem) -> None:
         when = f"{r.t[hit[0]]:.2f} s" if len(hit) else "never"
         print(f"  {label:<26} 95 % test accuracy after {when:>7}; final accuracy "
               f"{r.accuracy[-1]:.3f}, final training loss {r.final_loss:.4f}")
+    print(f"  (times {'; '.join(dict.fromkeys(r.emulated for r in runs.values() if r.emulated))})")
 
 
 def backups(problem: D.Problem) -> None:
@@ -66,7 +67,8 @@ def backups(problem: D.Problem) -> None:
             ms = [1e3 * b["seconds"] for b in r.batches]
             print(f"  straggler ×{slow:g}, backup tasks {'on ' if backup else 'off'}: median "
                   f"batch {np.median(ms):5.1f} ms, {sum(b['backups'] for b in r.batches)} "
-                  f"backups, {r.report.shards[0]['discarded']} late copies discarded")
+                  f"backups, {r.report.shards[0]['discarded']} late copies discarded "
+                  f"(times {r.emulated})")
 
 
 def main() -> None:

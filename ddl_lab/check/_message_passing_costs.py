@@ -132,7 +132,8 @@ def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
     t = measured if measured is not None else model_time(n, numel, pieces, a, b, header)
     if t <= TARGET * best_t:
         return True, (f"{S / 1e6:.3g} MB on {n} ranks in {pieces} piece(s): {sent} messages, "
-                      f"{1e3 * t:.3g} ms (fastest {1e3 * best_t:.3g} ms)")
+                      f"α–β time {1e3 * t:.3g} ms with α = {a:.3g} s, β = {b:.3g} s/B "
+                      f"(fastest {1e3 * best_t:.3g} ms)")
     did = (f"the broadcast sent {sent} messages of about {S / pieces:,.0f} bytes down the "
            f"{n - 1} links" if measured is not None else
            f"{pieces:,} pieces would send {pieces * (n - 1):,} messages (not run: the α–β "

@@ -469,5 +469,5 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
             fail(f"{call}: {text} ({case}){same}")
         shown.append(text)
     passed("pipeline_chunks", "; ".join(shown) + f" — within {costs.TARGET - 1:.0%} of the "
-           "fastest chunking each time, the time counted from the messages the real "
-           "workers sent")
+           "fastest chunking each time, the time modelled (α–β, not a clock) from the "
+           "messages the real workers sent")

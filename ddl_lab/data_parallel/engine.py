@@ -157,7 +157,7 @@ def sync_sgd(workload: str = "digits-mlp", steps: int = 30, batch: int = 64, lr:
     """
     model, loss_fn, X, y, n, rank, b = _prepare(workload, batch, seed, skew)
     idx = batch_indices(len(y), b, steps, seed, rank)
-    run, reduce = Run(rank), _allreduce_fn(allreduce)
+    run, reduce = Run(rank, straggler=straggler), _allreduce_fn(allreduce)
     run.timeline.rank = rank
     dist.barrier()
     clock = _Clock()
@@ -195,7 +195,7 @@ def local_sgd(workload: str = "digits-mlp", steps: int = 60, batch: int = 64,
     else:
         sync_at = {int(s) for s in sync_every}
     idx = batch_indices(len(y), b, steps, seed, rank)
-    run, reduce = Run(rank), _allreduce_fn(allreduce)
+    run, reduce = Run(rank, straggler=straggler), _allreduce_fn(allreduce)
     run.timeline.rank = rank
     run.evals.append((0, 0.0, 0, _global_loss(model, X, y, loss_fn)))
     dist.barrier()
@@ -246,7 +246,7 @@ def distributed_minibatch(workload: str = "digits-mlp", steps: int = 30, batch: 
     model, loss_fn, X, y, n, rank, b = _prepare(workload, batch, seed, 0.0)
     m = local_batch(mu, n) if mu else 0
     idx = batch_indices(len(y), b + m, steps, seed, rank)
-    run = Run(rank)
+    run = Run(rank, straggler=straggler)
     run.timeline.rank = rank
     carry = torch.zeros(sum(p.numel() for p in model.parameters()) + 1, device=X.device)
     dist.barrier()

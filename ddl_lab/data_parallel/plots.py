@@ -41,7 +41,8 @@ def figure_loss_curves(runs: dict[str, Sequence[Run]]) -> Figure:
 def figure_timelines(runs: dict[str, Sequence[Run]], steps: Sequence[int] | None = None
                      ) -> Figure:
     """One timeline per entry of ``runs`` (e.g. without / with a straggler), stacked on a
-    common time axis; ``steps`` keeps only those steps, e.g. ``range(1, 6)`` (lesson 05)."""
+    common time axis; ``steps`` keeps only those steps, e.g. ``range(1, 6)`` (lesson 05).
+    A run whose straggler sleeps says so in its title."""
     n = len(next(iter(runs.values())))
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.1 + 0.55 * n * len(runs)),
                              sharex=True, squeeze=False)
@@ -51,7 +52,8 @@ def figure_timelines(runs: dict[str, Sequence[Run]], steps: Sequence[int] | None
         if steps is not None:
             keep = set(steps)
             tls = [Timeline(t.rank, [s for s in t.spans if s.step in keep]) for t in tls]
-        plot_timeline(tls, ax=ax, title=label)
+        note = next((r.emulated for r in rs if r.emulated), "")
+        plot_timeline(tls, ax=ax, title=f"{label} ({note})" if note else label)
     for ax in axes[:-1]:
         ax.set_xlabel("")
         ax.get_legend().remove()

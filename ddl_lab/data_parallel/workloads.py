@@ -65,6 +65,11 @@ class Straggler:
         if self.factor < 1:
             raise ValueError(f"a straggler is slower: factor must be >= 1, got {self.factor}")
 
+    def describe(self) -> str:
+        """What the straggler emulates, for printouts and plots."""
+        return (f"emulated straggler: rank {self.rank} sleeps {self.factor - 1:g}× its compute "
+                f"time ({self.factor:g}× slower)")
+
     def delay(self, rank: int, seconds: float) -> None:
         """Sleep so that ``seconds`` of compute on the straggler take ``factor``× as long."""
         if rank == self.rank and self.factor > 1:
@@ -79,7 +84,8 @@ class Run:
     excluded) after each step; ``evals``: (step, clock, communication rounds, loss of the
     global model on the whole training set) at every synchronisation; ``spread``: how far
     the replicas had drifted apart before each averaging (RMS distance to their mean);
-    ``params``: the final parameters.
+    ``params``: the final parameters; ``straggler``: the rank slowed down by sleeping, if
+    any (``emulated`` says so).
     """
 
     rank: int
@@ -91,6 +97,12 @@ class Run:
     spread: list[float] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
     params: torch.Tensor | None = None
+    straggler: Straggler | None = None
+
+    @property
+    def emulated(self) -> str:
+        """'' if every rank computed at its own speed, else what the sleeping emulates."""
+        return self.straggler.describe() if self.straggler and self.straggler.factor > 1 else ""
 
 
 

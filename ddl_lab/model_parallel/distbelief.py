@@ -20,7 +20,9 @@ at once); its communication is real and padded to what a ``Network`` of DistBeli
 time would take (a loopback on one machine is far faster than a cluster's network).
 Speed-up = time on 1 partition / time on n: it rises while computation dominates and
 falls once the cut's communication does — the "diminishing returns … if too many
-machines/partitions are used".
+machines/partitions are used". Every time is therefore *emulated* (``Cut.emulated`` says
+with what): sleeping partitions overlap, so 4 partitions on 2 cores can run 4× faster,
+which real computation on 2 cores never could.
 """
 from __future__ import annotations
 
@@ -47,9 +49,29 @@ def equal_edges_width(fc_width: int = _FC_WIDTH, window: int = _WINDOW, multiple
     return max(multiple, round(fc_width * fc_width / window / multiple) * multiple)
 
 
+@dataclass(frozen=True)
+class Network:
+    """A modelled network between the partitions: ``latency`` seconds per message one
+    after another, ``bandwidth`` bytes per second (default: DistBelief's era, 1 Gb/s) —
+    the α and 1/β of lesson 06's cost model."""
+
+    latency: float = 4e-3
+    bandwidth: float = 125e6
+
+    def seconds(self, messages: int, values: int) -> float:
+        return messages * self.latency + 4 * values / self.bandwidth
+
+    def describe(self) -> str:
+        """'α = 4 ms, β = 8 ns/B (1 Gb/s)'."""
+        return (f"α = {1e3 * self.latency:g} ms, β = {1e9 / self.bandwidth:.3g} ns/B "
+                f"({8 * self.bandwidth / 1e9:g} Gb/s)")
+
+
 @dataclass
 class Cut:
-    """One rank's timing of a partitioned forward pass (lesson 09)."""
+    """One rank's timing of a partitioned forward pass (lesson 09), and what was emulated:
+    ``cost`` seconds of compute per edge and example (a sleep pads to it), the ``network``
+    the communication was padded to (None: the loopback alone)."""
 
     kind: str
     partitions: int
@@ -58,6 +80,16 @@ class Cut:
     communicate: float     # of which sending and receiving
     sent: int              # values this rank sends per pass
     output: torch.Tensor | None = None
+    cost: float = 0.0
+    network: Network | None = None
+
+    @property
+    def emulated(self) -> str:
+        """'' if nothing was padded, else what was emulated (for printouts and plots)."""
+        parts = ([f"network {self.network.describe()}"] if self.network else []) + \
+            ([f"compute padded to {1e9 * self.cost:g} ns per edge and example"]
+             if self.cost else [])
+        return "emulated: " + ", ".join(parts) if parts else ""
 
 
 def local_layer(x_ext: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -95,18 +127,6 @@ def _pad(t0: float, seconds: float) -> None:
     left = seconds - (time.perf_counter() - t0)
     if left > 0:
         time.sleep(left)
-
-
-@dataclass(frozen=True)
-class Network:
-    """A modelled network between the partitions: ``latency`` seconds per message one
-    after another, ``bandwidth`` bytes per second (default: DistBelief's era, 1 Gb/s)."""
-
-    latency: float = 4e-3
-    bandwidth: float = 125e6
-
-    def seconds(self, messages: int, values: int) -> float:
-        return messages * self.latency + 4 * values / self.bandwidth
 
 
 def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
@@ -166,7 +186,7 @@ def distbelief_run(kind: str = KINDS[0], partitions: int = 2, layers: int = 3,
         comp.append(c)
         comm.append(m)
     return Cut(kind, partitions, float(np.median(times)), float(np.median(comp)),
-               float(np.median(comm)), values * layers, x)
+               float(np.median(comm)), values * layers, x, cost, network)
 
 
 def one_machine(kind: str = KINDS[0], layers: int = 3, batch: int = 8, seed: int = 0,

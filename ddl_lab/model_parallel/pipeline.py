@@ -35,8 +35,8 @@ from ddl_lab.model_parallel.stages import (build_layers, cut, digits_batches, fu
 
 __all__ = ["Op", "gpipe_order", "one_f_one_b_order", "naive_order", "SCHEDULES",
            "in_flight", "validate_order", "ActivationMeter", "run_schedule", "StageRun",
-           "pipeline_run", "single_process_run", "bubble_fraction", "ideal_bubble",
-           "step_time", "sgd_update", "stage_params", "input_shape"]
+           "pipeline_run", "single_process_run", "bubble_fraction", "bubble_of_ideal",
+           "ideal_bubble", "step_time", "sgd_update", "stage_params", "input_shape"]
 
 Op = tuple[str, int]
 
@@ -268,7 +268,9 @@ def run_schedule(stage: nn.Module, order: Sequence[Op], batches: Sequence, loss_
 class StageRun:
     """What one stage recorded (lesson 09): one ``Timeline`` per step, the losses (last
     stage), its parameters after training, the peak bytes of saved activations, the
-    time of each step and (``keep_outputs``) its stacked micro-batch outputs of step 0."""
+    time of each step and (``keep_outputs``) its stacked micro-batch outputs of step 0;
+    ``v`` chunks per rank (the interleaved schedule) and ``pad``, the seconds of padded
+    (sleeping) compute per example the stage was given — its times are then emulated."""
 
     rank: int
     p: int
@@ -280,6 +282,16 @@ class StageRun:
     peak_activations: int = 0
     step_times: list[float] = field(default_factory=list)
     outputs: torch.Tensor | None = None
+    v: int = 1
+    pad: float = 0.0
+
+    @property
+    def emulated(self) -> str:
+        """'' for real compute, else what the padding emulates (for printouts and plots)."""
+        if not self.pad:
+            return ""
+        per = "stage" if self.v == 1 else f"rank ({1e3 * self.pad / self.v:g} ms per chunk)"
+        return f"emulated: compute padded (sleep) to {1e3 * self.pad:g} ms per example and {per}"
 
 
 @torch.no_grad()
@@ -331,7 +343,7 @@ def pipeline_run(kind: str = "mlp", p: int = 2, m: int = 4, schedule: str = "gpi
     prev, nxt = neighbours(rank, ranks)
     loss_fn = nn.CrossEntropyLoss()
     order = SCHEDULES[schedule](rank, p, m)
-    run = StageRun(rank, p, m, schedule)
+    run = StageRun(rank, p, m, schedule, pad=pad)
     meter, shape = ActivationMeter(), input_shape(stages, rank)
     for t, (X, y) in enumerate(digits_batches(batch, steps, seed)):
         tl = Timeline(rank=rank)
@@ -368,9 +380,10 @@ def single_process_run(kind: str = "mlp", steps: int = 1, batch: int = 32, lr: f
 
 # ------------------------------------------------------------------ measures
 
-def ideal_bubble(p: int, m: int) -> float:
-    """GPipe's bubble: the idle share of a step, (p − 1)/(m + p − 1)."""
-    return (p - 1) / (m + p - 1)
+def ideal_bubble(p: int, m: int, v: int = 1) -> float:
+    """GPipe's bubble: the idle share of a step, (p − 1)/(m + p − 1); with v chunks per rank
+    (interleaved) (p − 1)/(v·m + p − 1)."""
+    return (p - 1) / (v * m + p - 1)
 
 
 def bubble_fraction(runs: Sequence[StageRun | None], step: int = -1) -> float:
@@ -381,6 +394,13 @@ def bubble_fraction(runs: Sequence[StageRun | None], step: int = -1) -> float:
     span = max(tl.end for tl in tls) - start
     busy = sum(tl.total("forward") + tl.total("backward") for tl in tls)
     return 1.0 - busy / (len(tls) * span)
+
+
+def bubble_of_ideal(runs: Sequence[StageRun | None], step: int = -1) -> float:
+    """The same idle time as ``bubble_fraction`` against the busy time instead of the step:
+    Megatron-LM's convention, (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved."""
+    b = bubble_fraction(runs, step)
+    return b / (1.0 - b)
 
 
 def step_time(runs: Sequence[StageRun | None], skip: int = 1) -> float:

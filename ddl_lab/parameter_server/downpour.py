@@ -27,7 +27,8 @@ import numpy as np
 from multiprocess.connection import wait
 
 from ddl_lab.parameter_server.errors import ParameterServerError
-from ddl_lab.parameter_server.problem import Problem, compute_gradient, digits_problem, one_blas_thread
+from ddl_lab.parameter_server.problem import (Problem, compute_gradient, digits_problem,
+                                              emulation, one_blas_thread)
 from ddl_lab.parameter_server.roles import Roles, from_driver, tell_driver
 from ddl_lab.parameter_server.rules import validate
 from ddl_lab.parameter_server.server import ParameterServer, ServerReport
@@ -297,6 +298,13 @@ class DownpourRun:
     killed: dict[int, float]            # replica -> when the driver terminated it
     died: dict[int, float]              # replica -> when it died by itself
     label: str = ""
+    example_cost: float = 0.0           # the problem's padded compute per example (s)
+
+    @property
+    def emulated(self) -> str:
+        """What this run's times emulate ('' if nothing): padded compute, stragglers."""
+        return emulation(self.example_cost, self.setup.batch, self.setup.slowness(),
+                         self.setup.hiccup)
 
     @property
     def final_loss(self) -> float:
@@ -429,7 +437,7 @@ def _drive(problem: Problem, setup: Setup, ps: ParameterServer, reps: Roles) -> 
     report = ps.finish()
     t, loss, version, accuracy = (np.array(c) for c in zip(*curve))
     return DownpourRun(setup, t, loss, version, accuracy, report.theta, report, results, t0,
-                       wall, started, killed, died, setup.describe())
+                       wall, started, killed, died, setup.describe(), problem.example_cost)
 
 
 def compare(problem: Problem, setups: dict[str, Setup | dict], base: Setup | None = None
@@ -447,7 +455,8 @@ def compare(problem: Problem, setups: dict[str, Setup | dict], base: Setup | Non
 
 
 def time_to_target_table(runs: dict[str, DownpourRun], target: float) -> str:
-    """A small text table: time to the target loss, updates/s, mean staleness, per run."""
+    """A small text table: time to the target loss, updates/s, mean staleness, per run;
+    below it, what the runs' times emulate (if anything)."""
     lines = [f"{'run':<28}{'to loss ' + format(target, 'g'):>14}{'updates/s':>11}"
              f"{'mean τ':>8}{'max τ':>7}{'final loss':>12}"]
     for label, r in runs.items():
@@ -455,4 +464,5 @@ def time_to_target_table(runs: dict[str, DownpourRun], target: float) -> str:
         lines.append(f"{label:<28}{(f'{tt:.2f} s' if np.isfinite(tt) else 'not reached'):>14}"
                      f"{r.updates / r.wall:>11.0f}{r.staleness.mean():>8.1f}"
                      f"{r.staleness.max(initial=0):>7d}{r.final_loss:>12.4f}")
-    return "\n".join(lines)
+    notes = dict.fromkeys(r.emulated for r in runs.values() if r.emulated)
+    return "\n".join(lines + [f"(times {n})" for n in notes])

@@ -17,14 +17,29 @@ from ddl_lab.parameter_server.downpour import DownpourRun
 from ddl_lab.parameter_server.sandblaster import SandblasterRun
 from ddl_lab.timeline import COLORS, Span, Timeline, plot_timeline
 
-__all__ = ["plot_loss", "plot_staleness", "plot_time_split", "figure_timelines",
+__all__ = ["emulated", "plot_loss", "plot_staleness", "plot_time_split", "figure_timelines",
            "figure_consistency", "figure_run", "figure_distbelief", "plot_batch_times"]
 
 
+def emulated(runs: Sequence[Any]) -> str:
+    """What the runs' times emulate (padded compute, stragglers), read from the runs;
+    '' if their compute was real."""
+    notes = dict.fromkeys(r.emulated.removeprefix("emulated: ") for r in runs if r.emulated)
+    return "emulated: " + "; ".join(notes) if notes else ""
+
+
+def _note_figure(fig: Figure, runs: Sequence[Any]) -> Figure:
+    """Say above the figure what its times emulate (if anything)."""
+    if note := emulated(runs):
+        fig.suptitle(f"times {note}", fontsize=9)
+    return fig
+
+
 def plot_loss(runs: dict[str, Any], ax: Axes | None = None, target: float | None = None,
-              x: str = "time") -> Axes:
+              x: str = "time", note: bool = True) -> Axes:
     """Training loss of several runs against wall time (``x='time'``) or updates applied
-    (``x='updates'``); kills marked ×, warm-start joins dotted."""
+    (``x='updates'``); kills marked ×, warm-start joins dotted. ``note``: the time axis
+    says what the runs emulated."""
     if x not in ("time", "updates"):
         raise ValueError(f"x must be 'time' or 'updates', got {x!r}")
     ax = ax or plt.gca()
@@ -45,7 +60,8 @@ def plot_loss(runs: dict[str, Any], ax: Axes | None = None, target: float | None
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_yscale("log")
-    return _finish(ax, "wall time (s)" if x == "time" else "updates applied by the shards",
+    wall = "wall time (s)" + (f"\n{tail}" if note and (tail := emulated(runs.values())) else "")
+    return _finish(ax, wall if x == "time" else "updates applied by the shards",
                    "training loss")
 
 
@@ -69,7 +85,7 @@ def figure_timelines(runs: dict[str, DownpourRun], window: float = 0.15) -> Figu
                              squeeze=False, sharex=True)
     fig.subplots_adjust(hspace=0.45)
     _draw_timelines(runs, window, list(axes[:, 0]))
-    return fig
+    return _note_figure(fig, list(runs.values()))
 
 
 def _draw_timelines(runs: dict[str, DownpourRun], window: float, axes: Sequence[Axes]) -> None:
@@ -107,8 +123,9 @@ def plot_staleness(runs: dict[str, DownpourRun], ax: Axes | None = None) -> Axes
 
 
 def plot_time_split(runs: dict[str, DownpourRun], ax: Axes | None = None,
-                    legend: bool = True) -> Axes:
-    """Where each replica's time went, per run: computing, talking, waiting, straggling."""
+                    legend: bool = True, note: bool = True) -> Axes:
+    """Where each replica's time went, per run: computing, talking, waiting, straggling
+    (``note``: the axis says what was emulated)."""
     ax = ax or plt.gca()
     kinds = ["compute", "communicate", "wait", "straggle"]
     ticks, labels, y = [], [], 0.0
@@ -125,7 +142,8 @@ def plot_time_split(runs: dict[str, DownpourRun], ax: Axes | None = None,
         y += 0.6
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds")
+    tail = emulated(runs.values()) if note else ""
+    ax.set_xlabel("seconds" + (f"\n{tail}" if tail else ""))
     if legend:
         ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
                   frameon=False)
@@ -141,9 +159,9 @@ def figure_consistency(runs: dict[str, DownpourRun], target: float | None = None
     grid = fig.add_gridspec(len(runs), 2, width_ratios=[1.25, 1], hspace=0.55, wspace=0.25)
     _draw_timelines(runs, window, [fig.add_subplot(grid[i, 0]) for i in range(len(runs))])
     half = max(1, len(runs) // 2)
-    plot_loss(runs, fig.add_subplot(grid[:half, 1]), target)
+    plot_loss(runs, fig.add_subplot(grid[:half, 1]), target, note=False)
     plot_staleness(runs, fig.add_subplot(grid[half:, 1]))
-    return fig
+    return _note_figure(fig, list(runs.values()))
 
 
 def figure_run(r: DownpourRun, window: float = 0.1) -> Figure:
@@ -153,9 +171,9 @@ def figure_run(r: DownpourRun, window: float = 0.1) -> Figure:
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.2], hspace=0.75, wspace=0.3)
     label = r.label or r.setup.describe()
     _draw_timelines({label: r}, window, [fig.add_subplot(grid[0, :])])
-    plot_loss({label: r}, fig.add_subplot(grid[1, 0]))
-    plot_time_split({"": r}, fig.add_subplot(grid[1, 1]), legend=False)
-    return fig
+    plot_loss({label: r}, fig.add_subplot(grid[1, 0]), note=False)
+    plot_time_split({"": r}, fig.add_subplot(grid[1, 1]), legend=False, note=False)
+    return _note_figure(fig, [r])
 
 
 def figure_distbelief(runs: dict[str, Any]) -> Figure:
@@ -176,13 +194,17 @@ def figure_distbelief(runs: dict[str, Any]) -> Figure:
     for ax in axes:
         ax.grid(True, alpha=0.3)
     axes[1].legend(fontsize=8, loc="lower right")
+    _note_figure(fig, list(runs.values()))
     fig.tight_layout()
     return fig
 
 
 def plot_batch_times(runs: dict[str, SandblasterRun], ax: Axes | None = None) -> Axes:
-    """Seconds per full-batch gradient, with and without backup tasks."""
+    """Seconds per full-batch gradient, with and without backup tasks (the title says
+    what the runs emulated)."""
     ax = ax or plt.gca()
+    if note := emulated(runs.values()):
+        ax.set_title(note, fontsize=8)
     for i, (label, r) in enumerate(runs.items()):
         secs = [1e3 * b["seconds"] for b in r.batches]
         ax.plot(np.arange(1, len(secs) + 1), secs, ".-", color=f"C{i}",

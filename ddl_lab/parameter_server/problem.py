@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ddl_lab.timeline import Timeline
 
-__all__ = ["Problem", "digits_problem", "compute_gradient", "one_blas_thread"]
+__all__ = ["Problem", "digits_problem", "compute_gradient", "emulation", "one_blas_thread"]
 
 
 @dataclass
@@ -138,6 +138,22 @@ def compute_gradient(problem: Problem, theta: np.ndarray, rows: np.ndarray, tl: 
         tl.add("straggle", t1, time.perf_counter())
     return loss, grad
 
+
+
+def emulation(example_cost: float, batch: int = 0, slowness: Sequence[float] = (),
+              hiccup: float = 0.0) -> str:
+    """What a run's times emulate with sleep, for its printouts and plots (lesson 07): the
+    padded compute, stragglers, hiccups; '' when nothing was (real numpy compute)."""
+    parts = []
+    if example_cost:
+        parts.append(f"compute padded to {1e6 * example_cost:g} µs per example" + (
+            f" ({1e3 * example_cost * batch:.3g} ms per mini-batch of {batch})" if batch else ""))
+    slow = [f"replica {i} ×{f:g}" for i, f in enumerate(slowness) if f > 1]
+    if slow:
+        parts.append("slower replicas by sleeping: " + ", ".join(slow))
+    if hiccup:
+        parts.append(f"10× hiccups by sleeping, probability {hiccup:g} per step")
+    return "emulated: " + "; ".join(parts) if parts else ""
 
 
 _BLAS: Any = None

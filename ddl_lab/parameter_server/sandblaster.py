@@ -26,7 +26,8 @@ from multiprocess.connection import wait
 from ddl_lab.parameter_server.downpour import DownpourRun, Setup
 from ddl_lab.parameter_server.downpour import run as downpour_run
 from ddl_lab.parameter_server.errors import ParameterServerError
-from ddl_lab.parameter_server.problem import Problem, compute_gradient, one_blas_thread
+from ddl_lab.parameter_server.problem import (Problem, compute_gradient, emulation,
+                                              one_blas_thread)
 from ddl_lab.parameter_server.roles import Roles, from_driver, tell_driver
 from ddl_lab.parameter_server.server import ParameterServer, ServerReport
 from ddl_lab.parameter_server.wire import ShardClient
@@ -219,6 +220,13 @@ class SandblasterRun:
     wall: float
     round_trips: int
     label: str = "Sandblaster L-BFGS"
+    example_cost: float = 0.0      # the problem's padded compute per example (s)
+    slowness: tuple[float, ...] = ()
+
+    @property
+    def emulated(self) -> str:
+        """What this run's times emulate ('' if nothing): padded compute, a straggler."""
+        return emulation(self.example_cost, 0, self.slowness)
 
     @property
     def final_loss(self) -> float:
@@ -278,7 +286,8 @@ def run(problem: Problem, replicas: int = 4, shards: int = 2, iterations: int = 
             reps.close()
     t, loss, batches, accuracy = (np.array(c) for c in zip(*curve))
     return SandblasterRun(t, loss, batches * len(problem), accuracy, report.theta,
-                          coord.batch_log, results, report, t0, wall, coord.round_trips)
+                          coord.batch_log, results, report, t0, wall, coord.round_trips,
+                          example_cost=problem.example_cost, slowness=tuple(factors))
 
 
 def _lbfgs(coord: Coordinator, problem: Problem, iterations: int, duration: float | None,

@@ -138,7 +138,9 @@ def plot_calculator(f: Fit, batch: int, measured: dict[int, float] | None = None
     exposed = np.array([p["exposed"] for p in pred]) * 1e3
     hidden = np.maximum(np.array([p["communicate"] for p in pred]) * 1e3 - exposed, 0)
     ax.bar(ns, comp, color="C0", alpha=0.6, label="modelled compute")
-    ax.bar(ns, exposed, bottom=comp, color="C3", alpha=0.6, label="modelled allreduce, exposed")
+    ax.bar(ns, exposed, bottom=comp, color="C3", alpha=0.6,
+           label=f"modelled allreduce, exposed (α = {1e6 * f.alpha:.3g} µs, "
+                 f"β = {1e9 * f.beta:.3g} ns/B)")
     if f.overlap > 0:
         ax.bar(ns, hidden, bottom=comp + exposed, fill=False, hatch="//", ec="C3", lw=0,
                label="allreduce hidden under backward")
@@ -166,7 +168,7 @@ def plot_seed_case(rows: Sequence[dict], ax=None):
             rs = [r for r in rows if r["link_gbit"] == gbit and r.get("overlap", 0.0) == phi]
             ax.plot([r["workers"] for r in rs], [r["speedup"] for r in rs],
                     "o-" if phi else "o--", color=f"C{i}", alpha=0.5 + 0.5 * phi,
-                    label=f"{gbit:g} Gbit/s, φ = {phi:g}")
+                    label=f"{gbit:g} Gbit/s (β = {8 / gbit:.3g} ns/B), φ = {phi:g}")
     n = sorted({r["workers"] for r in rows})
     ax.plot(n, n, "k:", lw=1, label="perfect")
     ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup per epoch (modelled)",

@@ -83,7 +83,10 @@ def test_partitioned_layers_equal_one_machine(cluster):
     curve = {n: cluster.run(D.distbelief_run, D.KINDS[1], n, layers=1, batch=2, cost=1e-9,
                             steps=2, network=D.Network(1e-4)) for n in (1, 2)}
     assert set(D.speedups(curve)) == {1, 2} and D.speedups(curve)[1] == 1.0
-    plots.figure_diminishing_returns({D.KINDS[1]: curve})
+    fig = plots.figure_diminishing_returns({D.KINDS[1]: curve})
+    said = fig._suptitle.get_text()              # the emulation, read from the cuts
+    assert "emulated" in said and "α = 0.1 ms" in said and "β = 8 ns/B" in said
+    assert "1 ns per edge" in said and "emulated" in fig.axes[0].get_title()
 
 
 def test_hybrid_equals_one_process(cluster):

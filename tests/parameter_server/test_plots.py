@@ -6,6 +6,7 @@ import pytest
 from ddl_lab.parameter_server import downpour as D
 from ddl_lab.parameter_server import plots
 from ddl_lab.parameter_server import sandblaster as S
+from ddl_lab.parameter_server.problem import emulation
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,19 @@ def test_figures_hold_a_timeline_per_run(runs):
     plt.close("all")
 
 
+def test_times_say_they_are_emulated(runs):
+    """Padded compute and a straggler are named, with their numbers, where times are shown."""
+    assert "10 µs per example" in runs["async"].emulated
+    fig = plots.figure_consistency(runs)
+    assert "emulated" in fig._suptitle.get_text()
+    assert "emulated" in plots.plot_loss(runs, note=True).get_xlabel()
+    assert "(times emulated: compute padded to 10 µs" in D.time_to_target_table(runs, 0.5)
+    slow = D.Setup(replicas=2, slow=3.0)
+    assert "replica 1 ×3" in emulation(0.0, 16, slow.slowness())
+    assert emulation(0.0, 16, [1.0, 1.0]) == ""
+    plt.close("all")
+
+
 def test_distbelief_figure_has_loss_accuracy_and_work():
     problem = D.digits_problem(example_cost=0.0)
     lbfgs = S.run(problem, replicas=2, shards=1, iterations=2, slices=4)
@@ -42,4 +56,5 @@ def test_distbelief_figure_has_loss_accuracy_and_work():
     assert len(fig.axes) == 3
     np.testing.assert_array_equal(fig.axes[0].lines[0].get_ydata(), lbfgs.loss)
     assert plots.plot_batch_times({"L-BFGS": lbfgs}).get_ylabel() == "ms"
+    assert lbfgs.emulated == "" and fig._suptitle is None     # real numpy compute
     plt.close("all")
