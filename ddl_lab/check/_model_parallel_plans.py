@@ -52,29 +52,11 @@ def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
 
 
 def slot_bubble(orders: Sequence[Sequence[tuple[str, int]]]) -> float:
-    """The idle share of a pipeline whose stage r ran ``orders[r]``, every operation one slot:
-    F i after F i on the stage before, B i after B i on the stage after, each stage in its
-    order. 1 − (busy slots) / (p × makespan)."""
-    p = len(orders)
-    finish: dict[tuple[int, str, int], int] = {}
-    clock, pos = [0] * p, [0] * p
-    while any(pos[r] < len(orders[r]) for r in range(p)):
-        moved = False
-        for r in range(p):
-            if pos[r] == len(orders[r]):
-                continue
-            op, i = orders[r][pos[r]]
-            dep = (r - 1, "F", i) if op == "F" and r > 0 else \
-                (r + 1, "B", i) if op == "B" and r < p - 1 else None
-            if dep is not None and dep not in finish:
-                continue
-            clock[r] = max(clock[r], finish[dep] if dep else 0) + 1
-            finish[(r, op, i)] = clock[r]
-            pos[r] += 1
-            moved = True
-        if not moved:
-            raise ValueError("these orders wait for each other: no schedule")
-    return 1.0 - sum(len(o) for o in orders) / (p * max(clock))
+    """The idle share of a pipeline whose stage r ran ``orders[r]``, every operation one slot
+    (lesson 09's slot replay, one chunk per stage): 1 − (busy slots) / (p × makespan)."""
+    from ddl_lab.model_parallel.interleaved import slot_makespan
+    chunked = [[(op, i, 0) for op, i in order] for order in orders]
+    return 1.0 - sum(len(o) for o in orders) / (len(orders) * slot_makespan(chunked, 1))
 
 
 def _ran(runs: Sequence[Any]) -> list[list[tuple[str, int]]]:
