@@ -5,7 +5,10 @@ code cells, the lines from ``### BEGIN SOLUTION`` to ``### END SOLUTION`` become
 stub that raises ``NotImplementedError`` (nbgrader's convention). Cells tagged
 ``check`` (they call the learner's code) are tagged ``raises-exception`` in the
 exercise, so nbval accepts the failure a stub produces; cells tagged
-``solution-only`` are left out of the exercise.
+``solution-only`` are left out of the exercise. A markdown cell tagged ``hint`` is collapsed
+in the exercise (JupyterLab's ``source_hidden``: a learner opens it on purpose); in a markdown
+cell tagged ``justification`` (a design task's written reasoning, collected by the grader) the
+lines from ``<!-- BEGIN SOLUTION -->`` to ``<!-- END SOLUTION -->`` become a prompt line.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -23,26 +27,41 @@ ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)### BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
 STUB = '{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError("replace this line with your code")'
+MD_BEGIN = re.compile(r"^\s*<!-- BEGIN SOLUTION -->\s*$")
+MD_END = re.compile(r"^\s*<!-- END SOLUTION -->\s*$")
+JUSTIFY = "_Your justification here (3–5 sentences)._"
 
 
 def stub_source(source: str) -> str:
-    """Replace every solution region of one cell's source by a stub."""
+    """Replace every solution region of one code cell's source by a stub."""
+    return _replace_regions(source, BEGIN, END, "### BEGIN SOLUTION", "### END SOLUTION",
+                            lambda m: STUB.format(indent=m.group(1)))
+
+
+def stub_justification(source: str) -> str:
+    """Replace every solution region of a justification cell by the learner's prompt line."""
+    return _replace_regions(source, MD_BEGIN, MD_END, "<!-- BEGIN SOLUTION -->",
+                            "<!-- END SOLUTION -->", lambda m: JUSTIFY)
+
+
+def _replace_regions(source: str, begin: re.Pattern, end: re.Pattern, b: str, e: str,
+                     stub: Callable[[re.Match], str]) -> str:
     out, inside = [], False
     for line in source.split("\n"):
-        m = BEGIN.match(line)
+        m = begin.match(line)
         if m:
             if inside:
-                raise ValueError("nested ### BEGIN SOLUTION")
+                raise ValueError(f"nested {b}")
             inside = True
-            out.append(STUB.format(indent=m.group(1)))
-        elif END.match(line):
+            out.append(stub(m))
+        elif end.match(line):
             if not inside:
-                raise ValueError("### END SOLUTION without ### BEGIN SOLUTION")
+                raise ValueError(f"{e} without {b}")
             inside = False
         elif not inside:
             out.append(line)
     if inside:
-        raise ValueError("### BEGIN SOLUTION without ### END SOLUTION")
+        raise ValueError(f"{b} without {e}")
     return "\n".join(out)
 
 
@@ -67,6 +86,10 @@ def make_exercise(solution: nbformat.NotebookNode, name: str = "") -> nbformat.N
             cell.outputs, cell.execution_count = [], None
             if "check" in tags and "raises-exception" not in tags:
                 tags.append("raises-exception")
+        elif "justification" in tags:
+            cell.source = stub_justification(cell.source)
+        if "hint" in tags:
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
         if tags:
             cell.metadata["tags"] = tags
         cells.append(cell)

@@ -111,3 +111,43 @@ def test_execute_without_a_notebook_is_an_error(tmp_path, what):
     assert out.returncode != 0
     assert "pass a .ipynb file or a folder" in out.stderr
     assert not (tmp_path / "built").exists()
+
+
+def test_hint_cells_are_collapsed_and_justifications_become_a_prompt():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("**Hint** — look at the ends.", metadata={"tags": ["hint"]}),
+        nbformat.v4.new_markdown_cell(
+            "Why this plan?\n<!-- BEGIN SOLUTION -->\nBecause it spends both budgets.\n"
+            "<!-- END SOLUTION -->", metadata={"tags": ["justification"],
+                                               "ddl_lab": {"task": "sgd_plan"}}),
+    ])
+    ex = make_exercise(nb)
+    assert ex.cells[0].metadata["jupyter"]["source_hidden"] is True
+    assert ex.cells[1].source == f"Why this plan?\n{notebooks.JUSTIFY}"
+    assert ex.cells[1].metadata["ddl_lab"] == {"task": "sgd_plan"}
+    with pytest.raises(ValueError, match="END SOLUTION"):
+        notebooks.stub_justification("<!-- BEGIN SOLUTION -->\nx")
+
+
+def _tasks(nb: nbformat.NotebookNode) -> list[str]:
+    return [line for c in nb.cells if c.cell_type == "markdown"
+            for line in c.source.splitlines() if re.match(r"^## Task \d+", line)]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+def test_at_most_a_third_of_an_exercises_tasks_are_warm_ups(path):
+    tasks = _tasks(nbformat.read(path, as_version=4))
+    warm = [t for t in tasks if "warm-up" in t]
+    assert tasks and 3 * len(warm) <= len(tasks), \
+        f"{path.name}: {len(warm)} warm-ups among {len(tasks)} tasks (at most a third)"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+def test_hints_stand_in_their_own_tagged_cells(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, c in enumerate(nb.cells):
+        tagged = "hint" in c.metadata.get("tags", [])
+        starts = c.cell_type == "markdown" and c.source.lstrip().startswith("**Hint**")
+        inline = c.cell_type == "markdown" and not tagged and re.search(r"\*\*?Hint", c.source)
+        assert tagged == starts, f"{path.name} cell {i}: a hint cell is tagged `hint` and starts **Hint**"
+        assert not inline, f"{path.name} cell {i}: a hint inside a prompt; give it its own `hint` cell"
