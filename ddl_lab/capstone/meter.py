@@ -30,6 +30,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
+from ddl_lab.capstone.channels import Touch, sealed
+from ddl_lab.capstone.examples import ExamplesSeen
 from ddl_lab.capstone.wire import Wire, metered, metered_server
 from ddl_lab.ml.data import Dataset, digits, shard
 from ddl_lab.ml.models import SmallCNN, flat_params
@@ -59,12 +61,14 @@ def fp32_allreduce_bytes(n: int = 4) -> float:
 
 class Batches:
     """This worker's mini-batches (X (b, 64) float32, y (b,) int64): its shard reshuffled
-    every pass, at most ``steps`` of them in all — the step budget."""
+    every pass, at most ``steps`` of them in all — the step budget. ``handed``: the rows
+    of the shard it has handed out."""
 
     def __init__(self, data: Dataset, batch_size: int, steps: int, seed: int):
         self.X, self.y = data.tensors()
         self.batch_size, self.steps = batch_size, steps
         self.drawn = 0
+        self.handed: set[int] = set()
         self._gen = torch.Generator().manual_seed(seed)
 
     def __len__(self) -> int:
@@ -79,6 +83,7 @@ class Batches:
                     return
                 self.drawn += 1
                 rows = order[b * self.batch_size:(b + 1) * self.batch_size]
+                self.handed.update(rows.tolist())
                 yield self.X[rows], self.y[rows]
 
     def __repr__(self) -> str:
@@ -88,7 +93,10 @@ class Batches:
 
 @dataclass
 class WorkerReport:
-    """What the meter saw on one worker."""
+    """What the meter saw on one worker; beside the wire: what it did past the meter
+    (``touched``), and the examples its models ran on — of its shard (``own``, of the
+    ``handed`` rows ``batches`` gave out from ``shard`` in all) and of other workers'
+    shards (``foreign``)."""
 
     rank: int
     sent: float
@@ -101,6 +109,11 @@ class WorkerReport:
     accuracy: float | None
     returned: str               # what the plan returned, when it was not a model
     reported: float | None      # a byte count the plan returned beside its model
+    touched: tuple[Touch, ...] = ()
+    own: int = 0
+    foreign: int = 0
+    handed: int = 0
+    shard: int = 0
 
 
 def _unwrap(out: Any) -> tuple[nn.Module | None, str, float | None]:
@@ -137,6 +150,7 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
     mine = shard(train, n, rank, skew=budget.skew, seed=seed)
     batches = Batches(mine, budget.batch_size, budget.steps, 1000 * seed + rank)
     model = initial_model(seed)
+    seen = ExamplesSeen(mine, train)
     client = None
     if server is not None:
         from ddl_lab.parameter_server.wire import ShardClient
@@ -148,7 +162,8 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
             dist.barrier()
         t0 = time.perf_counter()
         try:
-            out = plan(model, batches, Wire(tap, client))
+            with sealed() as touched, seen:
+                out = plan(model, batches, Wire(tap, client))
         finally:
             wall = time.perf_counter() - t0
             if client is not None:
@@ -158,7 +173,8 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
     return WorkerReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall,
                         None if trained is None else flat_params(trained).numpy(),
                         None if trained is None else evaluate_accuracy(trained, test),
-                        returned, reported)
+                        returned, reported, tuple(touched), seen.own, seen.foreign,
+                        len(batches.handed), len(mine))
 
 
 @dataclass

@@ -4,8 +4,14 @@
 ``budget_bytes`` draws seeded cases (1 to 8 workers, periods longer than the run, every
 value size) and names the usual slips of the ring's arithmetic. ``capstone`` runs the
 learner's plan on 4 real workers through the meter of ``ddl_lab.capstone`` — bytes are
-counted where they leave each worker, never taken from the plan — and judges accuracy on
-held-out digits, bytes per worker, agreement of the workers' models, steps and time."""
+counted where they leave each worker, never taken from the plan — with every other channel
+between the workers closed or recorded (``capstone.channels``: the raw group behind the
+meter, stores, files, shared memory, sockets) and the examples each worker's models ran on
+recorded (``capstone.examples``); it judges accuracy on held-out digits, bytes per worker,
+agreement of the workers' models, that each worker learnt from its own shard only, steps
+and time. The run's shards, initial weights and batch order come from a seed drawn from
+the check's ``seed`` (not the one ``measure`` uses by default), so a plan tuned to one
+draw is judged on another."""
 from __future__ import annotations
 
 import math
@@ -17,9 +23,9 @@ import numpy as np
 from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
-from ._answers import scalar
+from ._answers import scalar, whole
 from ._core import call_local, fail, passed, task, worded
-from ._diagnose import Case, Cases, describe_value, explain, returned_none
+from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
 
 __all__ = ["budget_bytes", "capstone"]
 
@@ -82,7 +88,9 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     """Lesson 11, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
     returns the bytes each worker sends when local SGD averages the whole model with a ring
     allreduce every ``period`` steps (and after the last step), each parameter
-    ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes."""
+    ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
+    compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
+    right too)."""
     __tracebackhide__ = True
     fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
     cases = list(Cases("budget_bytes", seed, _BYTES_FIXED, draws=4, draw=_bytes_draw))
@@ -102,6 +110,11 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
            f"period of {fits} steps or more.")
 
 
+def _typed(x: Any) -> np.ndarray:
+    """A scalar answer as a 0-d array of its own dtype (float32 stays float32)."""
+    return as_array(x).reshape(())
+
+
 def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
                  name: str) -> str | None:
     """None if ``got`` is right for ``case``; else the message, naming the mistake that
@@ -111,17 +124,15 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
     if value is None:
         return (returned_none(got, name, "the number of bytes")
                 or f"{name} returned {describe_value(got)}; return one number of bytes")
-    if math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-6):
-        return None
+    if same(want, _typed(got)) or (whole(got) is not None and abs(value - want) < 1):
+        return None                        # at the learner's dtype, or in whole bytes
 
     def explains(message: str) -> bool:
-        return all(v is not None and math.isclose(v, _bytes_mistakes(c.params)[message],
-                                                  rel_tol=1e-6, abs_tol=1e-6)
-                   for c, v in zip(cases, map(scalar, answers)))
+        return all(scalar(v) is not None and same(_bytes_mistakes(c.params)[message], _typed(v))
+                   for c, v in zip(cases, answers))
     here = _bytes_mistakes(case.params)
     hint = (next((m for m in here if explains(m)), None)
-            or explain(value, {m: (lambda v, w=w: math.isclose(v, w, rel_tol=1e-6))
-                               for m, w in here.items()}))
+            or explain(_typed(got), here))
     return (f"{name} returned {value:,.6g} bytes, expected {want:,.6g}"
             + (f" — {hint}" if hint else ": ⌈steps/period⌉ allreduces of params·value_bytes "
                "bytes, each charged 2(n−1)/n of it"))
@@ -137,11 +148,13 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     """Lesson 11, task 2: ``my_plan(model, batches, wire)`` trains the digits CNN on each of
     4 workers and returns the model; run for real and judged against ``BUDGET``: test
     accuracy, bytes per worker counted by the meter, one model on every worker, steps and
-    time. ``parameter_server``: the options of the lesson-07 server a plan uses."""
+    time, each worker learning from its own shard only, no channel past the meter.
+    ``parameter_server``: the options of the lesson-07 server a plan uses."""
     __tracebackhide__ = True
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
+    run = _run_seed(seed)
     try:
-        result = measure(fn, budget, seed=seed, parameter_server=parameter_server,
+        result = measure(fn, budget, seed=run, parameter_server=parameter_server,
                          timeout=_TIMEOUT_S)
     except PlanFailed as e:
         fail(worded(e.failure, fn).message(name, budget.world_size))
@@ -151,13 +164,23 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
         fail(f"the parameter server could not start with {parameter_server!r}: {e}")
     message = _run_fault(result, name, budget)
     if message:
-        fail(f"{message}\nWhat the run achieved: {result.summary()}.")
+        fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
+             f"and batch order of measure(..., seed={run}); replay: check.capstone(…, "
+             f"seed={seed})).")
     plain = result.steps * fp32_allreduce_bytes(result.world_size)
     passed("capstone", f"{result.world_size} workers, {100 * result.accuracy:.1f}% test "
            f"accuracy (target ≥ {100 * budget.target:.0f}%), {size_text(result.bytes)} sent per "
            f"worker (budget {size_text(budget.bytes)}; plain synchronous SGD would send "
            f"{size_text(plain)}, {plain / max(result.bytes, 1):.0f}× more), {result.steps} of "
            f"{budget.steps} steps, {result.rounds} communication calls, {result.wall:.1f} s.")
+
+
+def _run_seed(seed: int) -> int:
+    """The seed of the check's run (shards, initial weights, batch order), drawn from the
+    check's ``seed``: never 0, the one ``measure`` tries by default."""
+    case = next(iter(Cases("capstone", seed, draws=1,
+                           draw=lambda rng: {"run": int(rng.integers(1, 10_000))})))
+    return case.params["run"]
 
 
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
@@ -180,10 +203,14 @@ def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     scale = max(1.0, float(np.abs(first.params).max()))
     if r.spread > 1e-5 * scale:
         return _disagree(r, name)
+    silent = (f"the {r.world_size} workers ended with the same model without sending a "
+              "byte: they cannot have trained on their own shards")
+    past = _past_the_shard(r, name, silent if r.bytes == 0 else "") or _past_the_meter(r, name)
+    if past:
+        return past
     if r.bytes == 0 and r.world_size > 1:
-        return (f"the {r.world_size} workers ended with the same model without sending a "
-                f"byte: they cannot have trained on their own shards. Train each worker on "
-                "its `batches`, and combine what they learned over the wire.")
+        return (f"{silent}. Train each worker on its `batches`, and combine what they "
+                "learned over the wire.")
     misses = []
     if r.bytes > budget.bytes:
         misses.append(_over_bytes(r, name, budget))
@@ -194,6 +221,62 @@ def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
                       f"{budget.seconds:g} s: look for work repeated at every step — "
                       "encoding the whole model, evaluating, printing")
     return "\n".join(f"• {m}" for m in misses) or None
+
+
+def _past_the_shard(r: Result, name: str, opening: str) -> str | None:
+    """The message for workers whose models ran on other workers' examples, else None."""
+    bad = [rep for rep in r.reports if rep.foreign]
+    if not bad:
+        return None
+    who = ("every worker's model" if len(bad) == len(r.reports)
+           else f"the model of {_ranks({rep.rank for rep in bad})}")
+    rep = bad[0]
+    read = sorted({t.what for t in rep.touched if t.kind == "read"})
+    loaded = f" (rank {rep.rank} read {_paths(read)})" if read else ""
+    return ((opening + " — " if opening else "")
+            + f"{who} ran on training examples outside its own shard: rank {rep.rank}'s "
+            f"on {rep.foreign:,} examples of other workers' shards{loaded}, beside {rep.own:,} "
+            f"of the {rep.shard:,} in its `batches`. {name} trained on data the worker was not "
+            "given — the whole training set, loaded by the plan itself. Each worker learns from "
+            "its own `batches` only; what the others learnt must reach it over the wire.")
+
+
+def _paths(paths: list[str], most: int = 3) -> str:
+    shown = ", ".join(paths[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _ranks(ranks: set[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, sorted(ranks)))
+
+
+def _past_the_meter(r: Result, name: str) -> str | None:
+    """The message for files, shared memory or sockets the workers used, else None."""
+    by: dict[tuple[str, str], set[int]] = {}
+    for rep in r.reports:
+        for t in rep.touched:
+            by.setdefault((t.kind, t.what), set()).add(rep.rank)
+    if not by:
+        return None
+    shm = sorted({w for (k, w) in by if k == "mapped" and w.startswith("/dev/shm/")})
+    sockets = sorted({w for (k, w) in by if k == "socket"})
+    files = sorted({w for (k, w) in by if k != "socket" and w not in shm})
+    what = []
+    if shm:
+        what.append(f"shared memory ({_paths(shm)}, mapped by "
+                    f"{_ranks(set().union(*(by[k] for k in by if k[1] in shm)))})")
+    if files:
+        did = "; ".join(path + " " + ", ".join(f"{kind} by {_ranks(ranks)}" for (kind, p), ranks
+                                               in sorted(by.items()) if p == path)
+                        for path in files[:3])
+        more = f"; and {len(files) - 3} more" if len(files) > 3 else ""
+        what.append(f"files ({did}{more})")
+    if sockets:
+        what.append(f"sockets ({_paths(sockets)})")
+    return (f"{name} passed data past the meter, through " + " and ".join(what) + ": the "
+            f"meter counted {size_text(r.bytes)} per worker, but not what went that way. "
+            "Every byte between workers must go over the metered wire (wire.*, dist.* on the "
+            "default group, DDP): a plan opens no files, shared memory or sockets.")
 
 
 def _disagree(r: Result, name: str) -> str:

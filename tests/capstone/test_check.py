@@ -1,9 +1,12 @@
-"""Lesson 11's checks: the budget arithmetic names the ring's usual slips; the capstone runs
-plans on 4 real workers, passes the solution and another right style, and names a plan that
-sends fp32 at every step, one that never communicates, one that reports its own bytes, one
-that averages too rarely on skewed shards, one whose workers all train on the same data, and
-one that returns no model."""
+"""Lesson 11's checks: the budget arithmetic names the ring's usual slips and accepts the
+answer in a learner's number types; the capstone runs plans on 4 real workers, passes the
+solution and another right style, and names a plan that sends fp32 at every step, one that
+never communicates, one that reports its own bytes, one that averages too rarely on skewed
+shards, one whose workers all train on the same data (silently, or beside a few bytes), one
+that averages through files or shared memory, one that talks on the raw group behind the
+meter, and one that returns no model (issue 26)."""
 import math
+import os
 
 import pytest
 
@@ -11,7 +14,7 @@ from ddl_lab import check
 from ddl_lab.check import CheckFailed
 
 PLANS = """
-import torch, torch.distributed as dist, torch.nn.functional as F
+import os, torch, torch.distributed as dist, torch.nn.functional as F
 from ddl_lab.compression.compressors import ErrorFeedback, TopK
 from ddl_lab.data_parallel.engine import average_params
 from ddl_lab.ml.models import flat_grads, flat_params, set_flat_params
@@ -81,6 +84,74 @@ def same_data(model, batches, wire):
 def untrained(model, batches, wire):
     average_params(model)
     return model
+
+def whole_set_few_bytes(model, batches, wire):
+    # every worker: the whole training set, the same seed; a few bytes to look distributed
+    from ddl_lab.ml.data import digits
+    X, y = digits()[0].tensors()
+    g = torch.Generator().manual_seed(0)
+    for _ in batches:
+        rows = torch.randint(len(y), (16,), generator=g)
+        step(model, X[rows], y[rows])
+    wire.allreduce(torch.zeros(1))
+    return model
+
+def through_files(model, batches, wire):
+    # average through files in the temporary directory, beside one tiny allreduce
+    import tempfile
+    for X, y in batches:
+        step(model, X, y)
+    path = lambda r: os.path.join(tempfile.gettempdir(), f"ddl_lab_capstone_{TOKEN}_{r}.pt")
+    torch.save(flat_params(model), path(wire.rank))
+    wire.allreduce(torch.zeros(225))
+    models = [torch.load(path(r)) for r in range(wire.world_size)]
+    wire.barrier()
+    os.remove(path(wire.rank))
+    set_flat_params(model, sum(models) / len(models))
+    return model
+
+def through_shared_memory(model, batches, wire):
+    import numpy as np
+    from multiprocessing import resource_tracker, shared_memory
+    for X, y in batches:
+        step(model, X, y)
+    mine = flat_params(model).numpy()
+    name, n = f"ddl_lab_capstone_{TOKEN}", wire.world_size
+    if wire.rank == 0:
+        shm = shared_memory.SharedMemory(name=name, create=True, size=n * mine.nbytes)
+    wire.barrier()
+    if wire.rank != 0:
+        shm = shared_memory.SharedMemory(name=name)
+        resource_tracker.unregister(shm._name, "shared_memory")
+    table = np.ndarray((n, mine.size), dtype=np.float32, buffer=shm.buf)
+    table[wire.rank] = mine
+    wire.barrier()
+    set_flat_params(model, torch.from_numpy(table.mean(0)))
+    del table
+    wire.barrier()
+    shm.close()
+    if wire.rank == 0:
+        shm.unlink()
+    return model
+
+def raw_group(model, batches, wire):
+    # the process group the meter wraps, reached as an attribute of the wrapper
+    for X, y in batches:
+        step(model, X, y)
+    theta = flat_params(model)
+    dist.all_reduce(theta, group=dist.group.WORLD.inner)
+    set_flat_params(model, theta / wire.world_size)
+    wire.allreduce(torch.zeros(1))
+    return model
+
+def world_group(model, batches, wire):
+    # dist.group.WORLD is the metered group: its bytes count
+    for X, y in batches:
+        step(model, X, y)
+        theta = flat_params(model)
+        dist.all_reduce(theta, group=dist.group.WORLD)
+        set_flat_params(model, theta / wire.world_size)
+    return model
 """
 
 
@@ -100,10 +171,15 @@ def budget_loop(params, workers, steps, period, value_bytes):
 
 
 def test_right_budget_arithmetic_passes(solution, capsys):
-    check.budget_bytes(solution("11_capstone", "my_budget_bytes"))
+    from tests.learner_types import in_learner_types
+    mine = solution("11_capstone", "my_budget_bytes")
+    check.budget_bytes(mine)
     check.budget_bytes(budget_loop, seed=3)
+    check.budget_bytes(in_learner_types(mine, "float32"), seed=1)       # np.float32, 10.0
+    check.budget_bytes(in_learner_types(mine, "numpy"), seed=2)         # np.float64, np.int64
+    check.budget_bytes(lambda *a: round(mine(*a)), seed=4)              # whole bytes
     out = capsys.readouterr().out
-    assert out.count("✔ budget_bytes: passed") == 2 and "period of 30 steps" in out
+    assert out.count("✔ budget_bytes: passed") == 5 and "period of 30 steps" in out
 
 
 def ring(p, n, T, H, b, rounds=math.ceil, share=None):
@@ -133,7 +209,7 @@ def test_wrong_budget_arithmetic_is_named(wrong, fault):
 @pytest.fixture(scope="module")
 def plans():
     from tests.conftest import define_cell
-    return define_cell(PLANS)
+    return define_cell(PLANS, TOKEN=f"test{os.getpid()}")
 
 
 def test_the_solution_and_another_right_style_pass(solution, plans, capsys):
@@ -154,6 +230,18 @@ def test_the_stub_is_not_implemented_yet():
     ("alone", ["never communicated", "different models", "combine"]),
     ("reports_bytes", ["as if reporting a byte count", "counted by the meter"]),
     ("same_data", ["without sending a byte", "their own shards"]),
+    ("whole_set_few_bytes", ["every worker's model ran on training examples outside its own "
+                             "shard", "examples of other workers' shards", "digits.csv.gz",
+                             "the whole training set"]),
+    ("through_files", ["passed data past the meter, through files",
+                       f"ddl_lab_capstone_test{os.getpid()}_1.pt read by ranks 0, 1, 2, 3, "
+                       "removed by rank 1", "counted 1.35 KB per worker"]),
+    ("through_shared_memory", ["passed data past the meter, through shared memory",
+                               f"/dev/shm/ddl_lab_capstone_test{os.getpid()}",
+                               "mapped by ranks 0, 1, 2, 3"]),
+    ("raw_group", ["failed on rank 0 of 4", "allreduce was called on a process group the "
+                   "meter does not watch", "the raw group behind it"]),
+    ("world_group", ["8.94 MB per worker", "150 all_reduce calls of 39,720 B"]),
     ("rarely", ["below the 94% target", "drifts"]),
     ("forgets_return", ["returned None", "return the trained model"]),
     ("untrained", ["never trained"]),
