@@ -1,6 +1,8 @@
 """The capstone's meter (lesson 11): every operation on the wire is charged what the ring
-model says, whoever calls it (a plan, DDP's reducer, a parameter-server client); a new group
-that would talk past it is refused; batches stop at the step budget; the scaling table."""
+model says, whoever calls it (a plan, DDP's reducer, a parameter-server client); a new group,
+the raw group behind the meter, a gloo backend, a store, rpc — everything that would talk
+past it — is refused, and files and sockets are recorded; the examples each worker's models
+ran on are recorded; batches stop at the step budget; the scaling table."""
 import dataclasses
 
 import numpy as np
@@ -60,6 +62,43 @@ def through_a_server(model, batches, wire):
     set_flat_params(model, torch.from_numpy(wire.server.pull().theta).float())
     return model
 
+def closed(what, call):
+    try:
+        call()
+    except RuntimeError as e:
+        assert "closes every channel the meter cannot count" in str(e), (what, e)
+        return
+    raise AssertionError(f"{what} was allowed")
+
+def every_channel_past_the_meter(model, batches, wire):
+    import os, socket, tempfile
+    from torch.distributed import distributed_c10d as c10d, rpc
+    t = torch.ones(3)
+    raw = dist.group.WORLD.inner
+    closed("the raw group, as an attribute", lambda: raw.allreduce([t]).wait())
+    closed("the raw group, through dist", lambda: dist.all_reduce(t, group=wire._tap._inner))
+    closed("the cluster's world group", lambda: [dist.broadcast(t, 0, group=g)
+                                                 for g in list(c10d._world.pg_map)
+                                                 if g.size() == 5])
+    closed("a gloo backend", lambda: raw._get_backend(torch.device("cpu")).allreduce([t]))
+    closed("the store", lambda: c10d._get_default_store().set("key", "value"))
+    closed("split_group", lambda: raw.split_group([0, 1]))
+    closed("rpc", lambda: rpc.init_rpc(f"w{wire.rank}", rank=wire.rank,
+                                       world_size=wire.world_size))
+    dist.all_reduce(t)                                      # the default group: metered
+    assert t.tolist() == [wire.world_size] * 3
+    path = os.path.join(tempfile.gettempdir(), f"ddl_lab_meter_{os.getpid()}.txt")
+    with open(path, "w") as f:
+        f.write("x")
+    os.remove(path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+    for X, y in batches:
+        model(X)
+    from ddl_lab.ml.data import digits
+    model(digits()[0].tensors()[0][:100])                    # 100 of the whole training set
+    return model
+
 def average_once(model, batches, wire):
     for X, y in batches:
         model.zero_grad()
@@ -90,6 +129,18 @@ def test_every_operation_is_charged_what_the_ring_model_says(plans):
         assert rep.by_op.get("send", 0) == (40 if rep.rank == 0 else 0)
         assert rep.params is None and rep.returned == "a dict"
     assert r.sent[0] - r.sent[1] == 40
+
+
+def test_every_channel_past_the_meter_is_closed_or_recorded(plans):
+    r = measure(plans["every_channel_past_the_meter"], SMALL)
+    for rep in r.reports:
+        assert rep.by_op == {"all_reduce": pytest.approx(2 * 3 / 4 * 12)}   # only dist.*
+        kinds = {t.kind for t in rep.touched if "ddl_lab_meter_" in t.what}
+        assert kinds == {"wrote", "removed"}
+        assert any(t.kind == "socket" and "127.0.0.1" in t.what for t in rep.touched)
+        assert rep.handed == SMALL.steps * SMALL.batch_size <= rep.own   # + some of the 100
+        assert 50 < rep.foreign <= 100 and rep.shard in (336, 337)    # most of 100: others'
+    measure(plans["average_once"], SMALL)                   # and all is open again after
 
 
 def test_ddp_is_metered_inside_backward(plans):
