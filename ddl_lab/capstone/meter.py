@@ -18,6 +18,7 @@ communication calls and the wall time. ``scaling_table`` runs a plan on 1, 2 and
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -96,7 +97,8 @@ class WorkerReport:
     """What the meter saw on one worker; beside the wire: what it did past the meter
     (``touched``), and the examples its models ran on — of its shard (``own``, of the
     ``handed`` rows ``batches`` gave out from ``shard`` in all) and of other workers'
-    shards (``foreign``)."""
+    shards (``foreign``); ``tampered``: what the meter's own tally saw go out, when the
+    plan changed the tap's count (its ``sent`` or its records)."""
 
     rank: int
     sent: float
@@ -114,6 +116,7 @@ class WorkerReport:
     foreign: int = 0
     handed: int = 0
     shard: int = 0
+    tampered: float | None = None   # what the meter saw go out, if the plan changed its count
 
 
 def _unwrap(out: Any) -> tuple[nn.Module | None, str, float | None]:
@@ -156,7 +159,8 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
         from ddl_lab.parameter_server.wire import ShardClient
         client = ShardClient(*server, name=f"worker {rank}")
     dist.barrier()
-    with metered() as tap, (metered_server(tap) if client else nullcontext()):
+    tally = [0.0]                           # the meter's own sum, beside the tap's
+    with metered(tally) as tap, (metered_server(tap, tally) if client else nullcontext()):
         if client is not None:
             client.join()
             dist.barrier()
@@ -168,13 +172,16 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
             wall = time.perf_counter() - t0
             if client is not None:
                 client.close()
+    counted = (tap.sent, sum(op.sent for op in tap.ops))
+    tampered = None if all(math.isclose(c, tally[0], rel_tol=1e-9, abs_tol=1e-6)
+                           for c in counted) else tally[0]
     trained, returned, reported = _unwrap(out)
     calls, by_op, sizes = _charged(tap)
     return WorkerReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall,
                         None if trained is None else flat_params(trained).numpy(),
                         None if trained is None else evaluate_accuracy(trained, test),
                         returned, reported, tuple(touched), seen.own, seen.foreign,
-                        len(batches.handed), len(mine))
+                        len(batches.handed), len(mine), tampered)
 
 
 @dataclass

@@ -43,29 +43,36 @@ def _metered_only(op: Op, args: tuple) -> None:
                            "all_reduce, all_gather, broadcast, reduce_scatter, send/recv")
 
 
-def metered() -> Wiretap:
+def metered(tally: list[float]) -> Wiretap:
     """A wiretap charging every operation on the default group, refusing ``dist.new_group``
-    (a new group would talk past the meter) while inside."""
-    return Wiretap(on_op=_metered_only, refuse_new_group=(
+    (a new group would talk past the meter) while inside. ``tally[0]`` adds up the same
+    charges outside the tap, so that a plan that changes the tap's own count is seen."""
+    def on_op(op: Op, args: tuple) -> None:
+        tally[0] += op.sent
+        _metered_only(op, args)
+    return Wiretap(on_op=on_op, refuse_new_group=(
         "dist.new_group is not available to a capstone plan: a new group would talk past "
         "the meter. Use the default group (dist.* or wire.*)."))
 
 
 @contextmanager
-def metered_server(tap: Wiretap) -> Iterator[None]:
+def metered_server(tap: Wiretap, tally: list[float]) -> Iterator[None]:
     """While inside, every parameter-server message of this process is charged to
-    ``tap``: what ``ShardClient`` sends, and the answers it receives."""
+    ``tap`` (and ``tally``): what ``ShardClient`` sends, and the answers it receives."""
     from ddl_lab.parameter_server import wire as ps_wire
     send, recv = ps_wire.send_msg, ps_wire.recv_msg
 
     def send_msg(conn: Any, msg: tuple) -> None:
         data = pickle.dumps(msg, protocol=5)
         tap.charge("parameter server", len(data))
+        tally[0] += len(data)
         conn.send_bytes(data)
 
     def recv_msg(conn: Any, timeout: float, who: str) -> tuple:
         msg = recv(conn, timeout, who)
-        tap.charge("parameter server", len(pickle.dumps(msg, protocol=5)))
+        nbytes = len(pickle.dumps(msg, protocol=5))
+        tap.charge("parameter server", nbytes)
+        tally[0] += nbytes
         return msg
 
     ps_wire.send_msg, ps_wire.recv_msg = send_msg, recv_msg

@@ -186,6 +186,13 @@ def _run_seed(seed: int) -> int:
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     """The first thing that disqualifies the run, else what misses the budget, else None."""
     first = r.reports[0]
+    changed = [rep for rep in r.reports if rep.tampered is not None]
+    if changed:
+        rep = changed[0]
+        return (f"{name} changed the meter's own count: on rank {rep.rank} it reads "
+                f"{size_text(rep.sent)}, but {size_text(rep.tampered)} went out through the "
+                "meter. Bytes are counted by the meter where they leave each worker; a plan "
+                "does not touch the meter's records (wire._tap, the group's tap).")
     if any(rep.reported is not None for rep in r.reports):
         said = next(rep.reported for rep in r.reports if rep.reported is not None)
         return (f"{name} returned a number ({said:,.6g}) beside its model, as if reporting "

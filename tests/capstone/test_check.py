@@ -4,7 +4,7 @@ solution and another right style, and names a plan that sends fp32 at every step
 never communicates, one that reports its own bytes, one that averages too rarely on skewed
 shards, one whose workers all train on the same data (silently, or beside a few bytes), one
 that averages through files or shared memory, one that talks on the raw group behind the
-meter, and one that returns no model (issue 26)."""
+meter, one that sets the meter's count back, and one that returns no model (issue 26)."""
 import math
 import os
 
@@ -144,6 +144,16 @@ def raw_group(model, batches, wire):
     wire.allreduce(torch.zeros(1))
     return model
 
+def resets_the_meter(model, batches, wire):
+    # lesson 05's plain synchronous SGD, then the meter's count set back to a few bytes
+    for X, y in batches:
+        model.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        g = wire.allreduce(flat_grads(model)) / wire.world_size
+        set_flat_params(model, flat_params(model) - 0.3 * g)
+    wire._tap.sent = 6.0
+    return model
+
 def world_group(model, batches, wire):
     # dist.group.WORLD is the metered group: its bytes count
     for X, y in batches:
@@ -241,6 +251,8 @@ def test_the_stub_is_not_implemented_yet():
                                "mapped by ranks 0, 1, 2, 3"]),
     ("raw_group", ["failed on rank 0 of 4", "allreduce was called on a process group the "
                    "meter does not watch", "the raw group behind it"]),
+    ("resets_the_meter", ["changed the meter's own count", "on rank 0 it reads 6 B, but "
+                          "8.94 MB went out"]),
     ("world_group", ["8.94 MB per worker", "150 all_reduce calls of 39,720 B"]),
     ("rarely", ["below the 94% target", "drifts"]),
     ("forgets_return", ["returned None", "return the trained model"]),

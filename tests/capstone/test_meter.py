@@ -149,6 +149,7 @@ def test_ddp_is_metered_inside_backward(plans):
         assert rep.calls["all_reduce"] == SMALL.steps           # one bucket per step
         assert rep.by_op["all_reduce"] == pytest.approx(SMALL.steps * 1.5 * 4 * P)
         assert rep.by_op["broadcast"] >= 0.75 * 4 * P           # DDP's initial broadcast
+        assert rep.tampered is None and not rep.touched and rep.foreign == 0
     assert r.spread == 0 and r.steps == SMALL.steps
 
 
@@ -159,7 +160,7 @@ def test_a_parameter_server_client_is_metered(plans):
         # each step: θ pulled from 2 shards, a gradient pushed to them (float64, pickled)
         assert rep.calls["parameter server"] >= 4 * (SMALL.steps + 1)
         assert rep.by_op["parameter server"] > 2 * 8 * P * SMALL.steps
-        assert "all_reduce" not in rep.by_op
+        assert "all_reduce" not in rep.by_op and rep.tampered is None   # the tally agrees
     assert r.spread == 0
 
 
