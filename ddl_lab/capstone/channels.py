@@ -80,21 +80,22 @@ def _raw_only_from_the_tap(name: str, method: Callable) -> Callable:
 
 
 def _replacements() -> list[tuple[Any, str, Callable]]:
-    """(owner, attribute, replacement) for everything ``sealed`` closes."""
+    """(owner, attribute, replacement) for everything ``sealed`` closes (the names this
+    torch has: an older one lacks some)."""
     pg, backend, store = c10d_cpp.ProcessGroup, c10d_cpp.Backend, c10d_cpp.Store
-    out = [(pg, m, _raw_only_from_the_tap(m, getattr(pg, m))) for m in METHODS]
+    out = [(pg, m, _raw_only_from_the_tap(m, vars(pg).get(m))) for m in METHODS]
     out += [(pg, m, _refuse(f"ProcessGroup.{m} makes a group the meter does not watch."))
             for m in _GROUP_TOO]
     out += [(backend, m, _refuse(f"a gloo backend's {m} talks past the meter; send through "
                                  "the metered default group (dist.*, wire.*)."))
-            for m in METHODS if m in backend.__dict__]
+            for m in METHODS]
     out += [(store, m, _refuse(f"the key-value store ({m}) is a channel between workers "
                                "the meter does not count; send through dist.* or wire.*."))
             for m in _STORE]
     rpc = sys.modules.get("torch.distributed.rpc")
     if rpc is not None:
         out.append((rpc, "init_rpc", _refuse("torch.distributed.rpc talks past the meter.")))
-    return out
+    return [(owner, m, new) for owner, m, new in out if m in vars(owner)]
 
 
 @contextmanager
