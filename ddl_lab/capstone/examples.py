@@ -45,8 +45,8 @@ class ExamplesSeen:
             if (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 1
                     and (x.shape[-1] == 64 and x.ndim <= 2 or x.shape[-3:] == (1, 8, 8))):
                 key = (x.data_ptr(), x.numel(), x.dtype, x._version)
-                if key != self._last:          # a model's layers see its input again
-                    self._last = key
+                if key != self._last[1:]:      # a model's layers see its input again;
+                    self._last = (x, *key)     # held, so no new tensor reuses its memory
                     self.seen |= _rows(x.detach().to("cpu", torch.float32).numpy())
 
     @property
@@ -65,3 +65,4 @@ class ExamplesSeen:
 
     def __exit__(self, *exc: Any) -> None:
         self._handle.remove()
+        self._last = ()

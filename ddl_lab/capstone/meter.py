@@ -13,7 +13,10 @@ mini-batches, ``wire`` the metered network (``capstone.wire``). ``measure(plan)`
 on ranks 0…n−1 of the warm cluster the checks share (``runtime.worlds``, one gloo group of
 n) and returns a ``Result``: the test accuracy of the model the workers
 end with, the bytes each put on the wire (counted by the meter), the steps each drew, its
-communication calls and the wall time. ``scaling_table`` runs a plan on 1, 2 and 4 workers.
+communication calls and the wall time — and what each worker did past the meter: every
+other channel is closed or recorded (``capstone.channels``), and the examples its models
+ran on are recorded (``capstone.examples``). ``scaling_table`` runs a plan on 1, 2 and 4
+workers.
 """
 from __future__ import annotations
 

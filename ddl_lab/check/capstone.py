@@ -243,7 +243,8 @@ def _past_the_shard(r: Result, name: str, opening: str) -> str | None:
     return ((opening + " — " if opening else "")
             + f"{who} ran on training examples outside its own shard: rank {rep.rank}'s "
             f"on {rep.foreign:,} examples of other workers' shards{loaded}, beside {rep.own:,} "
-            f"of the {rep.shard:,} in its `batches`. {name} trained on data the worker was not "
+            f"of its own (its `batches` handed out {rep.handed:,} of {rep.shard:,}). {name} "
+            "trained on data the worker was not "
             "given — the whole training set, loaded by the plan itself. Each worker learns from "
             "its own `batches` only; what the others learnt must reach it over the wire.")
 
