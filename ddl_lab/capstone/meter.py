@@ -246,6 +246,15 @@ class Result:
             out.append(f"{self.wall:.1f} s > {b.seconds:g} s")
         if self.spread > 1e-4:
             out.append(f"the workers' models differ (by up to {self.spread:.2g})")
+        foreign = max(r.foreign for r in self.reports)
+        if foreign:
+            out.append(f"a worker's models ran on {foreign:,} examples of other workers' shards")
+        touched = sorted({t.what for r in self.reports for t in r.touched})
+        if touched:
+            out.append(f"data past the meter ({touched[0]}" + (
+                f" and {len(touched) - 1} more)" if len(touched) > 1 else ")"))
+        if any(r.tampered is not None for r in self.reports):
+            out.append("the meter's count was changed by the plan")
         return out
 
     def summary(self) -> str:

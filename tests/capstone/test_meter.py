@@ -140,6 +140,7 @@ def test_every_channel_past_the_meter_is_closed_or_recorded(plans):
         assert any(t.kind == "socket" and "127.0.0.1" in t.what for t in rep.touched)
         assert rep.handed == SMALL.steps * SMALL.batch_size <= rep.own   # + some of the 100
         assert 50 < rep.foreign <= 100 and rep.shard in (336, 337)    # most of 100: others'
+    assert "other workers' shards" in r.summary() and "data past the meter" in r.summary()
     measure(plans["average_once"], SMALL)                   # and all is open again after
 
 
