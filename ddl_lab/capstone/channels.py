@@ -17,8 +17,8 @@ cannot close:
 
 What it cannot see: C++ that opens files or sockets itself (``torch.from_file``, ctypes),
 and code that digs this module's own saved methods out of its closures: Python keeps no
-secret from code in the same process. Bytecode caches, imports and ``/proc``/``/sys`` are
-not recorded.
+secret from code in the same process. The import system's reads of code on ``sys.path``,
+bytecode caches and ``/proc``/``/sys`` are not recorded.
 """
 from __future__ import annotations
 
@@ -133,9 +133,15 @@ def _fd_path(fd: int) -> str | None:
         return None
 
 
-def _ignored(path: str) -> bool:
-    return (path.endswith(_CODE) or "__pycache__" in path or ".dist-info" in path
-            or path.startswith(_SYSTEM))
+def _ignored(path: str, kind: str) -> bool:
+    """The import system's own traffic — code read from an importable directory, bytecode
+    cached in ``__pycache__`` — and the system's pseudo-files."""
+    if path.startswith(_SYSTEM) or f"{os.sep}__pycache__{os.sep}" in path:
+        return True
+    importable = tuple(os.path.abspath(p) + os.sep for p in sys.path
+                       if p and os.path.abspath(p) != os.sep)
+    return (kind == "read" and path.startswith(importable)
+            and (path.endswith(_CODE) or ".dist-info" + os.sep in path))
 
 
 def _writing(mode: Any, flags: Any) -> bool:
@@ -149,10 +155,10 @@ def _touch(event: str, args: tuple) -> Touch | None:
     if event == "open" and not isinstance(args[0], int):
         path = _path(args[0])
         kind = "wrote" if _writing(args[1], args[2]) else "read"
-        return Touch(kind, path) if path and not _ignored(path) else None
+        return Touch(kind, path) if path and not _ignored(path, kind) else None
     if event in ("os.remove", "os.rename"):
         path = _path(args[0])
-        return Touch("removed", path) if path and not _ignored(path) else None
+        return Touch("removed", path) if path and not _ignored(path, "removed") else None
     if event == "mmap.__new__" and args[0] not in (-1, None):
         path = _fd_path(args[0])
         return Touch("mapped", path) if path else None
