@@ -71,8 +71,9 @@ def closed(what, call):
     raise AssertionError(f"{what} was allowed")
 
 def every_channel_past_the_meter(model, batches, wire):
-    import os, socket, tempfile
-    import colorsys                 # an import reads code from sys.path: not recorded
+    import os, socket, sys, tempfile
+    sys.modules.pop("tabnanny", None)
+    import tabnanny                 # an import reads code from sys.path: not recorded
     from torch.distributed import distributed_c10d as c10d, rpc
     t = torch.ones(3)
     raw = dist.group.WORLD.inner
@@ -139,7 +140,7 @@ def test_every_channel_past_the_meter_is_closed_or_recorded(plans):
         kinds = {t.kind for t in rep.touched if "ddl_lab_meter_" in t.what}
         assert kinds == {"wrote", "removed"}
         assert any(t.kind == "socket" and "127.0.0.1" in t.what for t in rep.touched)
-        assert not any("colorsys" in t.what for t in rep.touched)
+        assert not any("tabnanny" in t.what for t in rep.touched)
         assert rep.handed == SMALL.steps * SMALL.batch_size <= rep.own   # + some of the 100
         assert 50 < rep.foreign <= 100 and rep.shard in (336, 337)    # most of 100: others'
     assert "other workers' shards" in r.summary() and "data past the meter" in r.summary()
