@@ -1,0 +1,261 @@
+"""The judge: where each task's verdict is reached, outside the learner's kernel (``ddl-lab
+grade``).
+
+The learner's notebook runs in its kernel (``execute.py``); at each pristine check cell the
+kernel only hands the check's arguments over by value (``handover.py``). The judge is a
+fresh process (``python -P -s -c "…serve()"``: an empty folder of its own, kept off
+``sys.path``, no user site-packages) in which no learner cell has run: it imports ``ddl_lab.check`` fresh, fingerprints the check machinery
+(``fingerprint.py``), and then, one task at a time as the grader asks over its stdin:
+
+1. loads the learner's functions (unpickling runs learner code: fingerprinted after);
+2. runs the pristine check on them with the judge's own recorder (``_record.SINK``) —
+   under the instructor's seed if there is one (``_diagnose.GRADING_SEED``);
+3. fingerprints again — itself, and the workers of every cluster the check used — and
+   looks for threads of learner code still running;
+4. answers on a channel of its own (a copy of its stdout made before any learner code
+   ran; fd 1 then points at the log), quoting the grader's nonce for this task.
+
+A task passes only if the check returned, its last recorded verdict is a pass for that
+task, and nothing changed. A change is "tampered: <what changed>"; the judge then exits and
+the grader starts a fresh one. A judge that ends or goes silent without an answer is a 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .execute import TOKEN_ENV, end_run
+
+STARTUP = 120.0         # seconds a judge may take to import torch and the checks
+ENTRY = "from ddl_lab.tools.grading.judge import serve; serve()"
+_LIVE: set["Judge"] = set()
+
+
+def stop_judges() -> None:
+    """End every judge still going (the instructor pressed Ctrl-C)."""
+    for judge in list(_LIVE):
+        judge.stop()
+
+
+# ---------------------------------------------------------------- the grader's side
+
+class Judge:
+    """A judge process for one submission; restarted after a tampered task or a death."""
+
+    def __init__(self, seed: int | None, log: Path):
+        self.seed, self.log, self.proc, self.token, self.home = seed, log, None, "", None
+        self.ready = False
+
+    def start(self) -> None:
+        """Start a fresh judge (it imports torch and the checks while the grader goes on)."""
+        self.token = secrets.token_hex(8)
+        self.home = Path(tempfile.mkdtemp(prefix="ddl-lab-judge-"))
+        env = {**os.environ, TOKEN_ENV: self.token, "MPLBACKEND": "Agg",
+               "DDL_LAB_PROGRESS": "off", "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("DDL_LAB_GRADE_RECORD", None)
+        with open(self.log, "ab") as log:     # -P: its folder is not on sys.path; -s: no
+            self.proc = subprocess.Popen(     # user site-packages
+                [sys.executable, "-P", "-s", "-c", ENTRY],
+                cwd=self.home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, start_new_session=True)
+        _LIVE.add(self)
+        self._send({"seed": self.seed})
+        self.ready = False
+
+    def _wait_ready(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        if not self.ready:
+            hello = self._answer(STARTUP)
+            if not hello or hello.get("ready") is not True:
+                self.stop()
+                raise RuntimeError(f"the judge did not start: {tail(self.log)}")
+            self.ready = True
+
+    def _send(self, message: dict) -> None:
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def _answer(self, timeout: float) -> dict | None:
+        """The judge's next line, or None if it ended, went silent or said nonsense."""
+        deadline = time.monotonic() + timeout
+        line = b""
+        out = self.proc.stdout
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                return None
+            chunk = os.read(out.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            line += chunk
+        try:
+            first, _, rest = line.partition(b"\n")
+            return {**json.loads(first), "_extra": bool(rest.strip())}
+        except ValueError:
+            return None
+
+    def verdict(self, payload: Path, index: int, task: str, timeout: float) -> dict:
+        """``{"outcome": passed|failed|tampered|ended, "message", "changed"}`` of one task."""
+        self._wait_ready()
+        nonce = secrets.token_hex(16)
+        try:
+            self._send({"payload": str(payload), "index": index, "task": task, "nonce": nonce})
+        except OSError:
+            answer = None
+        else:
+            answer = self._answer(timeout)
+        if answer is None:
+            ended = self.proc.poll()
+            self.stop()
+            if ended is None:
+                why = (f"the check of {task} ran past the per-cell limit of {timeout:g} s "
+                       "in the judge and was stopped: does your code loop forever or wait "
+                       "for a message that never comes?")
+            else:
+                why = (f"judge ended early (exit status {ended}) while checking {task}, "
+                       "without a verdict: does your code exit the process (sys.exit, "
+                       "os._exit) or crash it?")
+            return {"outcome": "ended", "message": why, "changed": []}
+        if answer.get("nonce") != nonce or answer.pop("_extra"):
+            self.stop()
+            return {"outcome": "tampered", "changed": ["the judge's answer channel"],
+                    "message": "tampered: something other than the judge wrote on its "
+                               "answer channel"}
+        if answer.get("outcome") == "tampered":
+            self.stop()
+        return answer
+
+    def stop(self) -> None:
+        _LIVE.discard(self)
+        if self.proc is not None:
+            end_run(self.proc, None, self.token)
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self.proc = None
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
+
+
+def tail(path: Path, size: int = 600) -> str:
+    try:
+        return path.read_bytes()[-size:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- the judge process
+
+def _learner_frames(thread_frames: dict[int, Any], before: set[int]) -> list[str]:
+    """Threads started since ``before`` that run code of no imported module (the
+    learner's functions come with globals of their own)."""
+    found = []
+    for ident, frame in thread_frames.items():
+        if ident in before:
+            continue
+        f = frame
+        while f is not None:
+            name = f.f_globals.get("__name__")
+            if getattr(sys.modules.get(name), "__dict__", None) is not f.f_globals:
+                found.append(f"a thread still running {f.f_code.co_name} (line "
+                             f"{f.f_lineno}) after the check returned")
+                break
+            f = f.f_back
+    return found
+
+
+def _worker_changes(base: dict[str, str]) -> list[str]:
+    """What changed on the workers of every cluster the checks started in this judge."""
+    from ddl_lab.runtime.launch import _SHARED
+    from .fingerprint import changes, on_worker
+    said = []
+    for cluster in list(_SHARED.values()):
+        if not cluster.alive:
+            continue
+        try:
+            prints = cluster.run_with(on_worker, timeout=30)
+        except Exception as e:
+            said.append(f"the workers could not be fingerprinted ({type(e).__name__})")
+            continue
+        for rank, mine in enumerate(prints):
+            common = {k: v for k, v in base.items() if k in mine}   # what the worker loaded
+            now = {k: mine[k] for k in common}
+            said += [f"on worker {rank} of {cluster.world_size}: {c}"
+                     for c in changes(common, now)]
+    return said
+
+
+def serve() -> None:
+    """The judge's loop: stdin requests in, one JSON answer per request on its channel."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                            # learner prints go to the log, not the channel
+    seed = json.loads(sys.stdin.readline()).get("seed")
+    import ddl_lab.check as check
+    from ddl_lab.check import _core, _diagnose, _record
+    from .fingerprint import changes, fingerprint
+    from .handover import load
+    entries: list[dict] = []
+    _record.SINK = entries.append
+    _diagnose.GRADING_SEED = seed
+    checks = {name: getattr(check, name) for name in check.__all__}
+    failure, text = _core.CheckFailed, BaseException.__str__
+    base, base_value = fingerprint(), fingerprint(exact=False)
+    channel.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        task, nonce = request["task"], request["nonce"]
+        threads = set(sys._current_frames())
+        entries.clear()
+        outcome, message = "failed", ""
+        try:
+            _, args, kwargs = load(Path(request["payload"]).read_bytes())[request["index"]]
+        except BaseException as e:          # noqa: BLE001 — the learner's pickle, any error
+            args, message = None, (f"your code for {task} could not be loaded into the judge "
+                                   f"({type(e).__name__}: {e})")
+        changed = changes(base, fingerprint())
+        if args is not None and not changed:
+            try:
+                checks[task](*args, **kwargs)
+                outcome = "returned"
+            except failure as e:
+                message = text(e) if type(e) is failure else \
+                    f"the check of {task} stopped with {type(e).__name__}: {text(e)}"
+            except BaseException as e:      # noqa: BLE001 — SystemExit, KeyboardInterrupt …
+                message = f"the check of {task} stopped with {type(e).__name__}: {text(e)}"
+            changed = changes(base, fingerprint())
+            changed += _learner_frames(sys._current_frames(), threads)
+            changed += [] if changed else _worker_changes(base_value)
+        last = entries[-1] if entries else {}
+        if changed:
+            outcome = "tampered"
+            message = "tampered: " + "; ".join(changed)
+        elif outcome == "returned" and last.get("passed") is True and last.get("task") == task:
+            outcome, message = "passed", str(last.get("message", ""))
+        else:
+            outcome = "failed"
+            message = message or str(last.get("message", "")) or \
+                f"the check of {task} returned without a verdict"
+        if seed is not None and outcome == "failed" and "seed=" in message:
+            message += (f"\n(graded on the instructor's cases, seed {seed}: `seed=` above "
+                        "replays them only under `ddl-lab grade --seed`)")
+        channel.write(json.dumps({"nonce": nonce, "outcome": outcome, "message": message,
+                                  "changed": changed}) + "\n")
+        if outcome == "tampered":
+            break
+    channel.close()
+    os._exit(0)
+
