@@ -125,8 +125,8 @@ def judge_run(ex: Exercise, run, work: Path, judge: Judge,
     todo = [(check, i, task) for check in ex.checks if check.index in done
             and (work / payload_name(check.index)).exists()
             for i, task in enumerate(check.tasks)]
-    return {task: judge.verdict(work / payload_name(check.index), i, task, cell_timeout)
-            for check, i, task in todo}
+    return judge.judge_all([(work / payload_name(check.index), i, task)
+                            for check, i, task in todo], cell_timeout)
 
 
 def _one_per_exercise(subs: list[Submission]) -> list[Submission]:

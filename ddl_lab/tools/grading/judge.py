@@ -49,11 +49,20 @@ def stop_judges() -> None:
 # ---------------------------------------------------------------- the grader's side
 
 class Judge:
-    """A judge process for one submission; restarted after a tampered task or a death."""
+    """A judge process for one submission; restarted after a tampered task or a death.
+
+    Every answer must carry the nonce of its request, and there must be exactly one per
+    request: a second line for a nonce already answered (learner code that found the
+    channel and wrote its own answer first) turns that task into "tampered". An answer only
+    counts once the same judge has spoken again after it (the next answer, or its reply to
+    "bye"): a judge that dies right after answering is asked again alone, and if it dies
+    again the task earns nothing."""
 
     def __init__(self, seed: int | None, log: Path):
         self.seed, self.log, self.proc, self.token, self.home = seed, log, None, "", None
-        self.ready = False
+        self.ready, self.buffer, self.closed = False, b"", False
+        self.asked: dict[str, str] = {}         # nonce -> task, this judge process
+        self.twice: set[str] = set()            # tasks answered more than once
 
     def start(self) -> None:
         """Start a fresh judge (it imports torch and the checks while the grader goes on)."""
@@ -68,15 +77,15 @@ class Judge:
                 cwd=self.home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=log, start_new_session=True)
         _LIVE.add(self)
+        self.ready, self.buffer, self.asked, self.closed = False, b"", {}, False
         self._send({"seed": self.seed})
-        self.ready = False
 
     def _wait_ready(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
         if not self.ready:
-            hello = self._answer(STARTUP)
+            hello = self._line(STARTUP)
             if not hello or hello.get("ready") is not True:
                 self.stop()
                 raise RuntimeError(f"the judge did not start: {tail(self.log)}")
@@ -86,37 +95,47 @@ class Judge:
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
 
-    def _answer(self, timeout: float) -> dict | None:
+    def _line(self, timeout: float) -> dict | None:
         """The judge's next line, or None if it ended, went silent or said nonsense."""
         deadline = time.monotonic() + timeout
-        line = b""
         out = self.proc.stdout
-        while not line.endswith(b"\n"):
+        while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([out], [], [], left)[0]:
                 return None
             chunk = os.read(out.fileno(), 1 << 16)
             if not chunk:
+                self.closed = True
                 return None
-            line += chunk
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
         try:
-            first, _, rest = line.partition(b"\n")
-            return {**json.loads(first), "_extra": bool(rest.strip())}
+            said = json.loads(line)
         except ValueError:
-            return None
+            return {"nonce": None}
+        return said if isinstance(said, dict) else {"nonce": None}
+
+    def _reply(self, nonce: str, timeout: float) -> dict | None:
+        """The line answering ``nonce``; lines answering earlier nonces mark their tasks."""
+        while True:
+            said = self._line(timeout)
+            if said is None or said.get("nonce") == nonce:
+                return said
+            self.twice.add(self.asked.get(said.get("nonce"), "?"))
 
     def verdict(self, payload: Path, index: int, task: str, timeout: float) -> dict:
         """``{"outcome": passed|failed|tampered|ended, "message", "changed"}`` of one task."""
         self._wait_ready()
         nonce = secrets.token_hex(16)
+        self.asked[nonce] = task
         try:
             self._send({"payload": str(payload), "index": index, "task": task, "nonce": nonce})
         except OSError:
             answer = None
         else:
-            answer = self._answer(timeout)
+            answer = self._reply(nonce, timeout)
         if answer is None:
-            ended = self.proc.poll()
+            ended = self._exit_status()
             self.stop()
             if ended is None:
                 why = (f"the check of {task} ran past the per-cell limit of {timeout:g} s "
@@ -127,13 +146,61 @@ class Judge:
                        "without a verdict: does your code exit the process (sys.exit, "
                        "os._exit) or crash it?")
             return {"outcome": "ended", "message": why, "changed": []}
-        if answer.get("nonce") != nonce or answer.pop("_extra"):
-            self.stop()
-            return {"outcome": "tampered", "changed": ["the judge's answer channel"],
-                    "message": "tampered: something other than the judge wrote on its "
-                               "answer channel"}
         if answer.get("outcome") == "tampered":
             self.stop()
+        return answer
+
+    def _exit_status(self) -> int | None:
+        """The judge's exit status if it ended (its answer channel closed), else None."""
+        if not self.closed and self.proc.poll() is None:
+            return None
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:       # the channel closed, the process lingers
+            return -1
+
+    def bye(self, timeout: float = 30.0) -> bool:
+        """Did the judge speak again (after its last answer)? Ends it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        nonce = secrets.token_hex(16)
+        try:
+            self._send({"bye": True, "nonce": nonce})
+        except OSError:
+            return False
+        said = self._reply(nonce, timeout)
+        self.stop()
+        return bool(said and said.get("bye") is True)
+
+    def judge_all(self, todo: list[tuple[Path, int, str]], timeout: float) -> dict[str, dict]:
+        """The answer for every ``(payload, index, task)``, each confirmed as above."""
+        answers: dict[str, dict] = {}
+        last: tuple[Path, int, str] | None = None      # answered, not yet confirmed
+        for payload, index, task in todo:
+            answers[task] = self.verdict(payload, index, task, timeout)
+            if last and answers[task]["outcome"] == "ended":
+                answers[last[2]] = self._again(*last, timeout)
+            last = (payload, index, task) if answers[task]["outcome"] in ("passed", "failed") \
+                else None
+        if last and not self.bye():
+            answers[last[2]] = self._again(*last, timeout)
+        self.stop()
+        for task in self.twice & answers.keys():
+            answers[task] = {"outcome": "tampered", "changed": ["the judge's answer channel"],
+                             "message": f"tampered: the judge's channel carried two answers "
+                                        f"for {task} (something other than the judge wrote "
+                                        "one)"}
+        return answers
+
+    def _again(self, payload: Path, index: int, task: str, timeout: float) -> dict:
+        """``task`` alone in a fresh judge, which must then answer "bye"."""
+        self.stop()
+        answer = self.verdict(payload, index, task, timeout)
+        if answer["outcome"] in ("passed", "failed") and not self.bye():
+            return {"outcome": "ended", "changed": [],
+                    "message": f"judge ended early, right after answering for {task}: an "
+                               "answer the judge did not outlive is not trusted (does your "
+                               "code end the process, or arrange for it to end?)"}
         return answer
 
     def stop(self) -> None:
@@ -217,6 +284,9 @@ def serve() -> None:
     channel.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
+        if request.get("bye"):
+            channel.write(json.dumps({"bye": True, "nonce": request["nonce"]}) + "\n")
+            break
         task, nonce = request["task"], request["nonce"]
         threads = set(sys._current_frames())
         entries.clear()
@@ -252,8 +322,10 @@ def serve() -> None:
         if seed is not None and outcome == "failed" and "seed=" in message:
             message += (f"\n(graded on the instructor's cases, seed {seed}: `seed=` above "
                         "replays them only under `ddl-lab grade --seed`)")
+        score = max((float(e.get("score") or 0) for e in entries
+                     if e.get("task") == task and not e.get("passed")), default=0.0)
         channel.write(json.dumps({"nonce": nonce, "outcome": outcome, "message": message,
-                                  "changed": changed}) + "\n")
+                                  "score": score, "changed": changed}) + "\n")
         if outcome == "tampered":
             break
     channel.close()

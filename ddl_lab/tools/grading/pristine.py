@@ -34,23 +34,32 @@ def payload_name(k: int) -> str:
 
 
 class _Take(ast.NodeTransformer):
-    """``check.<task>(args…)`` -> ``handover.take("<task>", args…)``."""
+    """``check.<task>(args…)`` -> ``<module>.<function>("<task>", args…)``."""
+
+    def __init__(self, module: str, function: str):
+        self.module, self.function = module, function
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         f = node.func
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
                 and f.value.id == "check":
-            take = ast.Attribute(ast.Name(HANDOVER, ast.Load()), "take", ast.Load())
+            take = ast.Attribute(ast.Name(self.module, ast.Load()), self.function, ast.Load())
             return ast.Call(take, [ast.Constant(f.attr), *node.args], node.keywords)
         return node
+
+
+def retarget(source: str, module: str, function: str) -> str:
+    """``source`` with every ``check.<task>(…)`` made ``module.function("<task>", …)``."""
+    return ast.unparse(ast.fix_missing_locations(_Take(module, function).visit(
+        ast.parse(source))))
 
 
 def handover_source(source: str, k: int) -> str:
     """The kernel's version of pristine check cell ``k``: it takes the checks' arguments
     and saves them for the judge."""
-    tree = ast.fix_missing_locations(_Take().visit(ast.parse(source)))
-    return f"{PREAMBLE}{ast.unparse(tree)}\n{HANDOVER}.save({payload_name(k)!r})\n"
+    return f"{PREAMBLE}{retarget(source, HANDOVER, 'take')}\n" \
+           f"{HANDOVER}.save({payload_name(k)!r})\n"
 
 
 def pristine_cell(ex: Exercise, k: int) -> nbformat.NotebookNode:

@@ -31,13 +31,15 @@ CALLS = {"_getframe": "reads the call stack (sys._getframe)",
          "get_objects": "walks every object through gc.get_objects",
          "_exit": "exits the process (os._exit)", "exit": None,
          "setattr": "sets attributes with setattr()", "settrace": "installs a tracer",
-         "setprofile": "installs a profiler", "addaudithook": "installs an audit hook"}
+         "setprofile": "installs a profiler", "addaudithook": "installs an audit hook",
+         "dup2": "rewires file descriptors (os.dup2)", "fdopen": "opens a file descriptor",
+         "write": None, "read": None}
 ATTRS = {"f_back": "walks frames (f_back)", "f_globals": "reads a frame's globals",
          "f_locals": "reads a frame's locals", "tb_frame": "reads a traceback's frames",
          "__code__": "reaches a function's code (__code__)",
          "__globals__": "reaches a function's globals (__globals__)",
          "__closure__": "reaches a function's closure", "__subclasses__": "walks subclasses",
-         "__builtins__": "reaches builtins", "__dict__": None}
+         "__builtins__": "reaches builtins", "stdin": "reads the process's stdin"}
 PROMPT = "_Your justification here (3–5 sentences)._"
 
 
@@ -83,12 +85,15 @@ def cell_flags(source: str, modules: set[str]) -> list[tuple[int, str]]:
                 getattr(node.func, "id", "")
             owner = _root(node.func) if isinstance(node.func, ast.Attribute) else None
             what = CALLS.get(name)
-            if name in ("stack", "exit") and owner in ("inspect", "sys"):
-                what = f"calls {owner}.{name}"
+            if (name in ("stack", "exit") and owner in ("inspect", "sys")) or \
+                    (name in ("write", "read") and owner == "os"):
+                what = f"calls {owner}.{name} (a raw file descriptor)" if owner == "os" \
+                    else f"calls {owner}.{name}"
             if what:
                 found.append((line, what))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.search(r"/proc/|DDL_LAB_GRADE|record\.jsonl|payload-\d", node.value):
+                and re.search(r"/proc/|DDL_LAB_GRADE|record\.jsonl|events\.jsonl|payload-\d",
+                                        node.value):
             found.append((line, f"names {node.value[:60]!r}"))
         elif isinstance(node, ast.ClassDef) and any(
                 PRIVATE.search(ast.unparse(b)) for b in node.bases):
