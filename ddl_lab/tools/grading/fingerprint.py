@@ -18,6 +18,7 @@ import importlib
 import pkgutil
 import sys
 import types
+import warnings
 from typing import Any
 
 PACKAGES = ("ddl_lab.check", "ddl_lab.runtime")
@@ -108,6 +109,12 @@ def _watched(value: Any, constants: bool) -> bool:
 def fingerprint(exact: bool = True, load: bool = True) -> dict[str, str]:
     """``{"module.name": what it is}`` for every watched attribute of the watched modules,
     and ``{"Class.attr": …}`` for the watched classes and the classes those modules define."""
+    with warnings.catch_warnings():         # torch's deprecated names warn when touched
+        warnings.simplefilter("ignore")
+        return _fingerprint(exact, load)
+
+
+def _fingerprint(exact: bool, load: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     modules = watched_modules(load)
     classes = _classes()

@@ -103,7 +103,7 @@ def cell_flags(source: str, modules: set[str]) -> list[tuple[int, str]]:
     return sorted(set(found))
 
 
-def flags(nb: nbformat.NotebookNode, limit: int = 12) -> list[str]:
+def flags(nb: nbformat.NotebookNode, limit: int = 40) -> list[str]:
     """Everything the scan flags in the learner's code cells (not the check cells, which
     grading replaces), as ``cell N, line L: what``."""
     said: list[str] = []
