@@ -227,26 +227,34 @@ def tail(path: Path, size: int = 600) -> str:
 
 # ---------------------------------------------------------------- the judge process
 
-def _learner_frames(thread_frames: dict[int, Any], before: set[int]) -> list[str]:
-    """Threads started since ``before`` that run code of no imported module (the
-    learner's functions come with globals of their own)."""
+def _learner_threads(thread_frames: dict[int, Any], before: set[int]) -> list[str]:
+    """Threads started since ``before`` whose target is learner code — code of no imported
+    module (the learner's functions come with globals of their own). A thread a check
+    started (its target in the check's module) is the check's business."""
     found = []
     for ident, frame in thread_frames.items():
         if ident in before:
             continue
-        f = frame
-        while f is not None:
-            name = f.f_globals.get("__name__")
-            if getattr(sys.modules.get(name), "__dict__", None) is not f.f_globals:
-                found.append(f"a thread still running {f.f_code.co_name} (line "
-                             f"{f.f_lineno}) after the check returned")
-                break
-            f = f.f_back
+        stack = []
+        while frame is not None:
+            stack.append(frame)
+            frame = frame.f_back
+        target = next((f for f in reversed(stack)
+                       if f.f_globals.get("__name__") not in ("threading",
+                                                              "concurrent.futures.thread")),
+                      None)
+        if target is None:
+            continue
+        name = target.f_globals.get("__name__")
+        if getattr(sys.modules.get(name), "__dict__", None) is not target.f_globals:
+            found.append(f"a thread still running {target.f_code.co_name} after the check "
+                         "returned")
     return found
 
 
 def _worker_changes(base: dict[str, str]) -> list[str]:
-    """What changed on the workers of every cluster the checks started in this judge."""
+    """What changed on the workers of every cluster the checks started in this judge (one
+    that cannot answer is shut down, so that nothing it holds is used again)."""
     from ddl_lab.runtime.launch import _SHARED
     from .fingerprint import changes, on_worker
     said = []
@@ -255,8 +263,8 @@ def _worker_changes(base: dict[str, str]) -> list[str]:
             continue
         try:
             prints = cluster.run_with(on_worker, timeout=30)
-        except Exception as e:
-            said.append(f"the workers could not be fingerprinted ({type(e).__name__})")
+        except Exception:                  # a cluster the learner's code broke: nothing
+            cluster.shutdown()             # of it is used again
             continue
         for rank, mine in enumerate(prints):
             common = {k: v for k, v in base.items() if k in mine}   # what the worker loaded
@@ -307,7 +315,7 @@ def serve() -> None:
             except BaseException as e:      # noqa: BLE001 — SystemExit, KeyboardInterrupt …
                 message = f"the check of {task} stopped with {type(e).__name__}: {text(e)}"
             changed = changes(base, fingerprint())
-            changed += _learner_frames(sys._current_frames(), threads)
+            changed += _learner_threads(sys._current_frames(), threads)
             changed += [] if changed else _worker_changes(base_value)
         last = entries[-1] if entries else {}
         if changed:

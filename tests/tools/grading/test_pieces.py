@@ -153,3 +153,6 @@ def test_the_cli_says_what_to_pass(tmp_path, capsys):
     assert (tmp_path / "o" / "gradebook.csv").read_text() == "learner,total,notes,flags\n"
     assert json.loads((tmp_path / "o" / "results.json").read_text()) == \
         {"seed": None, "learners": []}
+    assert main(["grade", str(tmp_path), "--out", str(tmp_path / "s"), "--seed", "5"]) == 0
+    assert json.loads((tmp_path / "s" / "results.json").read_text())["seed"] == 5
+    assert "the instructor's seed 5" in (tmp_path / "s" / "report.html").read_text()

@@ -147,7 +147,8 @@ def justify(course, stem: str, task: str) -> None:
     """The course's solution asks for a justification of ``task`` (if it does not yet)."""
     path = course / "solutions" / f"{stem}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    if any("justification" in c.metadata.get("tags", []) for c in nb.cells):
+    if any((c.metadata.get("ddl_lab") or {}).get("task") == task for c in nb.cells
+           if c.cell_type == "markdown"):
         return
     cell = nbformat.v4.new_markdown_cell(
         "Justify your plan: why this batch size and learning rate?\n"
