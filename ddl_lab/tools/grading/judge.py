@@ -266,11 +266,13 @@ def _worker_changes(base: dict[str, str]) -> list[str]:
         except Exception:                  # a cluster the learner's code broke: nothing
             cluster.shutdown()             # of it is used again
             continue
+        ranks: dict[str, list[int]] = {}
         for rank, mine in enumerate(prints):
             common = {k: v for k, v in base.items() if k in mine}   # what the worker loaded
-            now = {k: mine[k] for k in common}
-            said += [f"on worker {rank} of {cluster.world_size}: {c}"
-                     for c in changes(common, now)]
+            for change in changes(common, {k: mine[k] for k in common}):
+                ranks.setdefault(change, []).append(rank)
+        said += [f"on worker{'s' * (len(r) > 1)} {', '.join(map(str, r))} of "
+                 f"{cluster.world_size}: {change}" for change, r in ranks.items()]
     return said
 
 
@@ -315,7 +317,7 @@ def serve() -> None:
             except BaseException as e:      # noqa: BLE001 — SystemExit, KeyboardInterrupt …
                 message = f"the check of {task} stopped with {type(e).__name__}: {text(e)}"
             changed = changes(base, fingerprint())
-            changed += _learner_threads(sys._current_frames(), threads)
+            changed += dict.fromkeys(_learner_threads(sys._current_frames(), threads))
             changed += [] if changed else _worker_changes(base_value)
         last = entries[-1] if entries else {}
         if changed:
