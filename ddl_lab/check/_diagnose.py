@@ -257,21 +257,28 @@ def _short(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
+GRADING_SEED: int | None = None     # ``ddl-lab grade --seed S``: set in the judge only
+
+
 class Cases:
     """Seeded cases of a check: ``for case in Cases(task, seed, [fixed params…], draws=k,
-    draw=lambda rng: {...})`` yields the fixed edge cases first, then k random ones."""
+    draw=lambda rng: {...})`` yields the fixed edge cases first, then k random ones. Under
+    ``ddl-lab grade --seed S`` (``GRADING_SEED``) every draw also mixes in S: cases the
+    learner never ran."""
 
     def __init__(self, task: str, seed: int, fixed: Iterable[dict[str, Any]] = (),
                  draws: int = 0, draw: Callable[[np.random.Generator], dict] | None = None):
         self.task, self.seed = task, int(seed)
         self._params = list(fixed)
-        base = np.random.default_rng([zlib.crc32(task.encode()), self.seed])
+        self._key = [zlib.crc32(task.encode()), self.seed] + \
+            ([] if GRADING_SEED is None else [0x5EED, GRADING_SEED])
+        base = np.random.default_rng(self._key)
         if draws and draw is not None:
             self._params += [draw(base) for _ in range(draws)]
 
     def __iter__(self) -> Iterator[Case]:
         for i, p in enumerate(self._params):
-            rng = np.random.default_rng([zlib.crc32(self.task.encode()), self.seed, i])
+            rng = np.random.default_rng(self._key + [i])
             yield Case(self.task, self.seed, i, dict(p), rng)
 
     def __len__(self) -> int:

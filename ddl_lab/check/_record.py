@@ -10,6 +10,9 @@ The learner's own progress (``ddl-lab progress``, lesson 00) is a second record:
 verdict is also appended to ``.ddl_lab/progress.jsonl`` in the course folder (git-ignored;
 ``~/.ddl_lab/`` where the course folder is not writable), or to the file that
 ``DDL_LAB_PROGRESS`` names (``off``: none). Grading runs write no progress.
+
+``ddl-lab grade`` judges in a process of its own (``tools/grading/judge.py``) and sets
+``SINK``: every verdict then goes to that function instead, and to no file.
 """
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ import os
 import time
 from contextvars import ContextVar, Token
 from pathlib import Path
+from typing import Callable
 
 ENV = "DDL_LAB_GRADE_RECORD"
 PROGRESS_ENV = "DDL_LAB_PROGRESS"
 MAX_MESSAGE = 4000          # characters of a message kept in the record
+SINK: Callable[[dict], None] | None = None      # the grading judge's own recorder
 RUNNING: ContextVar[tuple[str, str] | None] = ContextVar("ddl_lab_check", default=None)
 
 
@@ -32,6 +37,9 @@ def write(task: str | None, passed: bool, message: str, score: float | None = No
              "pid": os.getpid()}
     if score is not None:
         entry["score"] = min(1.0, max(0.0, float(score)))
+    if SINK is not None:
+        SINK(entry)
+        return
     path = os.environ.get(ENV)
     if not path:
         target = progress_path()

@@ -24,6 +24,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="seconds one cell may run (default 120)")
     gr.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     gr.add_argument("--course", default=str(ROOT), help="the course folder (with exercises/)")
+    gr.add_argument("--seed", type=int, default=None,
+                    help="the checks draw their cases from this seed: cases no learner ran "
+                         "at home (default: the checks' own seeds); the report names it")
     nb = sub.add_parser("nbgrader-export",
                         help="write an nbgrader course folder (source/<assignment>/) from solutions/")
     nb.add_argument("out", help="the nbgrader course folder to write")
@@ -52,7 +55,7 @@ def _grade(a: argparse.Namespace) -> int:
     if a.jobs < 1 or a.timeout <= 0 or a.cell_timeout <= 0:
         raise ValueError("--jobs, --timeout and --cell-timeout must be positive")
     rows = grade(Path(a.submissions), Path(a.out), a.exercise,
-                 Limits(a.timeout, a.cell_timeout, a.jobs), Path(a.course))
+                 Limits(a.timeout, a.cell_timeout, a.jobs), Path(a.course), seed=a.seed)
     out = Path(a.out)
     print(f"graded {len(rows)} learner(s): {out / 'gradebook.csv'}, {out / 'report.html'}, "
           f"{out / 'feedback'}/")

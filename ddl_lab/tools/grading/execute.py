@@ -4,10 +4,10 @@ The grader never runs learner code itself. For each submission it starts this mo
 runner process (``python -m ddl_lab.tools.grading.execute WORK CELL_TIMEOUT``) in its own
 session; the runner starts a fresh kernel (nbclient) in WORK, a private temporary folder,
 and runs the grading notebook cell by cell with a per-cell limit. It writes what happened
-to ``WORK/events.jsonl``, one line as each cell starts and one as it ends, so the verdicts
-so far survive a runner killed at the per-notebook limit. The checks write their verdicts
-to ``WORK/record.jsonl`` (``ddl_lab/check/_record.py``); after a pristine check cell the
-runner takes the lines the kernel process appended meanwhile, and only those.
+to ``WORK/events.jsonl``, one line as each cell starts and one as it ends, so what was
+reached survives a runner killed at the per-notebook limit. A pristine check cell only
+hands its arguments over (``WORK/payload-<k>.bin``, ``handover.py``): the verdicts are
+reached afterwards, in the judge (``judge.py``).
 
 When a run ends (done, crashed or killed at its limit) the grader kills the kernel's whole
 process group, then every process that still carries this run's token in its environment
@@ -28,10 +28,8 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from .pristine import PREAMBLE, check_index
+from .pristine import cell_line, check_index
 
-RECORD_ENV = "DDL_LAB_GRADE_RECORD"  # = ddl_lab.check._record.ENV (not imported: the grader
-                                    # need not import torch and every check module)
 TOKEN_ENV = "DDL_LAB_GRADE_JOB"     # every process of one run carries this token
 MAX_OUTPUT = 1 << 20                # bytes of output kept per notebook; the rest is dropped
 TRUNCATED = "\n[ddl-lab grade: output truncated here, over {} bytes]\n"
@@ -56,8 +54,9 @@ def run_submission(nb: nbformat.NotebookNode, work: Path, cell_timeout: float,
     """Run the grading notebook ``nb`` in ``work`` (a private folder) and clean up."""
     nbformat.write(nb, work / "graded.ipynb")
     token = secrets.token_hex(8)
-    env = {**os.environ, RECORD_ENV: str(work / "record.jsonl"), TOKEN_ENV: token,
+    env = {**os.environ, TOKEN_ENV: token, "DDL_LAB_PROGRESS": "off",
            "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("DDL_LAB_GRADE_RECORD", None)
     t0 = time.perf_counter()
     with open(work / "runner.log", "wb") as log:
         proc = subprocess.Popen(
@@ -214,7 +213,6 @@ def runner(work: Path, cell_timeout: float) -> None:
     from ddl_lab.tools.notebooks import _quiet_output_widgets
     _quiet_output_widgets()
     nb = nbformat.read(work / "graded.ipynb", as_version=4)
-    record = work / "record.jsonl"
     client = _client_class()(
         nb, timeout=int(cell_timeout), kernel_name="python3", allow_errors=True,
         shutdown_kernel="immediate",
@@ -227,20 +225,17 @@ def runner(work: Path, cell_timeout: float) -> None:
         (work / "kernel.pid").write_text(str(kernel_pid))
         _emit(events, event="kernel", pid=kernel_pid)
         try:
-            _run_cells(client, nb, events, record, kernel_pid)
+            _run_cells(client, nb, events)
         finally:
             nbformat.write(nb, work / "executed.ipynb")
 
 
-def _run_cells(client, nb: nbformat.NotebookNode, events, record: Path,
-               kernel_pid: int) -> None:
+def _run_cells(client, nb: nbformat.NotebookNode, events) -> None:
     """Each cell in turn; stop where the kernel died or could not be interrupted."""
     from nbclient.exceptions import DeadKernelError
     for i, cell in enumerate(nb.cells):
         k = check_index(cell)
-        offset = record.stat().st_size if record.exists() else 0
-        source = cell.source.removeprefix(PREAMBLE)
-        first = next((ln for ln in source.splitlines() if ln.strip()), "")[:120]
+        first = cell_line(cell)
         _emit(events, event="start", cell=i, check=k, line=first)
         client.timed_out, t0 = False, time.perf_counter()
         try:
@@ -248,10 +243,8 @@ def _run_cells(client, nb: nbformat.NotebookNode, events, record: Path,
         except DeadKernelError:
             _emit(events, event="died", cell=i, check=k, line=first, code=_exit_status(client))
             return
-        records = [r for r in read_jsonl(record, offset) if r.get("pid") == kernel_pid]
         timed_out = client.timed_out
-        _emit(events, event="done", cell=i, check=k, line=first,
-              records=records if k is not None else [], error=_error_of(cell),
+        _emit(events, event="done", cell=i, check=k, line=first, error=_error_of(cell),
               timed_out=timed_out, seconds=round(time.perf_counter() - t0, 2))
         if timed_out and not _responds(client, i):
             _emit(events, event="stuck", cell=i, check=k, line=first)

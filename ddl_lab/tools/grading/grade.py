@@ -1,9 +1,11 @@
 """``ddl-lab grade SUBMISSIONS``: grade a class's notebooks with the course's own checks.
 
-Every submission is identified (``discover``), rebuilt around the pristine check cells
+Every submission is identified (``discover``), scanned (``scan``: flags for the
+instructor, the written justifications), rebuilt around the pristine check cells
 (``pristine``), run in a fresh kernel in a private temporary folder with limits
-(``execute``), scored from the structured record (``record``), and reported as a
-gradebook, a class report and one feedback page per learner (``report``).
+(``execute``) where each check cell hands its arguments over (``handover``), judged task by
+task in a process no learner cell ran in (``judge``), scored (``record``), and reported as
+a gradebook, a class report and one feedback page per learner (``report``).
 """
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from . import report
 from .discover import (Exercise, Submission, course_exercises, identify, select,
                        submitted_files)
 from .execute import run_submission, stop_all
-from .pristine import grading_notebook
+from .judge import Judge, stop_judges
+from .pristine import grading_notebook, payload_name
 from .record import Learner, Verdict, submission_notes, verdicts
+from .scan import flags, justifications
 
 
 @dataclass
@@ -34,10 +38,11 @@ class Limits:
 
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
           limits: Limits | None = None, course: Path = ROOT,
-          progress: bool = True) -> list[Learner]:
+          progress: bool = True, seed: int | None = None) -> list[Learner]:
     """Grade every notebook in ``submissions``; write the reports to ``out``; return the
     learners in name order. ``exercises`` (e.g. ["06"]) are those the class was asked to
-    submit: another exercise is reported as the wrong one. By default, any exercise."""
+    submit: another exercise is reported as the wrong one. By default, any exercise.
+    ``seed``: the checks draw their cases from it (cases no learner ran at home)."""
     limits = limits or Limits()
     everything = course_exercises(course)
     wanted = select(everything, exercises)
@@ -52,7 +57,8 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     (out / "executed").mkdir(parents=True, exist_ok=True)
     bar = Progress(len(todo), enabled=progress)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
-        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out): s for s in todo}
+        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed): s
+                   for s in todo}
         try:
             for future in as_completed(futures):
                 s = futures[future]
@@ -60,12 +66,14 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
                 row = learners[s.learner]
                 row.verdicts += found
                 row.notes += notes
+                row.flags += flags(s.nb)
                 row.graded.add(s.exercise)
                 bar.step(s, found)
         except KeyboardInterrupt:
             for future in futures:
                 future.cancel()
             stop_all()
+            stop_judges()
             raise
     columns = [e for e in wanted.values()
                if exercises or any(e.stem in r.graded for r in learners.values())]
@@ -74,28 +82,51 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     for row in learners.values():
         row.verdicts.sort(key=lambda v: order[(v.exercise, v.task)])
     rows = [learners[name] for name in sorted(learners)]
-    report.write_all(out, rows, columns)
+    report.write_all(out, rows, columns, seed)
     return rows
 
 
-def grade_one(sub: Submission, ex: Exercise, limits: Limits,
-              out: Path) -> tuple[list[Verdict], list[str]]:
-    """Run one submission in a private temporary folder; its verdicts and notes."""
+def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
+              seed: int | None = None) -> tuple[list[Verdict], list[str]]:
+    """Run one submission in a private temporary folder, then judge it; its verdicts and
+    notes."""
     work = Path(tempfile.mkdtemp(prefix="ddl-lab-grade-"))
+    judge = Judge(seed, work / "judge.log")
     try:
+        judge.start()                       # it imports torch and the checks meanwhile
         run = run_submission(grading_notebook(sub.nb, ex), work, limits.cell_timeout,
                              limits.timeout)
         executed = work / "executed.ipynb"
         if executed.exists():
             shutil.copy(executed, out / "executed" / f"{sub.learner}--{ex.stem}.ipynb")
-        return (verdicts(ex, run, limits.cell_timeout, limits.timeout),
-                submission_notes(run, limits.cell_timeout))
+        judged = judge_run(ex, run, work, judge, limits.cell_timeout)
+        found = verdicts(ex, run, judged, limits.cell_timeout, limits.timeout)
+        written = justifications(sub.nb, ex)
+        for v in found:
+            if v.task in written:
+                v.justification = written[v.task] or ""         # "": asked, not written
+        notes = submission_notes(run, limits.cell_timeout)
+        notes += [f"{v.task}: {v.message}" for v in found if v.tampered]
+        return found, notes
     except Exception as e:          # a notebook the grader cannot handle costs only itself
         why = f"{sub.path.name} could not be graded ({type(e).__name__}: {e})"
         return ([Verdict(ex.stem, t, 0.0, c.points[t], False, why)
                  for c in ex.checks for t in c.tasks], [why])
     finally:
+        judge.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def judge_run(ex: Exercise, run, work: Path, judge: Judge,
+              cell_timeout: float) -> dict[str, dict]:
+    """The judge's answer for every task whose check cell handed its arguments over."""
+    done = {e["check"] for e in run.events if e.get("event") == "done"
+            and e.get("check") is not None and not e.get("error") and not e.get("timed_out")}
+    todo = [(check, i, task) for check in ex.checks if check.index in done
+            and (work / payload_name(check.index)).exists()
+            for i, task in enumerate(check.tasks)]
+    return judge.judge_all([(work / payload_name(check.index), i, task)
+                            for check, i, task in todo], cell_timeout)
 
 
 def _one_per_exercise(subs: list[Submission]) -> list[Submission]:

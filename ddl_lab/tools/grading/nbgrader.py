@@ -8,7 +8,10 @@ task). nbgrader finds the substring ``BEGIN SOLUTION`` in the course's markers, 
 config's ``code_stub`` is the generator's stub, so ``nbgrader generate_assignment`` yields
 the notebooks of ``exercises/`` (same stubs, same check cells, same metadata), and
 ``nbgrader autograde`` scores a task all-or-nothing, as ``ddl-lab grade`` does a check
-without parts. Install nbgrader with ``pip install -e ".[instructor]"``.
+without parts. Each test cell carries a hidden test (nbgrader's ``BEGIN HIDDEN TESTS``,
+left out of the released notebook) that runs the same check again in a judge
+(``handover.judged``, ``judge.py``): a cell passes only if the check passes there too.
+Install nbgrader with ``pip install -e ".[instructor]"``.
 """
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ import nbformat
 
 from ddl_lab.tools.notebooks import STUB, exercise_pairs, make_exercise, render
 from .discover import check_calls, select, task_points
+from .pristine import retarget
 
+HIDDEN = ("\n### BEGIN HIDDEN TESTS\nfrom ddl_lab.tools.grading import handover as _judge  "
+          "# the same check, in a judge\n{}\n### END HIDDEN TESTS")
 CONFIG = """\
 # nbgrader configuration for the ddl_lab course, written by `ddl-lab nbgrader-export`.
 c = get_config()  # noqa: F821 (nbgrader provides it)
@@ -58,6 +64,8 @@ def source_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.Note
         meta = nbgrader_metadata(cell, tasks)
         if meta:
             cell.metadata["nbgrader"] = meta
+        if meta and meta["grade"]:
+            cell.source += HIDDEN.format(retarget(cell.source, "_judge", "judged"))
     return nb
 
 

@@ -6,9 +6,15 @@ untagged it, replaced it by ``print("✔ passed")`` — the graded run holds the
 exercises/ instead. Each pristine check cell goes where the submission's cell of the same
 id sits; if that cell is gone, just before the first cell that comes after it in the
 exercise; else at the end. Markdown and the learner's copies of check cells are left out.
+
+In the learner's kernel a pristine check cell does not check: each ``check.<task>(…)``
+call in it becomes ``handover.take("<task>", …)`` and the cell ends by saving what was
+taken to ``payload-<k>.bin`` for the judge (``handover.py``, ``judge.py``), where the
+verdict is reached. Everything else in the cell runs as written.
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -17,20 +23,66 @@ import nbformat
 from .discover import Exercise
 
 ROLE = "ddl_lab_grade"          # cell metadata key: {"check": k} marks pristine check k
-PREAMBLE = "from ddl_lab import check  # ddl-lab grade: the course's own checks\n"
+HANDOVER = "__ddl_lab_handover"
+PREAMBLE = (f"from ddl_lab import check  # ddl-lab grade: the course's own checks, judged "
+            f"elsewhere\nfrom ddl_lab.tools.grading import handover as {HANDOVER}\n")
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def payload_name(k: int) -> str:
+    return f"payload-{k}.bin"
+
+
+class _Take(ast.NodeTransformer):
+    """``check.<task>(args…)`` -> ``<module>.<function>("<task>", args…)``."""
+
+    def __init__(self, module: str, function: str):
+        self.module, self.function = module, function
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                and f.value.id == "check":
+            take = ast.Attribute(ast.Name(self.module, ast.Load()), self.function, ast.Load())
+            return ast.Call(take, [ast.Constant(f.attr), *node.args], node.keywords)
+        return node
+
+
+def retarget(source: str, module: str, function: str) -> str:
+    """``source`` with every ``check.<task>(…)`` made ``module.function("<task>", …)``."""
+    return ast.unparse(ast.fix_missing_locations(_Take(module, function).visit(
+        ast.parse(source))))
+
+
+def handover_source(source: str, k: int) -> str:
+    """The kernel's version of pristine check cell ``k``: it takes the checks' arguments
+    and saves them for the judge."""
+    return f"{PREAMBLE}{retarget(source, HANDOVER, 'take')}\n" \
+           f"{HANDOVER}.save({payload_name(k)!r})\n"
 
 
 def pristine_cell(ex: Exercise, k: int) -> nbformat.NotebookNode:
     check = ex.checks[k]
-    return nbformat.v4.new_code_cell(PREAMBLE + check.source,
-                                     metadata={ROLE: {"check": k, "tasks": check.tasks}})
+    return nbformat.v4.new_code_cell(handover_source(check.source, k),
+                                     metadata={ROLE: {"check": k, "tasks": check.tasks,
+                                                           "line": first_line(check.source)}})
+
+
+def first_line(source: str) -> str:
+    return next((ln for ln in source.splitlines() if ln.strip()), "")[:120]
 
 
 def check_index(cell: nbformat.NotebookNode) -> int | None:
     """k for the pristine check cell k of a grading notebook, None for a learner's cell."""
     role = cell.get("metadata", {}).get(ROLE)
     return role.get("check") if isinstance(role, dict) else None
+
+
+def cell_line(cell: nbformat.NotebookNode) -> str:
+    """The first line of a cell as the learner sees it (a check cell's, not its handover)."""
+    role = cell.get("metadata", {}).get(ROLE)
+    return role["line"] if isinstance(role, dict) else first_line(cell.source)
 
 
 def grading_notebook(sub: nbformat.NotebookNode, ex: Exercise) -> nbformat.NotebookNode:

@@ -1,11 +1,12 @@
-"""From what a graded run recorded to a verdict per task (``ddl-lab grade``).
+"""From a graded run and the judge's answers to a verdict per task (``ddl-lab grade``).
 
-A task's verdict is the last record its check wrote while the pristine check cell ran
-(records written during the learner's own cells count for nothing). A passed task earns
-its points; a failed one earns ``score`` × points where a check with parts reported partial
-credit, else 0. A task without a record gets 0 and the reason: the function it calls is
-not defined (renamed or deleted), the cell timed out, raised, or was never reached because
-the kernel died or the notebook ran past its limit.
+A task's verdict is the judge's (``judge.py``): passed, failed (with the check's
+message), tampered (0 points, saying what changed) or ended (the judge stopped without an
+answer). A passed task earns its points; a failed one earns ``score`` × points where a
+check with parts reported partial credit, else 0. A task the judge never saw gets 0 and
+the reason: the function it calls is not defined (renamed or deleted), the check cell
+timed out or raised in the kernel, or was never reached because the kernel died or the
+notebook ran past its limit.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class Verdict:
     max_points: float
     passed: bool
     message: str
+    tampered: bool = False
+    justification: str | None = None       # the learner's text, where the task asks for one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -36,6 +39,7 @@ class Learner:
     name: str
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)       # the static scan's, for a look
     graded: set[str] = field(default_factory=set)        # exercises with a submission
 
     @property
@@ -43,38 +47,30 @@ class Learner:
         return round(sum(v.points for v in self.verdicts), 2)
 
 
-def verdicts(ex: Exercise, run: Run, cell_timeout: float, timeout: float) -> list[Verdict]:
-    """A verdict for every task of ``ex`` from the events of ``run``."""
+def verdicts(ex: Exercise, run: Run, judged: dict[str, dict], cell_timeout: float,
+             timeout: float) -> list[Verdict]:
+    """A verdict for every task of ``ex`` from the events of ``run`` and the judge's answers
+    (``{task: answer}``)."""
     done = {e["check"]: e for e in run.events if e.get("event") == "done"
             and e.get("check") is not None}
     out = []
     for check in ex.checks:
         event = done.get(check.index)
         for task in check.tasks:
+            answer = judged.get(task)
+            tampered = bool(answer) and answer.get("outcome") == "tampered"
             if event is None:
                 ok, score, message = False, 0.0, not_reached(run, timeout)
+            elif answer is None:
+                ok, score, message = False, 0.0, no_record(check, task, event, cell_timeout)
             else:
-                ok, score, message = task_verdict(check, task, event, cell_timeout)
+                ok = answer.get("outcome") == "passed"
+                score = float(answer.get("score") or 0) if not (ok or tampered) else 0.0
+                message = str(answer.get("message", ""))
             most = check.points[task]
             out.append(Verdict(ex.stem, task, most if ok else round(score * most, 2), most,
-                               ok, message))
+                               ok, message, tampered))
     return out
-
-
-def task_verdict(check: CheckCell, task: str, event: dict,
-                 cell_timeout: float) -> tuple[bool, float, str]:
-    """(passed, partial score, message) of ``task`` from its check cell's event."""
-    single = len(check.tasks) == 1
-    mine = [r for r in event.get("records", [])
-            if r.get("task") == task or (single and r.get("task") is None)]
-    if mine:
-        last = mine[-1]
-        if last.get("passed") is True:
-            return True, 1.0, str(last.get("message", ""))
-        score = max((float(r.get("score") or 0) for r in mine if not r.get("passed")),
-                    default=0.0)
-        return False, score, str(last.get("message", ""))
-    return False, 0.0, no_record(check, task, event, cell_timeout)
 
 
 def no_record(check: CheckCell, task: str, event: dict, cell_timeout: float) -> str:
@@ -93,8 +89,8 @@ def no_record(check: CheckCell, task: str, event: dict, cell_timeout: float) -> 
         return f"the check cell could not run: {ename}: {evalue}"
     if ename:
         return f"the check of {task} stopped with {ename}: {evalue}"
-    return (f"the check of {task} ran but recorded no verdict (was ddl_lab.check replaced "
-            "or changed by the notebook?)")
+    return (f"the check cell of {task} ran but handed nothing to the judge (was "
+            "ddl_lab.tools.grading.handover replaced or changed by the notebook?)")
 
 
 def not_reached(run: Run, timeout: float) -> str:

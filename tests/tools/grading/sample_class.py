@@ -68,6 +68,43 @@ for _ in range(100):
     print("x" * 1_000_000)                          # 100 MB of output'''
 
 
+OTHER_STYLES = {  # (function, its cell) for right answers written unlike the solution
+    "my_batch_gradient": '''import functools
+SCALE = 1.0
+
+def residual(theta, X, y):                  # a helper of the learner's own
+    return X @ theta - y
+
+def traced(f):                              # a decorator, as learners write them
+    @functools.wraps(f)
+    def inner(*args, **kwargs):
+        return f(*args, **kwargs)
+    return inner
+
+@traced
+def my_batch_gradient(theta, X, y):
+    return SCALE * np.dot(X.T, residual(theta, X, y)) / X.shape[0]''',
+    "my_adagrad_step": '''class AdagradState:
+    def step(self, theta, g, G, lr, eps):
+        G = G + np.square(g)
+        return theta - lr * g / (np.sqrt(G) + eps), G
+
+_adagrad = AdagradState()
+
+def my_adagrad_step(theta, g, G, lr, eps):
+    return _adagrad.step(theta, g, G, lr, eps)''',
+    "my_learning_rate": "my_learning_rate = lambda X: 2.0 / sum(np.linalg.eigvalsh(X.T @ X / "
+                        "len(X))[[0, -1]])",
+}
+
+
+def other_styles(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Exercise 01 solved, three of its answers written in other styles."""
+    for function, source in OTHER_STYLES.items():
+        replace_function(nb, function, source)
+    return nb
+
+
 def write_class(folder: Path) -> dict[str, dict]:
     """Write the sample class into ``folder``; return, per learner, the points expected per
     task (``{task: points}``) and phrases their notes must contain."""
@@ -140,6 +177,8 @@ def write_class(folder: Path) -> dict[str, dict]:
     leo = solved(GD)
     leo.cells.insert(2, nbformat.v4.new_code_cell("import ctypes\nctypes.string_at(0)"))
     hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
+    # right answers in other styles: a decorator, a helper, a class, a lambda
+    hand_in("olga", other_styles(solved(GD)), "", {t: 1 for t in gd})
     for entry in want.values():
         entry["columns"] = everything
     return want

@@ -37,17 +37,20 @@ def test_the_gradebook_is_exact(graded):
     tasks = [t for t, _ in tasks_of(GD)] + [t for t, _ in tasks_of(RING)]
     with open(graded["out"] / "gradebook.csv", newline="") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["learner"] + tasks + ["total", "notes"]
+    notes = len(tasks) + 2
+    assert table[0][:notes + 2] == ["learner"] + tasks + ["total", "notes", "flags"]
     want = graded["want"]
     expected = [[name] + [str(want[name]["points"][t]) if t in want[name]["points"] else ""
                           for t in tasks] + [str(sum(want[name]["points"].values()))]
                 for name in sorted(want)]
-    assert [row[:-1] for row in table[1:]] == expected
+    assert [row[:notes] for row in table[1:]] == expected
     for row in table[1:]:
         for phrase in want[row[0]]["notes"]:
-            assert phrase in row[-1], f"{row[0]}'s notes lack {phrase!r}: {row[-1]!r}"
-    quiet = [row[0] for row in table[1:] if not want[row[0]]["notes"] and row[-1]]
+            assert phrase in row[notes], f"{row[0]}'s notes lack {phrase!r}: {row[notes]!r}"
+    quiet = [row[0] for row in table[1:] if not want[row[0]]["notes"] and row[notes]]
     assert not quiet, f"notes where none were expected: {quiet}"
+    right = ("alice", "dave", "judy", "olga")         # right answers, in several styles
+    assert [row[notes + 1] for row in table[1:] if row[0] in right] == ["", "", "", ""]
 
 
 def test_no_process_is_left_behind(graded):

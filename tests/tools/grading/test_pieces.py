@@ -11,8 +11,8 @@ from ddl_lab.__main__ import main
 from ddl_lab.check import _record
 from ddl_lab.tools.grading.discover import (Submission, course_exercises, identify,
                                             load_exercise)
-from ddl_lab.tools.grading.execute import RECORD_ENV, read_jsonl, run_submission
-from ddl_lab.tools.grading.pristine import PREAMBLE, check_index, grading_notebook
+from ddl_lab.tools.grading.execute import read_jsonl, run_submission
+from ddl_lab.tools.grading.pristine import check_index, grading_notebook, handover_source
 from ddl_lab.tools.grading.record import verdicts
 from ddl_lab.tools.notebooks import make_exercises
 
@@ -36,7 +36,16 @@ def test_checks_record_their_verdicts_named_from_the_stack(record, solution):
     lines = read_jsonl(record)
     assert [(r["task"], r["passed"]) for r in lines] == [(task, False), (task, True)]
     assert "returned 0" in lines[0]["message"]
-    assert RECORD_ENV == _record.ENV
+
+
+def test_the_judges_sink_takes_every_verdict_and_no_file_is_written(record, monkeypatch,
+                                                                      solution):
+    taken = []
+    monkeypatch.setattr(_record, "SINK", taken.append)
+    task, fn = tasks_of(RING)[0]
+    getattr(check, task)(solution(RING, fn))
+    assert [(r["task"], r["passed"]) for r in taken] == [(task, True)]
+    assert not record.exists()
 
 
 def test_nothing_is_recorded_unless_grading_asks(tmp_path, monkeypatch, solution):
@@ -77,16 +86,18 @@ def test_the_pristine_checks_replace_whatever_the_learner_did_to_them():
     nb.cells.remove(cells[2])
     graded = grading_notebook(nb, ex)
     pristine = [c for c in graded.cells if check_index(c) is not None]
-    assert [c.source for c in pristine] == [PREAMBLE + c.source for c in ex.checks]
+    assert [c.source for c in pristine] == [handover_source(c.source, c.index)
+                                            for c in ex.checks]
+    assert all(f"take({t!r}" in s.source for s, c in zip(pristine, ex.checks) for t in c.tasks)
     assert "✔ passed" not in "".join(c.source for c in graded.cells)
     # each check comes after the cell defining the function it calls, before the next one
     order = [c.source for c in graded.cells]
     for k, (task, fn) in enumerate(tasks_of(GD)):
         defined = next(i for i, s in enumerate(order) if f"def {fn}(" in s)
-        assert order.index(PREAMBLE + ex.checks[k].source) > defined
+        assert order.index(handover_source(ex.checks[k].source, k)) > defined
 
 
-def test_points_from_the_solution_and_partial_credit(tmp_path, record):
+def test_points_from_the_solution_and_partial_credit(tmp_path):
     """Points set in a solution's check cell reach the exercise; a check with parts that
     reports 2 of 3 earns 2/3 of them."""
     for d in ("solutions", "exercises"):
@@ -99,14 +110,11 @@ def test_points_from_the_solution_and_partial_credit(tmp_path, record):
     ex = load_exercise(tmp_path / "exercises" / f"{RING}.ipynb")
     first, second, *_ = ex.tasks
     assert ex.checks[0].points == {first: 1} and ex.checks[1].points == {second: 3}
-    _record.write(first, True, "right")
-    _record.partial(2, 3, "2 of 3 parts right")
-    _record.failed("part 3: wrong")
-    lines = read_jsonl(record)
-    events = [{"event": "done", "check": 0, "records": lines[:1]},
-              {"event": "done", "check": 1, "records": lines[1:]}]
+    judged = {first: {"outcome": "passed", "message": "right"},
+              second: {"outcome": "failed", "score": 2 / 3, "message": "part 3: wrong"}}
+    events = [{"event": "done", "check": 0}, {"event": "done", "check": 1}]
     from ddl_lab.tools.grading.execute import Run
-    got = verdicts(ex, Run(events, None, False, 0.0, ""), 60, 600)
+    got = verdicts(ex, Run(events, None, False, 0.0, ""), judged, 60, 600)
     assert [(v.task, v.points, v.max_points, v.passed) for v in got[:2]] == \
         [(first, 1, 1, True), (second, 2, 3, False)]
     assert got[1].message == "part 3: wrong"
@@ -119,7 +127,7 @@ def graded_run(tmp_path, hang: str, cell_timeout: float, timeout: float):
     work = tmp_path / "work"
     work.mkdir()
     run = run_submission(grading_notebook(nb, COURSE[GD]), work, cell_timeout, timeout)
-    return run, verdicts(COURSE[GD], run, cell_timeout, timeout)
+    return run, verdicts(COURSE[GD], run, {}, cell_timeout, timeout)
 
 
 def test_a_notebook_past_its_limit_is_stopped(tmp_path):
@@ -142,5 +150,9 @@ def test_the_cli_says_what_to_pass(tmp_path, capsys):
     assert main(["grade", str(tmp_path), "--exercise", "99"]) == 2
     assert "no exercise '99'" in capsys.readouterr().err
     assert main(["grade", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
-    assert (tmp_path / "o" / "gradebook.csv").read_text() == "learner,total,notes\n"
-    assert json.loads((tmp_path / "o" / "results.json").read_text()) == []
+    assert (tmp_path / "o" / "gradebook.csv").read_text() == "learner,total,notes,flags\n"
+    assert json.loads((tmp_path / "o" / "results.json").read_text()) == \
+        {"seed": None, "learners": []}
+    assert main(["grade", str(tmp_path), "--out", str(tmp_path / "s"), "--seed", "5"]) == 0
+    assert json.loads((tmp_path / "s" / "results.json").read_text())["seed"] == 5
+    assert "seed 5 (cases no learner ran at home)" in (tmp_path / "s" / "report.html").read_text()
