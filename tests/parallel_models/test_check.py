@@ -87,7 +87,65 @@ def my_threaded_sum(x, num_threads):
 """
 
 
-@pytest.mark.parametrize("source", [POOL, CALLER_WORKS_TOO, team(body="partials[t] = float(sum(x[lo:hi]))")])
+SUM_THEN_ADD = """
+TOTAL = 0.0
+def my_threaded_sum(x, num_threads):
+    global TOTAL
+    TOTAL = 0.0
+    n = len(x)
+    def work(t):
+        global TOTAL
+        s = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+        GUARD
+    team = [threading.Thread(target=work, args=(t,)) for t in range(num_threads)]
+    for th in team:
+        th.start()
+    for th in team:
+        th.join()
+    return float(TOTAL)
+"""
+
+# issue 26: each thread sums its block, then `total += s` on a shared global — the check
+# pauses each thread between that read and its write, so the lost update shows every time
+GLOBAL_RACY = SUM_THEN_ADD.replace("GUARD", "TOTAL += s")
+LOCKED_GLOBAL = "LOCK = threading.Lock()\n" + SUM_THEN_ADD.replace(
+    "GUARD", "with LOCK:\n            TOTAL += s")          # a lock made before the check
+
+NONLOCAL = """
+def my_threaded_sum(x, num_threads):
+    total, lock, n = 0.0, threading.Lock(), len(x)
+    def work(t):
+        nonlocal total
+        s = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+        GUARD
+    team = [threading.Thread(target=work, args=(t,)) for t in range(num_threads)]
+    for th in team:
+        th.start()
+    for th in team:
+        th.join()
+    return total
+"""
+
+POOL_ATTRIBUTE = """
+class Acc:
+    total = 0.0
+def my_threaded_sum(x, num_threads):
+    acc = Acc()
+    def work(block):
+        s = block.sum()
+        acc.total += s
+    with ThreadPoolExecutor(max_workers=num_threads) as pool:
+        list(pool.map(work, np.array_split(x, num_threads)))
+    return acc.total
+"""
+
+JOINED_AFTERWARDS = team(setup="    results = []\n", body="results.append(x[lo:hi].sum())",
+                         result="float(sum(results))")
+
+
+@pytest.mark.parametrize("source", [POOL, CALLER_WORKS_TOO, team(body="partials[t] = float(sum(x[lo:hi]))"),
+                                    NONLOCAL.replace("GUARD", "with lock:\n            total += s"),
+                                    LOCKED_GLOBAL, JOINED_AFTERWARDS])
 def test_threaded_sum_right_answers_pass(source, define, solution, capsys):
     check.threaded_sum(solution(NB, "my_threaded_sum"))
     check.threaded_sum(define(source, "my_threaded_sum"))
@@ -106,6 +164,13 @@ RACY = team(setup="    total = np.zeros(1)\n", body="total[0] += x[lo:hi].sum()"
     (RACY, "lost update"),
     (team(setup="    total = np.zeros(1)\n",
           body="total[0] = total[0] + x[lo:hi].sum()", result="float(total[0])"), "lost update"),
+    (GLOBAL_RACY, "lost update.*paused each thread just before it wrote the global `TOTAL`"),
+    (NONLOCAL.replace("GUARD", "total += s"),
+     "lost update.*wrote `total`, a variable of the enclosing function"),
+    (POOL_ATTRIBUTE, "lost update.*wrote the attribute `.total` of a shared object"),
+    (team(setup="    lock = threading.Lock()\n", body="s = x[lo:hi].sum()\n        with lock:\n"
+          "            old = partials[0]\n        partials[0] = old + s", result="partials[0]"),
+     "lost update.*an element of a shared container"),   # read under the lock, write outside
     (SERIAL, "started 0 thread"),
     (START_JOIN_SAME_LOOP, "each thread was joined before the next one was started"),
     (team(setup="    lock, total = threading.Lock(), np.zeros(1)\n",
@@ -132,10 +197,12 @@ def test_threaded_sum_refuses_the_package_s_parallel_for(define):
 
 def test_threaded_sum_verdicts_are_the_same_20_times(define, solution):
     right, racy = solution(NB, "my_threaded_sum"), define(RACY, "my_threaded_sum")
+    late = define(GLOBAL_RACY, "my_threaded_sum")
     for _ in range(20):
         check.threaded_sum(right)
-        with pytest.raises(CheckFailed, match="lost update"):
-            check.threaded_sum(racy)
+        for wrong in (racy, late):
+            with pytest.raises(CheckFailed, match="lost update"):
+                check.threaded_sum(wrong)
 
 
 # ------------------------------------------------------------------ task 2: next_chunk
