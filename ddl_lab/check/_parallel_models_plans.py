@@ -145,11 +145,26 @@ def _random_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
             "max_imbalance": None}
 
 
+def _paper_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
+    """A loop judged on paper, far from the prompt's: triangular, uniform or heavy-tailed,
+    40–400 iterations, 2–8 threads, 2–8 claims per thread's share."""
+    n, threads = int(rng.integers(40, 401)), int(rng.integers(2, 9))
+    return {"loop": str(rng.choice(["triangular", "uniform", "random"])), "n": n,
+            "threads": threads, "max_claims": math.ceil(n / int(rng.integers(2, 9))),
+            "max_imbalance": None}
+
+
+CHUNK_REAL = len(CHUNK_CASES) + 1     # the prompt's two loops and one drawn run on threads
+
+
 def _chunk_cases(seed: int) -> list[tuple[Case, np.ndarray]]:
-    """The cases with their loops' costs; a random loop's bound is set 0.05 above the best
-    balance a chunk within its claims reaches."""
+    """The cases with their loops' costs: the prompt's two, one drawn heavy-tailed loop (run
+    on real threads) and four drawn loops judged on paper; a drawn loop's bound is set 0.05
+    above the best balance a chunk within its claims reaches."""
     out = []
-    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=1, draw=_random_chunk_case):
+    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)
+    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=5,
+                      draw=lambda rng: next(kinds)(rng)):
         p, costs = case.params, loop_costs(case)
         if p["max_imbalance"] is None:
             best = min(balance(costs, p["threads"], c)[0]
@@ -180,38 +195,55 @@ def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list
 @task("parallel_models")
 def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
-    returns a chunk size with which ``schedule(dynamic, chunk)``, run on real threads, hands
-    out at most max_claims chunks and leaves the busiest thread at most max_imbalance × the
-    mean work (each chunk going to the first free thread); a triangular, a uniform and a
-    random heavy-tailed loop."""
+    returns a chunk size with which ``schedule(dynamic, chunk)`` hands out at most
+    max_claims chunks and leaves the busiest thread at most max_imbalance × the mean work
+    (each chunk going to the first free thread): on real threads for a triangular, a uniform
+    and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
+    iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
     __tracebackhide__ = True
     fn = my_dynamic_chunk
     name = getattr(fn, "__name__", "my_dynamic_chunk")
+    cases = _chunk_cases(seed)
+    outs = [call_local(fn, costs.copy(), c.params["threads"], c.params["max_claims"],
+                       c.params["max_imbalance"]) if k < len(CHUNK_CASES) else
+            answers.call_plan(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
+                                   c.params["max_imbalance"]), name, _loop_words(c))
+            for k, (c, costs) in enumerate(cases)]
+    same = answers.constant([answers.whole(o) for o in outs])
     report = []
-    for case, costs in _chunk_cases(seed):
+    for k, ((case, costs), got) in enumerate(zip(cases, outs)):
         p = case.params
-        got = call_local(fn, costs.copy(), p["threads"], p["max_claims"], p["max_imbalance"])
         chunk = answers.whole(got)
         if chunk is None or not 1 <= chunk <= p["n"]:
             fail((returned_none(got, name, "a chunk size") or
                   f"{name} returned {describe_value(got)}; the chunk is a whole number of "
-                  f"iterations from 1 to n = {p['n']}") + f" [{case}].")
-        claims, split = _run_threads(costs, p["threads"], chunk)
+                  f"iterations from 1 to n = {p['n']}") + f"{same} [{case}].")
+        real = k < CHUNK_REAL
+        claims, split = _run_threads(costs, p["threads"], chunk) if real else \
+            (math.ceil(p["n"] / chunk), None)
         ratio = balance(costs, p["threads"], chunk)[0]
-        measured = max(split) / (sum(split) / p["threads"])
+        measured = f" (on the real threads, busy as this machine is: " \
+                   f"{max(split) / (sum(split) / p['threads']):.2f}×)" if real else ""
         if claims > p["max_claims"]:
             fail(f"chunk {chunk}: the dispenser handed out {claims} chunks, more than "
                  f"max_claims = {p['max_claims']} — every claim is a trip through the lock: "
                  f"a chunk of at least ⌈n/max_claims⌉ = {math.ceil(p['n'] / p['max_claims'])}"
-                 f" [{case}].")
+                 f".{same} [{case}]")
         if ratio > p["max_imbalance"]:
             fail(f"chunk {chunk}: {claims} claims (≤ {p['max_claims']}), but the busiest "
                  f"thread gets {ratio:.3f}× the mean work, over max_imbalance = "
                  f"{p['max_imbalance']:g} — {_balance_fault(costs, p['threads'], chunk)}"
-                 f" (on the real threads, busy as this machine is: {measured:.2f}×) [{case}].")
-        report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}× "
-                      f"(threads measured {measured:.2f}×)")
-    passed("dynamic_chunk", "on real threads — " + "; ".join(report))
+                 f"{measured}.{same} [{case}]")
+        if real:
+            report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}×{measured}")
+    passed("dynamic_chunk", "on real threads — " + "; ".join(report) + f"; and on paper for "
+           f"{len(cases) - CHUNK_REAL} more loops drawn far from them")
+
+
+def _loop_words(case: Case) -> str:
+    p = case.params
+    return (f"a {p['loop']} loop of {p['n']} iterations on {p['threads']} threads, max_claims = "
+            f"{p['max_claims']}, max_imbalance = {p['max_imbalance']:g}")
 
 
 def _balance_fault(costs: np.ndarray, threads: int, chunk: int) -> str:

@@ -9,6 +9,7 @@ import pytest
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.parallel_models import threads
+from tests.learner_types import STYLES, in_learner_types
 
 NB = "02_parallel_models"
 IMPORTS = "import threading\nimport numpy as np\nfrom concurrent.futures import ThreadPoolExecutor\n"
@@ -363,10 +364,14 @@ def chunk_with_least_imbalance(costs, num_threads, max_claims, max_imbalance):
     return min(range(smallest, len(costs) + 1), key=imbalance)
 
 
+LOOKED_UP = {(120, 4, 30): 4, (120, 4, 10): 15}     # the prompt's two loops
+
+
 def test_dynamic_chunk_right_answers_pass(solution, capsys):
     check.dynamic_chunk(solution(NB, "my_dynamic_chunk"))
     check.dynamic_chunk(chunk_with_least_imbalance)
-    assert capsys.readouterr().out.count("✔ dynamic_chunk: passed — on real threads") == 2
+    check.dynamic_chunk(solution(NB, "my_dynamic_chunk"), seed=4)      # other drawn loops
+    assert capsys.readouterr().out.count("✔ dynamic_chunk: passed — on real threads") == 3
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -377,6 +382,11 @@ def test_dynamic_chunk_right_answers_pass(solution, capsys):
     (lambda costs, t, mc, mi: 20, r"largest chunk costs \d+% of a thread's fair share"),
     (lambda costs, t, mc, mi: 0, "a whole number of iterations from 1 to n = 120"),
     (lambda costs, t, mc, mi: None, "returned None"),
+    # issue 26: chunks that ignore their inputs (no one chunk meets both prompt loops)
+    (lambda costs, t, mc, mi: 15, "chunk 15: .*It returned the same plan, 15, for all 7 budgets"
+                                  ".*a plan must be a function of its inputs"),
+    (lambda costs, t, mc, mi: LOOKED_UP[(len(costs), t, mc)],
+     "raised KeyError.*for a random loop of .* budgets the prompt never showed"),
 ])
 def test_dynamic_chunk_wrong_answers_are_named(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -386,3 +396,15 @@ def test_dynamic_chunk_wrong_answers_are_named(wrong, hint):
 def test_dynamic_chunk_rejects_the_stub(define):
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.dynamic_chunk(define(STUB.format(name="my_dynamic_chunk"), "my_dynamic_chunk"))
+
+
+# ------------------------------------------------------------ one rule for numbers (issue 26)
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task, name", [
+    ("threaded_sum", "my_threaded_sum"), ("next_chunk", "my_next_chunk"),
+    ("amdahl_bound", "my_amdahl_bound"), ("dynamic_chunk", "my_dynamic_chunk")])
+def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
+    """next_chunk returns a range or None: the wrapper leaves them as they are."""
+    getattr(check, task)(in_learner_types(solution(NB, name), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out
