@@ -13,7 +13,7 @@ import numpy as np
 from . import _answers as answers
 from ._core import call_local, fail, passed, task
 from ._diagnose import Case, Cases, same
-from ._parallel_models_plans import two_numbers
+from ._parallel_models_plans import answer_rtol, two_numbers
 
 # ------------------------------------------------------------------ the best fixed step
 
@@ -47,13 +47,15 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     cases = Cases("best_step", seed, fixed, draws=3, draw=_bowl_case)
     for case in cases:
         lams = _bowl(case)
-        gamma, rate = two_numbers(call_local(fn, lams.copy()), ("gamma", "rate"), name, case)
+        got = call_local(fn, lams.copy())
+        gamma, rate = two_numbers(got, ("gamma", "rate"), name, case)
+        rtol = answer_rtol(got)
         mu, L = float(lams.min()), float(lams.max())
         want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
-        if not same(want_g, gamma, rtol=1e-6):
+        if not same(want_g, gamma, rtol=rtol):
             fail(f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
                  f"μ = {mu:.4g}: {_gamma_fault(gamma, lams)} [{case}].")
-        if not same(want_r, rate, rtol=1e-6, scale=1.0):
+        if not same(want_r, rate, rtol=rtol, scale=1.0):
             fail(f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
                  f"(L − μ)/(L + μ) = {want_r:.6g} — {_rate_fault(rate, lams)} [{case}].")
     passed("best_step", f"on {len(cases)} bowls (one curvature, equal ones, κ up to 1000, in no "

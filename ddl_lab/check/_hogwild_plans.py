@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers, task
-from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same
+from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same, tolerance
 from .parallel_models import PROCESSES, shared_file
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
             fail((returned_none(got, name, "the expected number of shared coordinates") or
                   f"{name} returned {describe_value(got)}; return one number") + f" [{case}].")
         want, x = (w - 1) * float(np.sum(freq ** 2)), float(value.ravel()[0])
-        if not same(want, x, rtol=1e-6, scale=max(want, 1e-3)):
+        if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
             fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
                  f"{want:.6g} — {_overlap_fault(x, freq, w)} [{case}].")
     passed("expected_overlap", f"on {len(cases)} cases (uniform, skewed and the lesson's "

@@ -342,7 +342,14 @@ def best_step_torch(curvatures):
     return [2 / (L + mu), (L - mu) / (L + mu)]            # 0-d tensors in a list
 
 
-@pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch])
+def best_step_in_float32(curvatures):
+    lams = np.asarray(curvatures, dtype=np.float32)
+    mu, L = lams.min(), lams.max()
+    return np.float32(2) / (L + mu), (L - mu) / (L + mu)
+
+
+@pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch,
+                                   best_step_in_float32])
 def test_best_step_right_answers_pass(right, solution, capsys):
     check.best_step(solution(NB, "my_best_step"))
     check.best_step(right)

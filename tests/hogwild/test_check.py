@@ -173,7 +173,12 @@ def overlap_torch(freq, workers):
     return (workers - 1) * (f @ f)            # a 0-d tensor
 
 
-@pytest.mark.parametrize("right", [overlap_loop, overlap_torch])
+def overlap_in_float32(freq, workers):
+    f = np.asarray(freq, dtype=np.float32)
+    return np.float32(workers - 1) * np.sum(f * f)
+
+
+@pytest.mark.parametrize("right", [overlap_loop, overlap_torch, overlap_in_float32])
 def test_overlap_right_answers_pass(right, solution, capsys):
     check.expected_overlap(solution(NB, "my_expected_overlap"))
     check.expected_overlap(right)

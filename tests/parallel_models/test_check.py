@@ -316,7 +316,13 @@ def right_f(n, s):
     return (n / s - 1) / (n - 1)
 
 
-@pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy])
+def amdahl_in_float32(n, speedup, cores):
+    n, s, c = np.float32(n), np.float32(speedup), np.float32(cores)   # float32 all the way
+    f = (n / s - 1) / (n - 1)
+    return f, 1 / (f + (1 - f) / c)
+
+
+@pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy, amdahl_in_float32])
 def test_amdahl_bound_right_answers_pass(right, solution, capsys):
     check.amdahl_bound(solution(NB, "my_amdahl_bound"))
     check.amdahl_bound(right)
