@@ -161,7 +161,8 @@ def _shared_writes(code: Any) -> dict[int, str] | None:
     """Offsets of the writes of shared state in the learner's ``code`` (None: not the
     learner's — the standard library, site-packages, ddl_lab)."""
     if code not in _STORES:
-        mine = not os.path.realpath(code.co_filename).startswith(_LIBRARY)
+        mine = not (code.co_filename.startswith("<frozen") or
+                    os.path.realpath(code.co_filename).startswith(_LIBRARY))
         _STORES[code] = {i.offset: _SHARED_STORES[i.opname].format(i.argval)
                          for i in dis.get_instructions(code)
                          if i.opname in _SHARED_STORES} if mine else None
