@@ -234,10 +234,12 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
         measured = f" (on the real threads, busy as this machine is: " \
                    f"{max(split) / (sum(split) / p['threads']):.2f}×)" if real else ""
         if claims > p["max_claims"]:
+            floor = (f" (⌊n/max_claims⌋ = {chunk} is enough only when max_claims divides n "
+                     f"= {p['n']}: round up)" if chunk == p["n"] // p["max_claims"] else "")
             fail(f"chunk {chunk}: the dispenser handed out {claims} chunks, more than "
                  f"max_claims = {p['max_claims']} — every claim is a trip through the lock: "
                  f"a chunk of at least ⌈n/max_claims⌉ = {math.ceil(p['n'] / p['max_claims'])}"
-                 f".{same} [{case}]")
+                 f"{floor}.{same} [{case}]")
         if ratio > p["max_imbalance"]:
             fail(f"chunk {chunk}: {claims} claims (≤ {p['max_claims']}), but the busiest "
                  f"thread gets {ratio:.3f}× the mean work, over max_imbalance = "

@@ -342,9 +342,12 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
         fail(f"{name} planned {w} × {d:,} = {w * d:,} darts, over the budget of "
              f"{p['budget']:,}{hint}.{same} [{case}]")
     if d > p["per_rank_max"]:
+        short = (f" ({w} = ⌊{w * d:,}/{p['per_rank_max']:,}⌋ workers: rounding down is right "
+                 "only when per_rank_max divides the darts — round the workers up)"
+                 if w * d // p["per_rank_max"] == w and w < PI_WORKERS else "")
         fail(f"{name} asked for {d:,} darts per rank, but a rank can throw at most "
              f"per_rank_max = {p['per_rank_max']:,} in the time there is: share the darts "
-             f"over more workers.{same} [{case}]")
+             f"over more workers{short}.{same} [{case}]")
     return w, d
 
 

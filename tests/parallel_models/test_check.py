@@ -373,6 +373,17 @@ def chunk_with_least_imbalance(costs, num_threads, max_claims, max_imbalance):
 LOOKED_UP = {(120, 4, 30): 4, (120, 4, 10): 15}     # the prompt's two loops
 
 
+def chunk_from_the_floor(costs, num_threads, max_claims, max_imbalance):
+    """Searches up from ⌊n/max_claims⌋: right for the prompt's loops (120 = 4 × 30 =
+    12 × 10), one claim too many where max_claims does not divide n."""
+    for chunk in range(max(1, len(costs) // max_claims), len(costs) + 1):
+        free_at = [0] * num_threads
+        for lo in range(0, len(costs), chunk):
+            free_at[free_at.index(min(free_at))] += int(costs[lo:lo + chunk].sum())
+        if max(free_at) * num_threads <= max_imbalance * sum(free_at):
+            return chunk
+
+
 def test_dynamic_chunk_right_answers_pass(solution, capsys):
     check.dynamic_chunk(solution(NB, "my_dynamic_chunk"))
     check.dynamic_chunk(chunk_with_least_imbalance)
@@ -391,6 +402,7 @@ def test_dynamic_chunk_right_answers_pass(solution, capsys):
     # issue 26: chunks that ignore their inputs (no one chunk meets both prompt loops)
     (lambda costs, t, mc, mi: 15, "chunk 15: .*It returned the same plan, 15, for all 7 budgets"
                                   ".*a plan must be a function of its inputs"),
+    (chunk_from_the_floor, r"more than max_claims.*is enough only when max_claims divides n"),
     (lambda costs, t, mc, mi: LOOKED_UP[(len(costs), t, mc)],
      "raised KeyError.*for a random loop of .* budgets the prompt never showed"),
 ])

@@ -270,6 +270,12 @@ def total_on_every_rank(tol, per_rank_max, budget):
     return 2, math.ceil(1.645 ** 2 * VAR / tol ** 2)
 
 
+def workers_rounded_down(tol, per_rank_max, budget):
+    total = math.ceil(1.645 ** 2 * VAR / tol ** 2)
+    workers = max(1, total // per_rank_max)         # right only when per_rank_max divides
+    return workers, math.ceil(total / workers)
+
+
 def one_worker_does_it_all(tol, per_rank_max, budget):
     return 1, math.ceil(1.645 ** 2 * VAR / tol ** 2)
 
@@ -295,6 +301,7 @@ LOOKED_UP = {0.02: (2, 6000), 0.01: (3, 16000)}       # the real runs' fixed tol
     (sigma_equals_tol, r"within 0.02 of π in 1\d\d of 200 runs.*about 68 % of the runs"),
     (total_on_every_rank, "over the budget.*on EVERY rank: the all_reduce pools"),
     (one_worker_does_it_all, "a rank can throw at most per_rank_max = 9,100"),
+    (workers_rounded_down, "rounding down is right only when per_rank_max divides the darts"),
     (lambda tol, m, b: (5, 1000), "the lesson's cluster has 4"),
     (lambda tol, m, b: 3, "return a pair \\(workers, darts\\)"),
     (lambda tol, m, b: (2, 0.5), "whole numbers ≥ 1"),
