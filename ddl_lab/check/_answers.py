@@ -10,6 +10,10 @@
   two floats; None otherwise.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
+- ``call_plan(fn, args, name, where)``: a design task's plan for budgets it draws; a plan
+  that raises (a table's KeyError) or returns None for them fails, saying that a plan must be
+  a function of its inputs; ``constant(plans)``: the sentence for a plan that came back the
+  same for every budget (issue 26, "plans that ignore their inputs").
 """
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ import numpy as np
 
 from ._diagnose import describe_value, returned_none
 
-__all__ = ["scalar", "whole", "pair", "plan"]
+__all__ = ["scalar", "whole", "pair", "plan", "call_plan", "constant"]
+
+FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs (computed from the budgets "
+                      "and targets it is given), not a table of the prompt's cases")
 
 
 def scalar(x: Any) -> float | None:
@@ -64,3 +71,31 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return (returned_none(out, name, f"a dict with {listed}") or
             f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
+
+
+def call_plan(fn: Any, args: tuple, name: str, where: str) -> Any:
+    """``fn(*args)`` for budgets the check drew (``where`` names them): a stub, an exception
+    or None fails, naming the budgets and that a plan must be a function of its inputs."""
+    __tracebackhide__ = True
+    from ._core import fail, stub_message
+    try:
+        out = fn(*args)
+    except NotImplementedError:
+        message = stub_message(fn)
+    except Exception as e:
+        message = (f"{name} raised {type(e).__name__}: {e} for {where}, budgets the prompt "
+                   f"never showed: {FUNCTION_OF_INPUTS}.")
+    else:
+        if out is not None:
+            return out
+        message = f"{name} returned None for {where}: {FUNCTION_OF_INPUTS}."
+    fail(message)
+
+
+def constant(plans: list[Any]) -> str:
+    """" It returned the same plan … for every budget: …" when all ``plans`` are equal (and
+    there are several), else ""."""
+    if len(plans) < 2 or any(repr(p) != repr(plans[0]) for p in plans[1:]):
+        return ""
+    return (f" It returned the same plan, {plans[0]}, for all {len(plans)} budgets it was "
+            f"given: {FUNCTION_OF_INPUTS}.")

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers, task
-from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same
+from ._diagnose import Case, Cases, as_array, describe_value, returned_none, same, tolerance
 from .parallel_models import PROCESSES, shared_file
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
             fail((returned_none(got, name, "the expected number of shared coordinates") or
                   f"{name} returned {describe_value(got)}; return one number") + f" [{case}].")
         want, x = (w - 1) * float(np.sum(freq ** 2)), float(value.ravel()[0])
-        if not same(want, x, rtol=1e-6, scale=max(want, 1e-3)):
+        if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
             fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
                  f"{want:.6g} — {_overlap_fault(x, freq, w)} [{case}].")
     passed("expected_overlap", f"on {len(cases)} cases (uniform, skewed and the lesson's "
@@ -145,47 +145,105 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     return problem.loss(theta)
 
 
+def _real_budget(rng: np.random.Generator) -> dict[str, Any]:
+    """Budgets for a second real run: 2 or 3 workers with time for at least 3 epochs."""
+    w = int(rng.integers(2, PROCESSES + 1))
+    return {"examples": PLAN_EXAMPLES, "max_updates_per_worker":
+            int(rng.integers(-(-3 * PLAN_EXAMPLES // w), 4001)), "max_workers": w}
+
+
+def _paper_budget(rng: np.random.Generator, tight: bool) -> dict[str, Any]:
+    """Budgets judged by their arithmetic only: 500–20,000 examples, 2–16 workers, time for
+    3–8 epochs — or, ``tight``, for e·⌊examples/workers⌋ updates and less than e epochs
+    (workers not dividing the examples), where counting each worker's share of an epoch
+    as ⌊examples/workers⌋ instead of rounding up breaks the budget."""
+    w = int(rng.integers(2, 17))
+    n = int(rng.integers(500, 20001)) // w * w + int(rng.integers(1, w))
+    e = int(rng.integers(3, 9))
+    if not tight:
+        return {"examples": n, "max_updates_per_worker": int(-(-rng.uniform(3, 8) * n // w)),
+                "max_workers": w}
+    slack = -(-e * (n % w) // w)                     # e·⌊n/w⌋ + slack ≥ e·n/w
+    return {"examples": n, "max_updates_per_worker": e * (n // w) + int(rng.integers(slack)),
+            "max_workers": w}
+
+
+def _plan_budgets(seed: int) -> list[Case]:
+    """The prompt's budgets, one drawn for a real run, four drawn for their arithmetic."""
+    prompt = {"examples": PLAN_EXAMPLES, "max_updates_per_worker": PLAN_BUDGET,
+              "max_workers": PROCESSES}
+    kinds = iter([_real_budget, lambda r: _paper_budget(r, True),
+                  lambda r: _paper_budget(r, False), lambda r: _paper_budget(r, True),
+                  lambda r: _paper_budget(r, False)])
+    return list(Cases("hogwild_plan", seed, [prompt], draws=5, draw=lambda r: next(kinds)(r)))
+
+
 @task("hogwild")
 def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     """Lesson 03, task 4: ``my_hogwild_plan(examples, max_updates_per_worker, max_workers)``
     returns ``{"workers", "epochs", "lr"}`` with which lock-free Hogwild! — the lesson's loop
     on real processes sharing θ — trains the lesson's sparse problem (2,000 examples) to a
-    training loss ≤ 0.20, each of at most 3 workers doing at most 3,000 updates; two
-    shuffles."""
+    training loss ≤ 0.20 on two shuffles: for the prompt's budgets (3,000 updates, 3
+    workers) and one drawn budget, run for real; and no worker over its budget of updates,
+    no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
+    20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
     __tracebackhide__ = True
     fn = my_hogwild_plan
     name = getattr(fn, "__name__", "my_hogwild_plan")
-    plan = call_local(fn, PLAN_EXAMPLES, PLAN_BUDGET, PROCESSES)
-    workers, epochs, lr = _valid_plan(name, plan)
-    seeds = [s + 10 * seed for s in PLAN_SEEDS]
-    with np.errstate(all="ignore"):
-        losses = [hogwild_run(workers, epochs, lr, s) for s in seeds]
-    what = (f"{workers} worker(s) × {epochs} epoch(s) at γ = {lr:g}: the shared θ ended with "
-            f"training loss {', '.join(f'{x:.4f}' for x in losses)} (shuffles {seeds})")
-    if not all(x <= PLAN_TARGET for x in losses):
-        fail(f"{what}, target ≤ {PLAN_TARGET} — {_plan_fault(epochs, lr)}.")
-    passed("hogwild_plan", f"lock-free on real processes sharing θ — {what}, each worker at "
-           f"most {math.ceil(epochs * PLAN_EXAMPLES / workers):,} updates (≤ {PLAN_BUDGET:,})")
+    cases, real = _plan_budgets(seed), 2          # the first two run for real
+    plans: list[tuple[int, int, float]] = []
+    reports = []
+    for k, case in enumerate(cases):
+        p = case.params
+        args = (p["examples"], p["max_updates_per_worker"], p["max_workers"])
+        where = (f"examples = {args[0]:,}, max_updates_per_worker = {args[1]:,}, "
+                 f"max_workers = {args[2]}")
+        out = call_local(fn, *args) if k == 0 else answers.call_plan(fn, args, name, where)
+        plans.append(_valid_plan(name, out, case, plans))
+        if k >= real:
+            continue
+        workers, epochs, lr = plans[-1]
+        seeds = [s + 10 * seed for s in PLAN_SEEDS]
+        with np.errstate(all="ignore"):
+            losses = [hogwild_run(workers, epochs, lr, s) for s in seeds]
+        what = (f"{workers} worker(s) × {epochs} epoch(s) at γ = {lr:g}: the shared θ ended "
+                f"with training loss {', '.join(f'{x:.4f}' for x in losses)} (shuffles {seeds})")
+        if not all(x <= PLAN_TARGET for x in losses):
+            fail(f"{what}, target ≤ {PLAN_TARGET} — {_plan_fault(epochs, lr)}."
+                 f"{answers.constant(plans)} [{case}]")
+        reports.append(f"{what} (each worker ≤ {p['max_updates_per_worker']:,} updates)")
+    passed("hogwild_plan", "lock-free on real processes sharing θ — " + "; ".join(reports)
+           + f"; within the budgets of {len(cases) - real} more drawn far from the prompt's")
 
 
-def _valid_plan(name: str, plan: Any) -> tuple[int, int, float]:
+def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, int, float]:
+    """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
     __tracebackhide__ = True
+    p = case.params
     if problem := answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
-        fail(problem)
-    counts = {k: plan[k] for k in ("workers", "epochs")}
-    for k, v in counts.items():
-        if answers.whole(v) is None or answers.whole(v) < 1:
-            fail(f"{k} = {v!r}: a whole number ≥ 1.")
-    workers, epochs, lr = answers.whole(plan["workers"]), answers.whole(plan["epochs"]), answers.scalar(plan["lr"])
-    if workers > PROCESSES:
-        fail(f"workers = {workers}: this check's machine lends you {PROCESSES} processes.")
-    per_worker = math.ceil(epochs * PLAN_EXAMPLES / workers)
-    if per_worker > PLAN_BUDGET:
-        fail(f"{workers} worker(s) × {epochs} epoch(s) of {PLAN_EXAMPLES:,} examples: each "
-             f"worker would do {per_worker:,} updates, but there is time for "
-             f"{PLAN_BUDGET:,} — share the updates among more workers, or train fewer epochs.")
+        fail(f"{problem} [{case}]")
+    for k in ("workers", "epochs"):
+        if answers.whole(plan[k]) is None or answers.whole(plan[k]) < 1:
+            fail(f"{k} = {plan[k]!r}: a whole number ≥ 1 [{case}].")
+    workers, epochs, lr = (answers.whole(plan["workers"]), answers.whole(plan["epochs"]),
+                           answers.scalar(plan["lr"]))
     if lr is None or not math.isfinite(lr) or lr <= 0:
-        fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0.")
+        fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0 [{case}].")
+    same = answers.constant([*before, (workers, epochs, lr)])
+    if workers > p["max_workers"]:
+        lends = ("this check's machine lends you" if p["max_workers"] == PROCESSES else
+                 "these budgets allow")
+        fail(f"workers = {workers}: {lends} {p['max_workers']} processes.{same} [{case}]")
+    per_worker = math.ceil(epochs * p["examples"] / workers)
+    if per_worker > p["max_updates_per_worker"]:
+        floor = (epochs * (p["examples"] // workers) <= p["max_updates_per_worker"])
+        why = (f" — {epochs} × ⌊{p['examples']:,}/{workers}⌋ fits, but {workers} workers do not "
+               f"divide {p['examples']:,} examples: some take ⌈examples/workers⌉ per epoch, so "
+               "integer arithmetic that rounds down is right only when they divide evenly"
+               if floor else " — share the updates among more workers, or train fewer epochs")
+        fail(f"{workers} worker(s) × {epochs} epoch(s) of {p['examples']:,} examples: the "
+             f"busiest worker would do {per_worker:,} updates, but there is time for "
+             f"{p['max_updates_per_worker']:,}{why}.{same} [{case}]")
     return workers, epochs, lr
 
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, task
-from ._diagnose import Case, Cases, describe_value, returned_arrays, returned_none, same
+from ._diagnose import (Case, Cases, describe_value, returned_arrays, returned_none, same,
+                        tolerance)
 
 # ------------------------------------------------------------------ Amdahl's bound
 
@@ -45,19 +46,27 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
     cases = Cases("amdahl_bound", seed, fixed, draws=3, draw=_amdahl_case)
     for case in cases:
         n, s, cores = case.params["n"], case.params["speedup"], case.params["cores"]
-        f, sp = two_numbers(call_local(fn, n, s, cores), ("serial_fraction", "speedup"),
-                            name, case)
+        got = call_local(fn, n, s, cores)
+        f, sp = two_numbers(got, ("serial_fraction", "speedup"), name, case)
+        rtol = answer_rtol(got)
         want_f = (n / s - 1) / (n - 1)
         want_s = 1 / (want_f + (1 - want_f) / cores)
-        if not same(want_f, f, rtol=1e-6, scale=1.0):
+        if not same(want_f, f, rtol=rtol, scale=1.0):
             fail(f"measured S({n}) = {s:g}: serial fraction {f:.6g}, expected "
                  f"(n/S − 1)/(n − 1) = {want_f:.6g} — {_fraction_fault(f, n, s)} [{case}].")
-        if not same(want_s, sp, rtol=1e-6):
+        if not same(want_s, sp, rtol=rtol):
             fail(f"the serial fraction {f:.4g} is right; the speedup on {cores} cores is "
                  f"{sp:.6g}, expected 1/(f + (1 − f)/{cores}) = {want_s:.6g} — "
                  f"{_speedup_fault(sp, f, n, s, cores)} [{case}].")
     passed("amdahl_bound", f"on {len(cases)} measurements (perfect, none, 2–32 workers, up to "
            "4096 cores): f = (n/S − 1)/(n − 1) and S(cores) = 1/(f + (1 − f)/cores) ≤ 1/f")
+
+
+def answer_rtol(got: Any) -> float:
+    """1e-6, or the tolerance of the learner's dtype if looser (a float32 pair): the raw
+    answer's dtype sets it, before ``two_numbers`` makes Python floats of it."""
+    parts = list(got) if isinstance(got, (tuple, list)) else [got]
+    return max(1e-6, tolerance(*parts))
 
 
 def two_numbers(got: Any, names: tuple[str, str], name: str, case: Case) -> tuple[float, float]:
@@ -145,11 +154,26 @@ def _random_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
             "max_imbalance": None}
 
 
+def _paper_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
+    """A loop judged on paper, far from the prompt's: triangular, uniform or heavy-tailed,
+    40–400 iterations, 2–8 threads, 2–8 claims per thread's share."""
+    n, threads = int(rng.integers(40, 401)), int(rng.integers(2, 9))
+    return {"loop": str(rng.choice(["triangular", "uniform", "random"])), "n": n,
+            "threads": threads, "max_claims": math.ceil(n / int(rng.integers(2, 9))),
+            "max_imbalance": None}
+
+
+CHUNK_REAL = len(CHUNK_CASES) + 1     # the prompt's two loops and one drawn run on threads
+
+
 def _chunk_cases(seed: int) -> list[tuple[Case, np.ndarray]]:
-    """The cases with their loops' costs; a random loop's bound is set 0.05 above the best
-    balance a chunk within its claims reaches."""
+    """The cases with their loops' costs: the prompt's two, one drawn heavy-tailed loop (run
+    on real threads) and four drawn loops judged on paper; a drawn loop's bound is set 0.05
+    above the best balance a chunk within its claims reaches."""
     out = []
-    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=1, draw=_random_chunk_case):
+    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)
+    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=5,
+                      draw=lambda rng: next(kinds)(rng)):
         p, costs = case.params, loop_costs(case)
         if p["max_imbalance"] is None:
             best = min(balance(costs, p["threads"], c)[0]
@@ -180,38 +204,57 @@ def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list
 @task("parallel_models")
 def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
-    returns a chunk size with which ``schedule(dynamic, chunk)``, run on real threads, hands
-    out at most max_claims chunks and leaves the busiest thread at most max_imbalance × the
-    mean work (each chunk going to the first free thread); a triangular, a uniform and a
-    random heavy-tailed loop."""
+    returns a chunk size with which ``schedule(dynamic, chunk)`` hands out at most
+    max_claims chunks and leaves the busiest thread at most max_imbalance × the mean work
+    (each chunk going to the first free thread): on real threads for a triangular, a uniform
+    and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
+    iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
     __tracebackhide__ = True
     fn = my_dynamic_chunk
     name = getattr(fn, "__name__", "my_dynamic_chunk")
+    cases = _chunk_cases(seed)
+    outs = [call_local(fn, costs.copy(), c.params["threads"], c.params["max_claims"],
+                       c.params["max_imbalance"]) if k < len(CHUNK_CASES) else
+            answers.call_plan(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
+                                   c.params["max_imbalance"]), name, _loop_words(c))
+            for k, (c, costs) in enumerate(cases)]
+    same = answers.constant([answers.whole(o) for o in outs])
     report = []
-    for case, costs in _chunk_cases(seed):
+    for k, ((case, costs), got) in enumerate(zip(cases, outs)):
         p = case.params
-        got = call_local(fn, costs.copy(), p["threads"], p["max_claims"], p["max_imbalance"])
         chunk = answers.whole(got)
         if chunk is None or not 1 <= chunk <= p["n"]:
             fail((returned_none(got, name, "a chunk size") or
                   f"{name} returned {describe_value(got)}; the chunk is a whole number of "
-                  f"iterations from 1 to n = {p['n']}") + f" [{case}].")
-        claims, split = _run_threads(costs, p["threads"], chunk)
+                  f"iterations from 1 to n = {p['n']}") + f"{same} [{case}].")
+        real = k < CHUNK_REAL
+        claims, split = _run_threads(costs, p["threads"], chunk) if real else \
+            (math.ceil(p["n"] / chunk), None)
         ratio = balance(costs, p["threads"], chunk)[0]
-        measured = max(split) / (sum(split) / p["threads"])
+        measured = f" (on the real threads, busy as this machine is: " \
+                   f"{max(split) / (sum(split) / p['threads']):.2f}×)" if real else ""
         if claims > p["max_claims"]:
+            floor = (f" (⌊n/max_claims⌋ = {chunk} is enough only when max_claims divides n "
+                     f"= {p['n']}: round up)" if chunk == p["n"] // p["max_claims"] else "")
             fail(f"chunk {chunk}: the dispenser handed out {claims} chunks, more than "
                  f"max_claims = {p['max_claims']} — every claim is a trip through the lock: "
                  f"a chunk of at least ⌈n/max_claims⌉ = {math.ceil(p['n'] / p['max_claims'])}"
-                 f" [{case}].")
+                 f"{floor}.{same} [{case}]")
         if ratio > p["max_imbalance"]:
             fail(f"chunk {chunk}: {claims} claims (≤ {p['max_claims']}), but the busiest "
                  f"thread gets {ratio:.3f}× the mean work, over max_imbalance = "
                  f"{p['max_imbalance']:g} — {_balance_fault(costs, p['threads'], chunk)}"
-                 f" (on the real threads, busy as this machine is: {measured:.2f}×) [{case}].")
-        report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}× "
-                      f"(threads measured {measured:.2f}×)")
-    passed("dynamic_chunk", "on real threads — " + "; ".join(report))
+                 f"{measured}.{same} [{case}]")
+        if real:
+            report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}×{measured}")
+    passed("dynamic_chunk", "on real threads — " + "; ".join(report) + f"; and on paper for "
+           f"{len(cases) - CHUNK_REAL} more loops drawn far from them")
+
+
+def _loop_words(case: Case) -> str:
+    p = case.params
+    return (f"a {p['loop']} loop of {p['n']} iterations on {p['threads']} threads, max_claims = "
+            f"{p['max_claims']}, max_imbalance = {p['max_imbalance']:g}")
 
 
 def _balance_fault(costs: np.ndarray, threads: int, chunk: int) -> str:

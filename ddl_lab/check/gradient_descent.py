@@ -292,16 +292,17 @@ def _adagrad_inputs(case: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 LR_STEPS, LR_TOL = 50, 1e-6
 
 
-def _lr_problem(rng: np.random.Generator, scale: float, spread: float
+def _lr_problem(rng: np.random.Generator, scale: float, spread: float, d: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """X of m×d with features of about ``scale`` (each within ×spread), y = Xθ + noise."""
-    m, d = int(rng.integers(100, 300)), int(rng.integers(2, 7))
+    """X of m×d with features of about ``scale`` (each within ×spread), y = Xθ + noise; m
+    grows with d, so that many features stay well conditioned."""
+    m = int(rng.integers(max(100, 25 * d), max(300, 40 * d)))
     X = rng.normal(size=(m, d)) * scale * spread ** rng.uniform(-1, 1, size=d)
     return X, X @ rng.normal(size=d) + 0.1 * rng.normal(size=m)
 
 
 def _gd_excess(lr: float, X: np.ndarray, y: np.ndarray, steps: int) -> tuple[float, float]:
-    theta_star = np.linalg.lstsq(X, y, rcond=None)[0]
+    theta_star = np.linalg.solve(X.T @ X, X.T @ y)        # X is well conditioned
     J = lambda th: float(np.sum((X @ th - y) ** 2)) / (2 * len(y))    # noqa: E731
     theta = np.zeros(X.shape[1])
     with np.errstate(all="ignore"):
@@ -311,14 +312,19 @@ def _gd_excess(lr: float, X: np.ndarray, y: np.ndarray, steps: int) -> tuple[flo
 
 
 def _lr_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Features of scale 1, ×10, ×0.1, mixed, and random scales — each drawn so that
-    γ = 1/L does converge within the budget (a well-conditioned X)."""
+    """Features of scale 1, ×10, ×0.1, mixed, and random scales, 2–6 features and many
+    (12–40: there a bound such as 1/trace(XᵀX/m) is about d times too small) — each drawn so
+    that γ = 1/L does converge within the budget (a well-conditioned X)."""
     out = []
-    fixed = [{"scale": 1.0}, {"scale": 10.0}, {"scale": 0.1}, {"scale": 1.0, "spread": 1.6}]
-    for case in Cases("learning_rate", seed, fixed, draws=3,
-                      draw=lambda r: {"scale": float(10 ** r.uniform(-1.5, 1.5))}):
+    fixed = [{"scale": 1.0, "d": 3}, {"scale": 10.0, "d": 5}, {"scale": 0.1, "d": 2},
+             {"scale": 1.0, "spread": 1.6, "d": 4}, {"scale": 1.0, "d": 12},
+             {"scale": 3.0, "d": 24}]
+    for case in Cases("learning_rate", seed, fixed, draws=3, draw=lambda r: {
+            "scale": float(10 ** r.uniform(-1.5, 1.5)),
+            "d": int(r.choice([r.integers(2, 7), r.integers(12, 41)]))}):
         while True:
-            X, y = _lr_problem(case.rng, case.params["scale"], case.params.get("spread", 1.2))
+            X, y = _lr_problem(case.rng, case.params["scale"], case.params.get("spread", 1.2),
+                               case.params["d"])
             L = float(np.linalg.eigvalsh(X.T @ X / len(X))[-1])
             excess, start = _gd_excess(1.0 / L, X, y, LR_STEPS)
             if excess < 1e-3 * LR_TOL * start:
@@ -331,7 +337,7 @@ def _lr_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
 def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STEPS) -> None:
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
-    X of very different scales (1, ×10, ×0.1, mixed, random)."""
+    X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
     __tracebackhide__ = True
     name = _name(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
@@ -364,13 +370,20 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
                  f"to {excess:.3g} in {steps} steps.{same_rate} [{case}]")
     for lr, L, where, case, excess, start in results:
         if excess > LR_TOL * start:
-            slow = ("far below 1/L: too slow" if lr < 0.5 / L else
+            X = next(r[1] for r in runs if r[0] == case)
+            trace = float(np.trace(X.T @ X)) / len(X)
+            slow = (f"that is 1/trace(XᵀX/m) = 1/Σλ: always stable, but the trace adds up all "
+                    f"{X.shape[1]} curvatures, so on a well-conditioned X with {X.shape[1]} "
+                    f"features it is about {X.shape[1]} times smaller than 1/L — too slow"
+                    if np.isclose(lr, 1 / trace, rtol=1e-3) else
+                    "far below 1/L: too slow" if lr < 0.5 / L else
                     "so close to 2/L that the steepest direction barely settles"
                     if lr > 1.5 / L else "")
             fail(f"γ = {lr:.4g} has not converged within {steps} steps {where}: J − J* is "
                  f"still {excess / start:.2g} of its start (needs < {LR_TOL:g})"
                  + (f" — {slow}" if slow else "")
-                 + f".{same_rate or ' Try γ = 2/(L + μ), or 1/L.'} [{case}]")
+                 + f".{same_rate or ' Which curvature limits the step (lesson 01, §4)?'} "
+                 f"[{case}]")
     passed("learning_rate", f"converged within {steps} steps on {len(results)} scales of X — "
            + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4]) + " …")
 

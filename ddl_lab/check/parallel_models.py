@@ -2,10 +2,11 @@
 dispenser; Amdahl's bound from a measured speedup (reasoning) and a chunk size for an uneven
 loop on real threads (design) — those two in ``_parallel_models_plans``.
 
-Verdicts never depend on scheduling luck: the threaded sum's threads are made to meet
-(a barrier at their first touch of x), so a shared total read before the sum loses its
-updates every time, and threads that never overlap are seen from their start/join order;
-the dispenser's lock scope is tested by pausing one caller inside it while another claims.
+Verdicts never depend on scheduling luck: the threaded sum's threads are made to meet at
+their first touch of x and again just before their first writes of shared state
+(``_parallel_models_race``), so an unguarded shared total loses its updates every time, and
+threads that never overlap are seen from their start/join order; the dispenser's lock scope
+is tested by pausing one caller inside it while another claims.
 """
 from __future__ import annotations
 
@@ -22,98 +23,21 @@ import numpy as np
 from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases, Snapshot, describe_value, differs
 from ._parallel_models_plans import amdahl_bound, dynamic_chunk
+from ._parallel_models_race import MEET_TIMEOUT_S, Meeting, Watched, watch_threads
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 
-MEET_TIMEOUT_S = 3.0    # how long the first thread to touch x waits for the others
 PROCESSES = 3           # the warm workers that share next_chunk's counter (lesson 00's size)
 
-_RACE_HINT = ("Several threads read the shared total before one of them wrote it back: "
-              "`total += block.sum()` reads total, then sums (numpy releases the GIL, so "
-              "the other threads run meanwhile), then writes — the other threads' updates "
-              "are lost. Give each thread its own slot (partials[t] = block.sum(), a "
-              "private variable) and add the slots up after join(): a reduction.")
+_RACE_HINT = ("`total += s` on a shared total is a read-modify-write: it reads total, adds, "
+              "then writes, and a thread switch between the read and the write (numpy's sum "
+              "releases the GIL; the interpreter switches threads every few milliseconds) "
+              "lets another thread's update be overwritten. Give each thread its own slot "
+              "(partials[t] = block.sum()) and add the slots up after join() — a reduction "
+              "— or hold one lock around the read and the write.")
 
 
 # ------------------------------------------------------------------ task 1: threaded sum
-
-class _Meeting:
-    """Who works on x: the threads that touch it, thread starts and joins; the first touch
-    in each thread waits until ``parties`` threads have touched x (or that cannot happen)."""
-
-    def __init__(self, parties: int):
-        self.parties, self.cond = parties, threading.Condition()
-        self.caller = threading.get_ident()
-        self.touched: set[int] = set()
-        self.started = self.open = self.most_open = 0
-        self.joining = self.apart = False
-
-    def touch(self) -> None:
-        me = threading.get_ident()
-        with self.cond:
-            if me in self.touched:
-                return
-            self.touched.add(me)
-            self.cond.notify_all()
-            alone = me == self.caller and self.started < self.parties - 1   # none can come
-            met = alone or self.cond.wait_for(
-                lambda: len(self.touched) >= self.parties or self.apart
-                or (self.joining and self.started < self.parties), MEET_TIMEOUT_S)
-            if not met or len(self.touched) < self.parties:
-                self.apart = True
-                self.cond.notify_all()
-
-
-class _Watched(np.ndarray):
-    """x as the learner gets it: its slices too tell the meeting when a thread uses them."""
-    meeting: _Meeting | None = None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.meeting = getattr(obj, "meeting", None)
-
-    def _arrive(self) -> None:
-        if self.meeting is not None:
-            self.meeting.touch()
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        self._arrive()
-        plain = [np.asarray(i) if isinstance(i, _Watched) else i for i in inputs]
-        if "out" in kwargs:
-            kwargs["out"] = tuple(np.asarray(o) if isinstance(o, _Watched) else o
-                                  for o in kwargs["out"])
-        return getattr(ufunc, method)(*plain, **kwargs)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._arrive()
-        return iter(np.asarray(self).tolist())
-
-
-@contextmanager
-def _watch_threads(meeting: _Meeting) -> Iterator[None]:
-    """Count thread starts, and the most threads started but not yet joined at once."""
-    start, join = threading.Thread.start, threading.Thread.join
-
-    def counted_start(self: threading.Thread) -> None:
-        with meeting.cond:
-            meeting.started += 1
-            meeting.open += 1
-            meeting.most_open = max(meeting.most_open, meeting.open)
-        start(self)
-
-    def counted_join(self: threading.Thread, timeout: float | None = None) -> None:
-        with meeting.cond:
-            meeting.joining = True
-            meeting.cond.notify_all()
-        join(self, timeout)
-        with meeting.cond:
-            meeting.open -= 0 if self.is_alive() else 1
-
-    threading.Thread.start, threading.Thread.join = counted_start, counted_join  # type: ignore
-    try:
-        yield
-    finally:
-        threading.Thread.start, threading.Thread.join = start, join               # type: ignore
-
 
 def _sum_case(rng: np.random.Generator) -> dict[str, Any]:
     t = int(rng.integers(2, 7))
@@ -134,30 +58,33 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
              {"n": 1_000, "num_threads": 1, "dtype": "float64"},
              {"n": 9_973, "num_threads": 3, "dtype": "float64"}]
     cases = Cases("threaded_sum", seed, fixed, draws=3, draw=_sum_case)
+    pausing = True                  # off once a paused write waited in vain (a hidden lock)
     for case in cases:
-        _sum_one(my_threaded_sum, case)
+        pausing = _sum_one(my_threaded_sum, case, pausing)
     passed("threaded_sum", f"exact sums on {len(cases)} cases (lengths 0, 1, fewer than the "
            "threads, primes; 1–6 threads; float32 too), the threads running at the same "
-           "time, no update lost")
+           "time, each paused before its writes of shared state: no update lost")
 
 
-def _sum_one(fn: Callable, case: Any) -> None:
+def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
+    """One case; whether the writes of shared state may still be paused in the next."""
     __tracebackhide__ = True
     name = getattr(fn, "__name__", "my_threaded_sum")
     n, t, dtype = case.params["n"], case.params["num_threads"], case.params["dtype"]
     data = (case.rng.integers(0, 1000, n).astype(dtype) if dtype == "float64" else
             case.rng.uniform(-1, 1, n).astype(dtype))       # whole numbers: exact sums
     busy = n >= t > 1                                         # every block has work
-    meeting = _Meeting(t if busy else 1)
-    x = data.copy().view(_Watched)
+    meeting = Meeting(t if busy else 1)
+    meeting.gave_up = not pausing
+    x = data.copy().view(Watched)
     x.meeting = meeting
     inputs = Snapshot(x=np.asarray(x))
-    with _watch_threads(meeting):
+    with watch_threads(meeting):
         got = call_local(fn, x, t)
     if inputs.changed(name):
         fail(f"{inputs.changed(name)} [{case}]")
     want = float(data.astype(np.float64).sum())
-    _judge_sum(name, got, want, data, case)
+    _judge_sum(name, got, want, data, case, meeting.writes)
     if busy and meeting.started < t - 1:
         fail(f"with num_threads={t}, {name} started {meeting.started} thread(s): start {t} "
              "threads (threading.Thread(target=..., args=...).start(), then join()), each "
@@ -172,9 +99,11 @@ def _sum_one(fn: Callable, case: Any) -> None:
              f"{MEET_TIMEOUT_S:g} s — a lock held around the whole sum, or the calling thread "
              "summing before it started the others, serialises the work. Sum each block "
              f"outside any lock into a private slot, and add the slots after join() [{case}].")
+    return not meeting.gave_up
 
 
-def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any) -> None:
+def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
+               writes: list[str]) -> None:
     __tracebackhide__ = True
     try:
         value = float(got)
@@ -199,8 +128,12 @@ def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any) -> No
             fail(f"with num_threads={t} on {n:,} numbers {name} returned {value:,.6g}, "
                  f"expected {want:,.6g}: {why} [{case}].")
     if t > 1 and value < want and x.dtype == np.float64 and (x >= 0).all():
+        paused = (f" The check paused each thread just before it wrote {writes[0]}, until the "
+                  "others had reached their writes too: each had read the old total, so "
+                  "each write overwrote the others'." if writes else "")
         fail(f"lost update: with {t} threads on {n:,} numbers {name} returned {value:,.0f}, "
-             f"expected {want:,.0f} — {want - value:,.0f} is missing. {_RACE_HINT} [{case}]")
+             f"expected {want:,.0f} — {want - value:,.0f} is missing.{paused} {_RACE_HINT} "
+             f"[{case}]")
     fail(f"with num_threads={t} on {n:,} numbers {name} returned {value:,.6g}, expected "
          f"{want:,.6g}. Do the blocks cover x exactly once? E.g. block k is "
          f"x[k * n // num_threads:(k + 1) * n // num_threads] [{case}].")

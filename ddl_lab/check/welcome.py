@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ddl_lab.runtime.worlds import Raised, in_worlds
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers, task
 from ._diagnose import Cases, describe_value, only_right_for, returned_none
 
@@ -242,6 +243,16 @@ def _pi_case(rng: Any) -> dict[str, Any]:
     return _pi_limits(tol, float(rng.uniform(1.5, 3.5)))
 
 
+def _pi_paper_case(rng: Any) -> dict[str, Any]:
+    """Limits judged by their arithmetic only, far from the real runs': tol 0.002–0.1, a
+    plan aiming at 90 % needing 1–2.6 ranks' worth of darts, a budget 1.5–3 × that (room
+    for a plan aiming at 95 %, too)."""
+    tol = float(f"{10 ** rng.uniform(-2.7, -1):.3g}")
+    n90 = _pi_total(tol)
+    return {"tol": tol, "per_rank_max": int(n90 / rng.uniform(1, 2.6)) + 1,
+            "budget": math.ceil(n90 * rng.uniform(1.5, 3)) + PI_WORKERS}
+
+
 def _pi_limits(tol: float, spread: float) -> dict[str, Any]:
     """A case whose 90 % plan needs ``spread`` ranks' worth of darts: per_rank_max is
     1/spread of it, and the budget three times what 80 % needs."""
@@ -259,11 +270,18 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     __tracebackhide__ = True
     name = getattr(my_pi_plan, "__name__", "my_pi_plan")
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
-    cases = list(Cases("pi_plan", seed, fixed, draws=1, draw=_pi_case))
-    plans = [_pi_valid_plan(name, call_local(my_pi_plan, c.params["tol"], c.params["per_rank_max"],
-                                             c.params["budget"]), c) for c in cases]
+    kinds = iter([_pi_case] + [_pi_paper_case] * 5)
+    everything = list(Cases("pi_plan", seed, fixed, draws=6, draw=lambda rng: next(kinds)(rng)))
+    cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
+    limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
+    outs = [call_local(my_pi_plan, *args) if k < len(fixed) else answers.call_plan(
+        my_pi_plan, args, name, f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, budget = "
+        f"{args[2]:,}") for k, args in enumerate(limits)]
+    same = answers.constant(outs)          # every plan first: one for all budgets is named
+    plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
     per_rank = run_on_workers(in_worlds, PI_WORKERS, _pi_runs,
-                              [(w, (d, PI_RUNS)) for w, d in plans], learner_fn=my_pi_plan,
+                              [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
+                              learner_fn=my_pi_plan,
                               timeout=60.0)
     report = []
     for k, (case, (w, d)) in enumerate(zip(cases, plans)):
@@ -276,10 +294,30 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
         if within < PI_SHARE * PI_RUNS:
             fail(_pi_short(name, w, d, within, tol, case))
         report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")
-    passed("pi_plan", f"on real workers, seeds 0–{PI_RUNS - 1}: " + "; ".join(report))
+    for (w, d), case in zip(plans[len(cases):], paper):     # far from the real runs
+        _pi_predicted(name, w, d, case, same)
+    passed("pi_plan", f"on real workers, seeds 0–{PI_RUNS - 1}: " + "; ".join(report)
+           + f"; within the limits, and ≥ {PI_PREDICTED:.0%} of runs within tol by the normal "
+           f"approximation, for {len(paper)} more drawn far from them (tol down to 0.002)")
 
 
-def _pi_valid_plan(name: str, plan: Any, case: Any) -> tuple[int, int]:
+PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1.44)
+
+
+def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
+    """A plan judged by its arithmetic: the normal approximation's share of runs within tol."""
+    __tracebackhide__ = True
+    tol = case.params["tol"]
+    z = tol / _standard_error(w * d)
+    share = math.erf(z / math.sqrt(2))
+    if share < PI_PREDICTED:
+        fail(f"{name} planned {w} × {d:,} = {w * d:,} darts for tol = {tol:g}: a standard "
+             f"error of {_standard_error(w * d):.4g} = tol/{z:.2f}, so only about "
+             f"{100 * share:.0f} % of runs land within tol (at least {PI_PREDICTED:.0%} "
+             f"needed; aim for 90 %, tol/1.645).{same} [{case}]")
+
+
+def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int, int]:
     """The learner's (workers, darts) as ints, or a CheckFailed naming the broken limit."""
     __tracebackhide__ = True
     p = case.params
@@ -293,7 +331,8 @@ def _pi_valid_plan(name: str, plan: Any, case: Any) -> tuple[int, int]:
              f"[{case}].")
     w, d = (int(c) for c in counts)
     if w > PI_WORKERS:
-        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS} [{case}].")
+        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} "
+             f"[{case}]")
     if w * d > p["budget"]:
         total = _pi_total(p["tol"])
         hint = (f" — that is about the total the plan needs ({total:,.0f}) on EVERY rank: "
@@ -301,11 +340,14 @@ def _pi_valid_plan(name: str, plan: Any, case: Any) -> tuple[int, int]:
                 if w > 1 and abs(d - total) < 0.35 * total else
                 ": a smaller standard error than tol needs is wasted darts")
         fail(f"{name} planned {w} × {d:,} = {w * d:,} darts, over the budget of "
-             f"{p['budget']:,}{hint} [{case}].")
+             f"{p['budget']:,}{hint}.{same} [{case}]")
     if d > p["per_rank_max"]:
+        short = (f" ({w} = ⌊{w * d:,}/{p['per_rank_max']:,}⌋ workers: rounding down is right "
+                 "only when per_rank_max divides the darts — round the workers up)"
+                 if w * d // p["per_rank_max"] == w and w < PI_WORKERS else "")
         fail(f"{name} asked for {d:,} darts per rank, but a rank can throw at most "
              f"per_rank_max = {p['per_rank_max']:,} in the time there is: share the darts "
-             f"over more workers [{case}].")
+             f"over more workers{short}.{same} [{case}]")
     return w, d
 
 

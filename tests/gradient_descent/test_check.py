@@ -9,6 +9,7 @@ import torch
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.ml import models, optim
+from tests.learner_types import STYLES, in_learner_types
 
 NB = "01_gradient_descent"
 
@@ -284,6 +285,11 @@ def standardises_in_place(X):
     return 1.0
 
 
+def one_over_trace(X):
+    """Always stable (trace ≥ L), but about d times too small on a well-conditioned X."""
+    return len(X) / np.trace(X.T @ X)
+
+
 @pytest.mark.parametrize("right", [one_over_L, by_power_iteration, by_spectral_norm])
 def test_learning_rate_right_answers_pass(right, solution, capsys):
     check.learning_rate(solution(NB, "my_learning_rate"))
@@ -300,10 +306,12 @@ def test_learning_rate_stub_is_not_implemented_yet():
     (lambda X: 0.1, r"γ = 0.1 diverges.*the same γ for every X"),
     (lambda X: 0.01, "the same γ for every X"),
     (lambda X: one_over_L(X) if X.std() > 0.5 else 1.0,
-     r"has not converged within 50 steps.*too slow. Try γ = 2/\(L \+ μ\), or 1/L. "
+     r"has not converged within 50 steps.*too slow. Which curvature limits the step.*"
      r"\[case 2 \(scale=0.1"),
     (lambda X: 2 * one_over_L(X), "diverges|close to 2/L"),
     (lambda X: 0.3 * one_over_L(X), "far below 1/L: too slow"),
+    (one_over_trace, r"that is 1/trace\(XᵀX/m\) = 1/Σλ: always stable, but the trace adds up "
+                     r"all 12 curvatures.*about 12 times smaller than 1/L"),
     (lambda X: -one_over_L(X), "must be > 0"),
     (lambda X: "fast", "return a number"),
     (lambda X: None, "returned None"),
@@ -334,7 +342,14 @@ def best_step_torch(curvatures):
     return [2 / (L + mu), (L - mu) / (L + mu)]            # 0-d tensors in a list
 
 
-@pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch])
+def best_step_in_float32(curvatures):
+    lams = np.asarray(curvatures, dtype=np.float32)
+    mu, L = lams.min(), lams.max()
+    return np.float32(2) / (L + mu), (L - mu) / (L + mu)
+
+
+@pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch,
+                                   best_step_in_float32])
 def test_best_step_right_answers_pass(right, solution, capsys):
     check.best_step(solution(NB, "my_best_step"))
     check.best_step(right)
@@ -369,12 +384,15 @@ def plan(batch_size, lr):
     return lambda max_examples, max_steps: {"batch_size": batch_size, "lr": lr}
 
 
-@pytest.mark.parametrize("right", [plan(128, 0.5), plan(256, 0.8)])
-def test_sgd_plan_right_answers_pass(right, solution, capsys):
-    check.sgd_plan(solution(NB, "my_sgd_plan"))
-    check.sgd_plan(right)
+def test_sgd_plan_solution_passes_on_drawn_budgets(solution, capsys):
+    right = solution(NB, "my_sgd_plan")
+    for seed in range(3):
+        check.sgd_plan(right, seed=seed)
     out = capsys.readouterr().out
-    assert out.count("✔ sgd_plan: passed — the lesson's mini-batch SGD") == 2
+    assert out.count("✔ sgd_plan: passed — the lesson's mini-batch SGD") == 3
+
+
+LOOKED_UP = {(8192, 256): {"batch_size": 64, "lr": 0.5}, (16384, 64): {"batch_size": 256, "lr": 1.0}}
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -386,7 +404,26 @@ def test_sgd_plan_right_answers_pass(right, solution, capsys):
     (plan(64, 3.0), "it diverged: exact gradients need γ < 2/L = 1.91"),
     (plan(2048, 0.5), "a whole number of examples from 1 to m = 1,024"),
     (lambda e, s: (64, 0.5), "return a dict"),
+    # issue 26: plans that ignore their inputs — each passed the prompt's two budgets
+    (plan(128, 0.5), r"max_steps = 20.*the same plan, \(128, 0.5\), for all 6 budgets.*a plan "
+                     "must be a function of its inputs"),
+    (plan(256, 0.8), r"the same plan, \(256, 0.8\), for all 6 budgets"),
+    (lambda e, s: LOOKED_UP[(e, s)], r"raised KeyError: \(20480, 20\) for max_examples = "
+                                     "20,480, max_steps = 20, budgets the prompt never showed"),
+    (lambda e, s: LOOKED_UP.get((e, s)), "returned None for max_examples = 20,480"),
 ])
 def test_sgd_plan_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         check.sgd_plan(wrong)
+
+
+# ------------------------------------------------------------ one rule for numbers (issue 26)
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task, name", [
+    ("batch_gradient", "my_batch_gradient"), ("minibatch_sgd_epoch", "my_minibatch_sgd_epoch"),
+    ("adagrad_step", "my_adagrad_step"), ("learning_rate", "my_learning_rate"),
+    ("best_step", "my_best_step"), ("sgd_plan", "my_sgd_plan")])
+def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
+    getattr(check, task)(in_learner_types(solution(NB, name), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out

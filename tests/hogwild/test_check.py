@@ -10,6 +10,7 @@ import torch
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.hogwild import engine
+from tests.learner_types import STYLES, in_learner_types
 
 NB = "03_hogwild"
 IMPORTS = "import math\nimport numpy as np\nimport torch\n"
@@ -172,7 +173,12 @@ def overlap_torch(freq, workers):
     return (workers - 1) * (f @ f)            # a 0-d tensor
 
 
-@pytest.mark.parametrize("right", [overlap_loop, overlap_torch])
+def overlap_in_float32(freq, workers):
+    f = np.asarray(freq, dtype=np.float32)
+    return np.float32(workers - 1) * np.sum(f * f)
+
+
+@pytest.mark.parametrize("right", [overlap_loop, overlap_torch, overlap_in_float32])
 def test_overlap_right_answers_pass(right, solution, capsys):
     check.expected_overlap(solution(NB, "my_expected_overlap"))
     check.expected_overlap(right)
@@ -200,18 +206,40 @@ def plan(workers, epochs, lr):
                                                        "lr": lr}
 
 
+def plan_by_capacity(examples, max_updates_per_worker, max_workers):
+    """All the workers, as many epochs as fit, at a more cautious rate."""
+    epochs = min(6, max_updates_per_worker * max_workers // examples)
+    return {"workers": max_workers, "epochs": epochs, "lr": 0.3}
+
+
 def test_plan_right_answers_pass(solution, capsys):
     check.hogwild_plan(solution(NB, "my_hogwild_plan"))
-    check.hogwild_plan(plan(3, 4, 0.3))                 # a more cautious rate
+    check.hogwild_plan(plan_by_capacity)
+    check.hogwild_plan(solution(NB, "my_hogwild_plan"), seed=2)     # another drawn budget
     out = capsys.readouterr().out
-    assert out.count("✔ hogwild_plan: passed — lock-free on real processes sharing θ") == 2
+    assert out.count("✔ hogwild_plan: passed — lock-free on real processes sharing θ") == 3
+
+
+def divides_only(examples, max_updates_per_worker, max_workers):
+    """Counts a worker's share of an epoch as ⌊examples/workers⌋: right at the prompt's
+    2,000 examples on 3 workers, over budget where the workers do not divide the examples."""
+    epochs = max_updates_per_worker // (examples // max_workers)
+    return {"workers": max_workers, "epochs": epochs, "lr": 0.4}
+
+
+LOOKED_UP = {(2000, 3000, 3): {"workers": 3, "epochs": 4, "lr": 0.4}}
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (plan(3, 4, 0.05), "too small a rate: serial SGD at γ = 0.05 also stops"),
     (plan(3, 4, 3.0), "too large a rate.*hottest feature is in \\d+% of the examples"),
     (plan(3, 1, 0.3), "1 epoch\\(s\\) are not enough at any rate"),
-    (plan(1, 4, 0.3), "each worker would do 8,000 updates, but there is time for 3,000"),
+    (plan(1, 4, 0.3), "busiest worker would do 8,000 updates, but there is time for 3,000"),
+    # issue 26: plans that ignore their inputs — each passes the prompt's budgets
+    (plan(3, 4, 0.3), "the same plan, \\(3, 4, 0.3\\), for all \\d budgets.*must be a "
+                      "function of its inputs"),
+    (lambda e, u, w: LOOKED_UP[(e, u, w)], "raised KeyError.*budgets the prompt never showed"),
+    (divides_only, "integer arithmetic that rounds down is right only when they divide evenly"),
     (plan(4, 4, 0.3), "lends you 3 processes"),
     (plan(3, 2.5, 0.3), "epochs = 2.5: a whole number"),
     (lambda e, u, w: (3, 4, 0.3), "return a dict"),
@@ -229,3 +257,15 @@ def test_reasoning_and_design_reject_the_stub(task, args, define):
                   f"my_{task}")
     with pytest.raises(CheckFailed, match="not implemented yet"):
         getattr(check, task)(stub)
+
+
+# ------------------------------------------------------------------ one rule for numbers (issue 26)
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task, name", [("expected_overlap", "my_expected_overlap"),
+                                        ("hogwild_plan", "my_hogwild_plan")])
+def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
+    """hogwild_update and hogwild_worker return nothing (they write θ in place): no number
+    of theirs to convert."""
+    getattr(check, task)(in_learner_types(solution(NB, name), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out

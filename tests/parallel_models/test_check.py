@@ -9,6 +9,7 @@ import pytest
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.parallel_models import threads
+from tests.learner_types import STYLES, in_learner_types
 
 NB = "02_parallel_models"
 IMPORTS = "import threading\nimport numpy as np\nfrom concurrent.futures import ThreadPoolExecutor\n"
@@ -87,7 +88,65 @@ def my_threaded_sum(x, num_threads):
 """
 
 
-@pytest.mark.parametrize("source", [POOL, CALLER_WORKS_TOO, team(body="partials[t] = float(sum(x[lo:hi]))")])
+SUM_THEN_ADD = """
+TOTAL = 0.0
+def my_threaded_sum(x, num_threads):
+    global TOTAL
+    TOTAL = 0.0
+    n = len(x)
+    def work(t):
+        global TOTAL
+        s = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+        GUARD
+    team = [threading.Thread(target=work, args=(t,)) for t in range(num_threads)]
+    for th in team:
+        th.start()
+    for th in team:
+        th.join()
+    return float(TOTAL)
+"""
+
+# issue 26: each thread sums its block, then `total += s` on a shared global — the check
+# pauses each thread between that read and its write, so the lost update shows every time
+GLOBAL_RACY = SUM_THEN_ADD.replace("GUARD", "TOTAL += s")
+LOCKED_GLOBAL = "LOCK = threading.Lock()\n" + SUM_THEN_ADD.replace(
+    "GUARD", "with LOCK:\n            TOTAL += s")          # a lock made before the check
+
+NONLOCAL = """
+def my_threaded_sum(x, num_threads):
+    total, lock, n = 0.0, threading.Lock(), len(x)
+    def work(t):
+        nonlocal total
+        s = x[t * n // num_threads:(t + 1) * n // num_threads].sum()
+        GUARD
+    team = [threading.Thread(target=work, args=(t,)) for t in range(num_threads)]
+    for th in team:
+        th.start()
+    for th in team:
+        th.join()
+    return total
+"""
+
+POOL_ATTRIBUTE = """
+class Acc:
+    total = 0.0
+def my_threaded_sum(x, num_threads):
+    acc = Acc()
+    def work(block):
+        s = block.sum()
+        acc.total += s
+    with ThreadPoolExecutor(max_workers=num_threads) as pool:
+        list(pool.map(work, np.array_split(x, num_threads)))
+    return acc.total
+"""
+
+JOINED_AFTERWARDS = team(setup="    results = []\n", body="results.append(x[lo:hi].sum())",
+                         result="float(sum(results))")
+
+
+@pytest.mark.parametrize("source", [POOL, CALLER_WORKS_TOO, team(body="partials[t] = float(sum(x[lo:hi]))"),
+                                    NONLOCAL.replace("GUARD", "with lock:\n            total += s"),
+                                    LOCKED_GLOBAL, JOINED_AFTERWARDS])
 def test_threaded_sum_right_answers_pass(source, define, solution, capsys):
     check.threaded_sum(solution(NB, "my_threaded_sum"))
     check.threaded_sum(define(source, "my_threaded_sum"))
@@ -106,6 +165,13 @@ RACY = team(setup="    total = np.zeros(1)\n", body="total[0] += x[lo:hi].sum()"
     (RACY, "lost update"),
     (team(setup="    total = np.zeros(1)\n",
           body="total[0] = total[0] + x[lo:hi].sum()", result="float(total[0])"), "lost update"),
+    (GLOBAL_RACY, "lost update.*paused each thread just before it wrote the global `TOTAL`"),
+    (NONLOCAL.replace("GUARD", "total += s"),
+     "lost update.*wrote `total`, a variable of the enclosing function"),
+    (POOL_ATTRIBUTE, "lost update.*wrote the attribute `.total` of a shared object"),
+    (team(setup="    lock = threading.Lock()\n", body="s = x[lo:hi].sum()\n        with lock:\n"
+          "            old = partials[0]\n        partials[0] = old + s", result="partials[0]"),
+     "lost update.*an element of a shared container"),   # read under the lock, write outside
     (SERIAL, "started 0 thread"),
     (START_JOIN_SAME_LOOP, "each thread was joined before the next one was started"),
     (team(setup="    lock, total = threading.Lock(), np.zeros(1)\n",
@@ -132,10 +198,12 @@ def test_threaded_sum_refuses_the_package_s_parallel_for(define):
 
 def test_threaded_sum_verdicts_are_the_same_20_times(define, solution):
     right, racy = solution(NB, "my_threaded_sum"), define(RACY, "my_threaded_sum")
+    late = define(GLOBAL_RACY, "my_threaded_sum")
     for _ in range(20):
         check.threaded_sum(right)
-        with pytest.raises(CheckFailed, match="lost update"):
-            check.threaded_sum(racy)
+        for wrong in (racy, late):
+            with pytest.raises(CheckFailed, match="lost update"):
+                check.threaded_sum(wrong)
 
 
 # ------------------------------------------------------------------ task 2: next_chunk
@@ -248,7 +316,13 @@ def right_f(n, s):
     return (n / s - 1) / (n - 1)
 
 
-@pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy])
+def amdahl_in_float32(n, speedup, cores):
+    n, s, c = np.float32(n), np.float32(speedup), np.float32(cores)   # float32 all the way
+    f = (n / s - 1) / (n - 1)
+    return f, 1 / (f + (1 - f) / c)
+
+
+@pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy, amdahl_in_float32])
 def test_amdahl_bound_right_answers_pass(right, solution, capsys):
     check.amdahl_bound(solution(NB, "my_amdahl_bound"))
     check.amdahl_bound(right)
@@ -296,10 +370,25 @@ def chunk_with_least_imbalance(costs, num_threads, max_claims, max_imbalance):
     return min(range(smallest, len(costs) + 1), key=imbalance)
 
 
+LOOKED_UP = {(120, 4, 30): 4, (120, 4, 10): 15}     # the prompt's two loops
+
+
+def chunk_from_the_floor(costs, num_threads, max_claims, max_imbalance):
+    """Searches up from ⌊n/max_claims⌋: right for the prompt's loops (120 = 4 × 30 =
+    12 × 10), one claim too many where max_claims does not divide n."""
+    for chunk in range(max(1, len(costs) // max_claims), len(costs) + 1):
+        free_at = [0] * num_threads
+        for lo in range(0, len(costs), chunk):
+            free_at[free_at.index(min(free_at))] += int(costs[lo:lo + chunk].sum())
+        if max(free_at) * num_threads <= max_imbalance * sum(free_at):
+            return chunk
+
+
 def test_dynamic_chunk_right_answers_pass(solution, capsys):
     check.dynamic_chunk(solution(NB, "my_dynamic_chunk"))
     check.dynamic_chunk(chunk_with_least_imbalance)
-    assert capsys.readouterr().out.count("✔ dynamic_chunk: passed — on real threads") == 2
+    check.dynamic_chunk(solution(NB, "my_dynamic_chunk"), seed=4)      # other drawn loops
+    assert capsys.readouterr().out.count("✔ dynamic_chunk: passed — on real threads") == 3
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -310,6 +399,12 @@ def test_dynamic_chunk_right_answers_pass(solution, capsys):
     (lambda costs, t, mc, mi: 20, r"largest chunk costs \d+% of a thread's fair share"),
     (lambda costs, t, mc, mi: 0, "a whole number of iterations from 1 to n = 120"),
     (lambda costs, t, mc, mi: None, "returned None"),
+    # issue 26: chunks that ignore their inputs (no one chunk meets both prompt loops)
+    (lambda costs, t, mc, mi: 15, "chunk 15: .*It returned the same plan, 15, for all 7 budgets"
+                                  ".*a plan must be a function of its inputs"),
+    (chunk_from_the_floor, r"more than max_claims.*is enough only when max_claims divides n"),
+    (lambda costs, t, mc, mi: LOOKED_UP[(len(costs), t, mc)],
+     "raised KeyError.*for a random loop of .* budgets the prompt never showed"),
 ])
 def test_dynamic_chunk_wrong_answers_are_named(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -319,3 +414,15 @@ def test_dynamic_chunk_wrong_answers_are_named(wrong, hint):
 def test_dynamic_chunk_rejects_the_stub(define):
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.dynamic_chunk(define(STUB.format(name="my_dynamic_chunk"), "my_dynamic_chunk"))
+
+
+# ------------------------------------------------------------ one rule for numbers (issue 26)
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task, name", [
+    ("threaded_sum", "my_threaded_sum"), ("next_chunk", "my_next_chunk"),
+    ("amdahl_bound", "my_amdahl_bound"), ("dynamic_chunk", "my_dynamic_chunk")])
+def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
+    """next_chunk returns a range or None: the wrapper leaves them as they are."""
+    getattr(check, task)(in_learner_types(solution(NB, name), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out

@@ -10,6 +10,7 @@ import torch.distributed as dist
 import ddl_lab.welcome
 from ddl_lab import check
 from ddl_lab.check import CheckFailed, _core
+from tests.learner_types import STYLES, in_learner_types
 
 
 @pytest.fixture(autouse=True)
@@ -269,6 +270,12 @@ def total_on_every_rank(tol, per_rank_max, budget):
     return 2, math.ceil(1.645 ** 2 * VAR / tol ** 2)
 
 
+def workers_rounded_down(tol, per_rank_max, budget):
+    total = math.ceil(1.645 ** 2 * VAR / tol ** 2)
+    workers = max(1, total // per_rank_max)         # right only when per_rank_max divides
+    return workers, math.ceil(total / workers)
+
+
 def one_worker_does_it_all(tol, per_rank_max, budget):
     return 1, math.ceil(1.645 ** 2 * VAR / tol ** 2)
 
@@ -277,15 +284,24 @@ def test_plan_solution_and_other_styles_pass(solution, capsys):
     check.pi_plan(solution(NB, "my_pi_plan"))
     check.pi_plan(all_four_workers_at_two_sigma)
     check.pi_plan(with_the_reasoning_task)
+    check.pi_plan(solution(NB, "my_pi_plan"), seed=3)       # other drawn limits
     out = capsys.readouterr().out
-    assert out.count("✔ pi_plan: passed — on real workers") == 3
+    assert out.count("✔ pi_plan: passed — on real workers") == 4
+
+
+LOOKED_UP = {0.02: (2, 6000), 0.01: (3, 16000)}       # the real runs' fixed tolerances
 
 
 @pytest.mark.parametrize("wrong, hint", [
     (stub, "stub is not implemented yet"),
+    # issue 26: plans that ignore their inputs
+    (lambda tol, m, b: (4, 20_000), "the same plan, \\(4, 20000\\), for all \\d budgets.*a plan "
+                                     "must be a function of its inputs"),
+    (lambda tol, m, b: LOOKED_UP[tol], "raised KeyError.*budgets the prompt never showed"),
     (sigma_equals_tol, r"within 0.02 of π in 1\d\d of 200 runs.*about 68 % of the runs"),
     (total_on_every_rank, "over the budget.*on EVERY rank: the all_reduce pools"),
     (one_worker_does_it_all, "a rank can throw at most per_rank_max = 9,100"),
+    (workers_rounded_down, "rounding down is right only when per_rank_max divides the darts"),
     (lambda tol, m, b: (5, 1000), "the lesson's cluster has 4"),
     (lambda tol, m, b: 3, "return a pair \\(workers, darts\\)"),
     (lambda tol, m, b: (2, 0.5), "whole numbers ≥ 1"),
@@ -293,3 +309,14 @@ def test_plan_solution_and_other_styles_pass(solution, capsys):
 def test_plan_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         check.pi_plan(wrong)
+
+
+# ------------------------------------------------------------ one rule for numbers (issue 26)
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task, name", [
+    ("rank", "my_rank"), ("sum_of_ranks", "my_sum_of_ranks"),
+    ("darts_per_rank", "my_darts_per_rank"), ("pi_plan", "my_pi_plan")])
+def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
+    getattr(check, task)(in_learner_types(solution(NB, name), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out
