@@ -8,7 +8,10 @@ ranks, in float32 and float64. Inside each worker the runtime's ``Wiretap`` list
 duration of the call: it counts the bytes this rank sends (every ``dist.send``/``isend``/
 ``batch_isend_irecv`` goes through it, however it was imported), refuses a send/recv buffer
 whose dtype is not the tensor's (gloo would kill the process on the size mismatch), and
-records the built-in collectives called.
+records the built-in collectives called and every message's source and destination: a
+ring sends only to (p+1) % n and receives only from (p−1) % n, and an all-to-all exchange
+(the same 2(n−1)/n·S bytes, every rank talking to every rank) or a star through one rank
+is named as such.
 """
 from __future__ import annotations
 
@@ -186,6 +189,8 @@ def _run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
              and returned.numel() == length else None)
     return {"result": tensor.double().cpu().numpy(), "returned": other,
             "sent": tap.payload["send"], "used": sorted(set(used)),
+            "messages": [(op.op, op.src, op.dst) for op in tap.ops
+                         if op.op in ("send", "recv") and not op.refused],
             "unchanged": bool(torch.equal(tensor, before))}
 
 
@@ -229,7 +234,8 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
                       for k, r in sorted(ratios.items()))
     passed("ring_allreduce", f"exact sums in {len(cases)} cases (2–5 ranks; lengths 0, 1, "
            f"fewer than n, primes, multiples of n or not; float32 and float64); the busiest "
-           f"rank sent {shown}; point-to-point messages only")
+           f"rank sent {shown}; point-to-point messages only, each rank sending only to "
+           "(p+1) % n and receiving only from (p−1) % n")
 
 
 def _judge(got: list[dict], name: str, case: Case, data_seed: int,
@@ -243,6 +249,9 @@ def _judge(got: list[dict], name: str, case: Case, data_seed: int,
         fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): a hand-written "
              "allreduce may use only point-to-point messages (dist.send, dist.recv, "
              "dist.isend, dist.irecv). Build the ring from those.")
+    shape = _shape_fault(got, n)
+    if shape:
+        fail(f"{name} is not a ring ({where}): {shape}")
     expected = sum(_inputs(length, r, dtype, data_seed).double() for r in range(n)).numpy()
     for rank, g in enumerate(got):
         if g["unchanged"] and g["returned"] is not None \
@@ -266,6 +275,45 @@ def _judge(got: list[dict], name: str, case: Case, data_seed: int,
              "whole tensor from rank to rank costs (n−1)·S or more: cut it into n chunks and "
              "send one chunk (S/n bytes) per step, n−1 steps of share-reduce then n−1 steps "
              "of share-only.")
+
+
+def _shape_fault(got: list[dict], n: int) -> str | None:
+    """What the messages' sources and destinations show, if they are not a ring's: each rank
+    p sends only to (p+1) % n and receives only from (p−1) % n (lesson 06 §1)."""
+    if n < 3:                             # with two ranks every pattern is a ring
+        return None
+    links = [(op, s, d) for g in got for op, s, d in g["messages"]]
+    stray = sorted({(s, d) for op, s, d in links if s is not None and d is not None
+                    and not ((op == "send" and d == (s + 1) % n) or
+                             (op == "recv" and s == (d - 1) % n))})
+    anywhere = sorted({d for op, s, d in links if op == "recv" and s is None})
+    if not stray and not anywhere:
+        return None
+    pairs = {(s, d) for op, s, d in links if s is not None and d is not None}
+    hubs = [h for h in range(n) if all(h in pair for pair in pairs)]
+    to = {r: {d for op, s, d in links if op == "send" and s == r} - {r} for r in range(n)}
+    ring = ("A ring's rank p talks only to its two neighbours — sends to (p+1) % n, "
+            "receives from (p−1) % n — so it needs n links, each carrying one chunk per step.")
+    if hubs and len({x for pair in pairs for x in pair}) == n:
+        return (f"every message goes to or from rank {hubs[0]} — a star. Rank {hubs[0]} then "
+                f"sends and receives (n−1)·S bytes, n/2 times what a ring rank moves, and "
+                f"its link carries every byte while the others idle. {ring}")
+    if all(len(to[r]) == n - 1 for r in range(n)):
+        return ("every rank sent messages straight to every other rank — an all-to-all "
+                "exchange (each chunk to the rank that owns it, then the sums straight back). "
+                "It moves the same 2(n−1)/n·S bytes, but it needs a link between every pair "
+                f"of ranks (n(n−1)/2 = {n * (n - 1) // 2}) and each rank's sends of a phase "
+                f"contend for its one link. {ring}")
+    if anywhere:
+        return (f"rank {anywhere[0]} received from any source (src=None): which chunk "
+                f"arrives would then depend on timing. Receive from (p−1) % n by name. {ring}")
+    if all(d == (s - 1) % n for s, d in stray):
+        return (f"it sends to (p−1) % n and receives from (p+1) % n — the ring runs the other "
+                f"way round. The task (and the check's invariant) is the ring of lesson 06: "
+                f"send to the right, (p+1) % n. {ring}")
+    s, d = stray[0]
+    return (f"rank {s} exchanged a message with rank {d} (among {len(stray)} such "
+            f"(from, to) pairs: {stray[:6]}), which is not its neighbour. {ring}")
 
 
 def _failure_message(f: RankFailure, name: str, case: Case | None,
