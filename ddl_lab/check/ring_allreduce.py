@@ -27,7 +27,7 @@ from . import _answers as answers
 from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
-                        returned_none)
+                        returned_none, tolerance)
 from ._formula import formula_cases
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
@@ -93,14 +93,15 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
             fail(returned_none(got, name, "the predicted seconds as a number") or
                  f"{call} returned {got!r}; return the predicted seconds as a number.")
         want = _ring_seconds(n, S, a, b)
-        if math.isclose(value, want, rel_tol=1e-7, abs_tol=1e-18):
+        rel = max(1e-7, tolerance(got))            # a float32 answer: float32's tolerance
+        if math.isclose(value, want, rel_tol=rel, abs_tol=1e-18):
             right.append(f"n = {n}")
             continue
         why = next((msg for msg, f in _COST_MISTAKES.items()
-                    if math.isclose(value, f(n, S, a, b), rel_tol=1e-7, abs_tol=1e-18)), None)
+                    if math.isclose(value, f(n, S, a, b), rel_tol=rel, abs_tol=1e-18)), None)
         if why is None:
             fixed = [k for k in range(1, 65) if k != n
-                     and math.isclose(value, _ring_seconds(k, S, a, b), rel_tol=1e-7)]
+                     and math.isclose(value, _ring_seconds(k, S, a, b), rel_tol=rel)]
             why = (f"that is the cost for n = {fixed[0]} ranks: use the n you are given."
                    + only_right_for(right, f"n = {n}") if fixed else
                    "compare with 2(n−1)·α + 2(n−1)/n · S·β.")
