@@ -68,13 +68,14 @@ def unseen_call(fn: Callable, values: Sequence[Any], call: str) -> Any:
         return call_local(fn, *values)
     except CheckFailed as e:
         error = str(e)
-    fail(f"{error} — for {call}, a budget the prompt does not show: {FUNCTION_OF_INPUTS}.")
+    fail(f"{error} — for {call}, a case the prompt does not show: {FUNCTION_OF_INPUTS}.")
 
 
-def same_for_all(name: str, answers: list[Any]) -> str:
+def same_for_all(name: str, answers: list[Any], what: str = "budget") -> str:
     """' <name> returned X for every budget so far: …' if it did (and there were several),
     else ''."""
     shown = {repr(a) for a in answers}
     if len(answers) < 2 or len(shown) > 1:
         return ""
-    return f" {name} returned {shown.pop():.60} for every budget so far: the answer must follow the budget."
+    return (f" {name} returned {shown.pop():.60} for every {what} so far: the answer must "
+            f"follow the {what}.")

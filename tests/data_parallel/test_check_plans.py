@@ -108,7 +108,7 @@ def test_sync_plan_right_answers_pass(solution, capsys):
     (lambda T, N: 1, "averages 96 times.*the budget is 8"),
     (lambda T, N: 2 * T // N, "used 4 of the 8 allreduces"),
     (lambda T, N: [T * i // N for i in range(N)], "counted from 1"),
-    (plan_looked_up, r"raised KeyError.*a budget the prompt does not show: a plan must be a "
+    (plan_looked_up, r"raised KeyError.*a case the prompt does not show: a plan must be a "
                      r"function of its inputs"),
     (lambda T, N: 20, r"averages 21 times in 425 steps.*not one the prompt shows.*returned 20 "
                       r"for every budget so far"),
