@@ -102,6 +102,14 @@ def runs_for_real(params: dict[str, Any], pieces: int) -> bool:
     return params["n"] <= 4 and params["nbytes"] <= 5_000_000 and pieces <= MAX_PIECES
 
 
+def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
+    """Worker: the package's chain broadcast of ``numel`` numbers in ``pieces`` pieces."""
+    from ddl_lab.message_passing.pipeline import chain_bcast
+    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
+    out = chain_bcast(comm, data, pieces)
+    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
+
+
 def model_time(n: int, numel: int, pieces: int, a: float, b: float, header: int) -> float:
     """The α–β time of ``pieces`` pieces (the largest sets the pace) down n − 1 links."""
     largest = 8 * math.ceil(numel / pieces) + header

@@ -1,8 +1,9 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient over shards, one Pregel superstep of PageRank, the time of a tree gather, and the
-chunking of a pipelined broadcast. Each runs the learner's function on seeded cases (on
-real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
-ranks and several roots, except the tree gather's formula); a failure quotes its case.
+gradient over shards, one Pregel superstep of PageRank, a binomial-tree gather (judged by
+its shape too), the time of a tree gather, and the chunking of a pipelined broadcast. Each
+runs the learner's function on seeded cases (on real worker processes that talk through
+``ddl_lab.message_passing.comm``, with 4 and 3 ranks and several roots, except the tree
+gather's formula); a failure quotes its case.
 
 A receive from ANY_SOURCE may return the messages in any order; on the gather's root
 the check makes it return them latest rank first, so an answer that relies on arrival
@@ -16,14 +17,15 @@ import numpy as np
 
 from . import _core
 from . import _message_passing_costs as costs
+from . import _message_passing_tree as tree
 from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
 from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 
-__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
-           "pipeline_chunks"]
+__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
+           "tree_gather_time", "pipeline_chunks"]
 
 WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 shows
 _PKG = "ddl_lab.message_passing"
@@ -135,6 +137,16 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 def _judge_gather(name: str, got: list, want: list, root: int, n: int,
                   records: list[dict]) -> None:
     __tracebackhide__ = True
+    _judge_gathered(name, got, want, root, n)
+    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
+    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
+        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
+             f"exactly {n - 1}: one from each other rank to the root.")
+
+
+def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None:
+    """Fail unless the root returned every value in rank order and the others None."""
+    __tracebackhide__ = True
     res = got[root]
     if not isinstance(res, (list, tuple)):
         fail(returned_none(res, f"{name} on the root (rank {root})", f"the list of all {n} "
@@ -158,10 +170,6 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int,
         if r != root and v is not None:
             fail(f"rank {r} returned {v!r:.60}; only the root returns the list, every other "
                  "rank returns None (as comm.gather does).")
-    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
-    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
-        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
-             f"exactly {n - 1}: one from each other rank to the root.")
 
 
 # ----------------------------------------------------------------- task 2: scatter
@@ -407,11 +415,36 @@ def _pagerank_one(fn: Callable, case: Any) -> None:
              "'dangling' if there are none.")
 
 
-# ------------------------------------------------------- task 5: a tree gather's time
+# ------------------------------------------------------- task 5: a binomial-tree gather
+
+@task("message_passing")
+def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 5: ``my_tree_gather(comm, value)`` gathers every rank's value on rank 0
+    along the binomial tree: rank r ≠ 0 sends once, to r − 2^k (2^k its lowest set bit),
+    the values of its subtree r … r + 2^k − 1; the root returns them in rank order."""
+    __tracebackhide__ = True
+    name = getattr(my_tree_gather, "__name__", "my_tree_gather")
+
+    def one(case: Any) -> None:
+        n = case.params["n"]
+        values = [_gather_value(r, case.index) for r in range(n)]
+        out, records = _on_workers(my_tree_gather, tree.worker, n, my_tree_gather, values)
+        _only_send_recv(name, records)
+        tree.judge_tree(name, [s for _, s in out], n)
+        _judge_gathered(name, [r for r, _ in out], values, 0, n)
+
+    right = _run_cases(Cases("tree_gather", seed, [{"n": 4}, {"n": 3}], draws=1,
+                             draw=lambda rng: {"n": int(rng.choice(WORLD_SIZES))}), one)
+    passed("tree_gather", f"on {' and '.join(right)}, rank 0 got every value in rank order, "
+           "each other rank sending one message — its whole subtree — to its parent "
+           "r − 2^k in the binomial tree")
+
+
+# ------------------------------------------------------- task 6: a tree gather's time
 
 @task("message_passing")
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
-    """Lesson 04, task 5: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
+    """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
     __tracebackhide__ = True
     cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
@@ -424,18 +457,11 @@ def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
            "terms, not the bytes that reach the root")
 
 
-# ------------------------------------------------ task 6: pipelining a broadcast
-
-def _pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
-    from ddl_lab.message_passing.pipeline import chain_bcast
-    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
-    out = chain_bcast(comm, data, pieces)
-    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
-
+# ------------------------------------------------ task 7: pipelining a broadcast
 
 @task("message_passing")
 def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
-    """Lesson 04, task 6: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
+    """Lesson 04, task 7: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
     real workers; its α–β time, counted from the messages it sent, must be within 10 % of
     the fastest chunking's."""
@@ -462,7 +488,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
         if k <= costs.MAX_PIECES and (not unseen or (real > fixed and
                                                      costs.runs_for_real(case.params, k))):
             real -= unseen                      # the first small unseen machine runs too
-            ok, records = _on_workers(my_pipeline_chunks, _pipeline_worker, n, S // 8, k)
+            ok, records = _on_workers(my_pipeline_chunks, costs.pipeline_worker, n, S // 8, k)
             messages = join_records(records)
             if not all(ok):
                 fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
