@@ -98,9 +98,19 @@ MARGIN = 0.03             # their target: the even spread's worst replica, less 
 
 
 def budget_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A budget the prompt does not show: 24–600 steps, 2 to min(40, steps/4) allreduces."""
-    T = int(rng.integers(24, 601))
+    """A budget the prompt does not show: 24–300 steps, 2 to min(40, steps/4) allreduces."""
+    T = int(rng.integers(24, 301))
     return {"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))}
+
+
+def unseen_budgets(seed: int) -> list[dict[str, Any]]:
+    """DRAWS budgets the prompt does not show, drawn from ``seed``. The first (trained) has a
+    prime number of steps: a period that must divide the steps would waste its budget."""
+    rng = np.random.default_rng([0x5EED, seed])
+    budgets = [budget_draw(rng) for _ in range(DRAWS)]
+    T = budgets[0]["steps"]
+    budgets[0]["steps"] = next(p for p in range(T, 2 * T) if all(p % d for d in range(2, p)))
+    return budgets
 
 
 def even_spread(steps: int, budget: int) -> list[int]:
@@ -163,11 +173,21 @@ def worst_accuracy(results: list) -> float:
     return min(replica_accuracy(WORKLOAD, params) for _, params in results)
 
 
-def unseen_targets(cases: list[dict], references: list) -> None:
-    """Give each trained unseen budget its target: the even spread's worst replica (its run
-    in ``references``), less MARGIN."""
-    for case, reference in zip(cases, references):
-        best = worst_accuracy(reference.results)
+REFERENCES: dict[tuple[int, int], float] = {}   # (steps, budget) -> the even spread's worst
+
+
+def missing_references(cases: list[dict]) -> list[dict]:
+    """The trained unseen budgets whose even-spread run is not known yet in this process."""
+    return [c for c in cases if (c["steps"], c["max_allreduces"]) not in REFERENCES]
+
+
+def unseen_targets(cases: list[dict], missing: list[dict], references: list) -> None:
+    """Record the even-spread runs of ``missing`` (``references``), then give each trained
+    unseen budget its target: the even spread's worst replica, less MARGIN."""
+    for case, reference in zip(missing, references):
+        REFERENCES[case["steps"], case["max_allreduces"]] = worst_accuracy(reference.results)
+    for case in cases:
+        best = REFERENCES[case["steps"], case["max_allreduces"]]
         case["target"] = round(best - MARGIN, 3)
         case["why"] = (f" — a budget the prompt does not show; spreading the "
                        f"{case['max_allreduces']} averagings evenly reaches {best:.1%}")

@@ -472,8 +472,8 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     trained against the even spread of the same budget, less 3 points)."""
     __tracebackhide__ = True
     name = getattr(my_sync_plan, "__name__", "my_sync_plan")
-    cases = [c.params for c in Cases("sync_plan", seed, plans.PLAN_CASES, draws=plans.DRAWS,
-                                     draw=plans.budget_draw)]
+    cases = [c.params for c in Cases("sync_plan", seed,
+                                     plans.PLAN_CASES + plans.unseen_budgets(seed))]
     chosen: list = []
     for i, case in enumerate(cases):
         T, N = case["steps"], case["max_allreduces"]
@@ -489,8 +489,8 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
                               + same_for_all(name, [*chosen, got])) from None
     trained = len(plans.PLAN_CASES) + plans.TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
-    runs += [(c["steps"], plans.even_spread(c["steps"], c["max_allreduces"]))
-             for c in cases[len(plans.PLAN_CASES):trained]]
+    missing = plans.missing_references(cases[len(plans.PLAN_CASES):trained])
+    runs += [(c["steps"], plans.even_spread(c["steps"], c["max_allreduces"])) for c in missing]
     try:
         outcomes = run_cases(plans.plan_run, [(plans.RANKS, r) for r in runs],
                              fn=my_sync_plan, timeout=timeout)
@@ -498,7 +498,7 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
         fail(e.failure.message(name, plans.RANKS))
     if failed := next((o.failure for o in outcomes if o.failure is not None), None):
         fail(failed.message(name, plans.RANKS))
-    plans.unseen_targets(cases[len(plans.PLAN_CASES):], outcomes[trained:])
+    plans.unseen_targets(cases[len(plans.PLAN_CASES):trained], missing, outcomes[trained:])
     shown = []
     for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
         good, text = plans.judge_plan(case, plan, outcome.results)

@@ -110,13 +110,14 @@ def test_sync_plan_right_answers_pass(solution, capsys):
     (lambda T, N: [T * i // N for i in range(N)], "counted from 1"),
     (plan_looked_up, r"raised KeyError.*a case the prompt does not show: a plan must be a "
                      r"function of its inputs"),
-    (lambda T, N: 20, r"averages 21 times in 425 steps.*not one the prompt shows.*returned 20 "
+    (lambda T, N: 20, r"averages \d+ times in \d+ steps.*not one the prompt shows.*returned 20 "
                       r"for every budget so far"),
     (lambda T, N: [12, 24, 36, 48, 60, 72, 84, 96][:N],
-     r"last averaging was after step 72.*after the last step"),
+     r"step 96 does not exist.*not one the prompt shows: a plan must be a function"),
     (lambda T, N: LOOKED_UP.get((T, N), 12), r"averages \d+ times in \d+ steps.*budget is \d+ "
      r"allreduces\. That budget is not one the prompt shows: a plan must be a function"),
-    (plan_by_divisor, r"a budget the prompt does not show.*you used 3 of the 23 allreduces"),
+    (plan_by_divisor, r"\d+ steps, at most \d+ allreduces.*a budget the prompt does not show.*"
+                      r"averaged 1 time.*you used 1 of the \d+ allreduces"),
 ])
 def test_sync_plan_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
