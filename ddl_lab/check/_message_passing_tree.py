@@ -1,13 +1,54 @@
-"""Lesson 04's binomial-tree gather, judged by its shape as well as its result: every
-message the learner's ranks send is recorded with the ranks whose values it carries, and
-the shape must be the tree's — rank r ≠ 0 sends once, to r − 2^k (2^k the lowest set bit
-of r), everything of its subtree r … r + 2^k − 1 in that one message. A flat gather, a
-chain, a tree of another shape or a subtree sent in pieces is named."""
+"""Lesson 04's shaped communication, judged by its shape as well as its result.
+
+The binomial-tree gather: every message the learner's ranks send is recorded with the ranks
+whose values it carries, and the shape must be the tree's — rank r ≠ 0 sends once, to
+r − 2^k (2^k the lowest set bit of r), everything of its subtree r … r + 2^k − 1 in that
+one message. A flat gather, a chain, a tree of another shape or a subtree sent in pieces
+is named. The pipelined chain broadcast: every send and receive is logged in call order,
+and each piece must go down the chain, one message per piece, each forwarded before the
+next arrives. A flat broadcast, store-and-forward and a whole message forwarded at once
+are named."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
+from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG
+
 from ._core import fail
+from ._diagnose import describe_value
+
+
+# ------------------------------------------------------------ gathers
+
+class LatestFirst:
+    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
+    the message of the highest rank not yet received from — an order MPI allows."""
+
+    def __init__(self, comm: Any):
+        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             timeout: float | None = None) -> Any:
+        if source == ANY_SOURCE and tag == ANY_TAG and self._left:
+            source = max(self._left)
+        self._left.discard(source)
+        return self._comm.recv(source, tag, timeout)
+
+
+def gather_value(rank: int, case_index: int) -> dict:
+    rng = np.random.default_rng([case_index, rank])
+    return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
+
+
+def same_values(got: list, want: list) -> bool:
+    return len(got) == len(want) and all(
+        isinstance(g, dict) and g.get("from rank") == w["from rank"]
+        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
 
 
 def lowbit(r: int) -> int:
@@ -96,3 +137,85 @@ def judge_tree(name: str, sends: list, n: int) -> None:
     fault = shape_fault(sends)
     if fault:
         fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
+
+
+# ------------------------------------------------------------ the pipelined chain
+
+class Logged:
+    """The learner's communicator, every send and receive logged in call order as
+    ('send', destination, numbers sent) or ('recv', source, numbers received)."""
+
+    def __init__(self, comm: Any):
+        self._comm, self.log = comm, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self.log.append(("send", int(dest), _numbers(obj)))
+        self._comm.send(obj, dest, tag)
+
+    def recv(self, source: int = -1, tag: int = -1, timeout: float | None = None) -> Any:
+        obj = self._comm.recv(source, tag, timeout)
+        self.log.append(("recv", int(source), _numbers(obj)))
+        return obj
+
+
+def _numbers(obj: Any) -> int:
+    size = getattr(obj, "size", None)
+    if isinstance(size, int):
+        return size
+    if isinstance(obj, (list, tuple)):
+        return sum(_numbers(o) for o in obj)
+    return 1
+
+
+def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any, list]:
+    """Worker: ``fn(comm, data, pieces)`` on a logged communicator (data on rank 0 only)."""
+    logged = Logged(comm)
+    data = np.arange(numel, dtype=np.float64) * 0.5 if comm.rank == 0 else None
+    return fn(logged, data, pieces), logged.log
+
+
+def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
+    """What the logged calls show, if they are not a pipelined chain (None if they are)."""
+    chain = ("Down a chain rank r receives only from r − 1 and sends only to r + 1 (the last "
+             "rank sends nothing), one message per piece, and forwards each piece before it "
+             "receives the next, so all the links work at the same time.")
+    for r, log in enumerate(logs):
+        stray = sorted({peer for op, peer, _ in log if op == "send" and peer != r + 1}
+                       | {peer for op, peer, _ in log if op == "recv" and peer != r - 1})
+        if stray:
+            sent = sorted({peer for op, peer, _ in log if op == "send"})
+            if r == 0 and len(sent) > 1:
+                return (f"rank 0 sent pieces straight to ranks {sent} — a flat broadcast, not "
+                        f"a chain: the root's link carries every copy, (n − 1)·S bytes. {chain}")
+            return f"rank {r} exchanged messages with rank(s) {stray}. {chain}"
+    for r, log in enumerate(logs[:-1]):
+        sends = [k for op, _, k in log if op == "send"]
+        if len(sends) != pieces:
+            return (f"rank {r} sent {len(sends)} message(s) to rank {r + 1} for {pieces} "
+                    f"pieces: forward each piece as its own message. {chain}")
+        ops = [op for op, _, _ in log]
+        if r and ops != ["recv", "send"] * pieces:
+            return (f"rank {r} received {ops.index('send') if 'send' in ops else len(ops)} "
+                    f"pieces before it forwarded the first (its calls: {' '.join(ops[:8])}"
+                    f"{' …' if len(ops) > 8 else ''}) — store and forward: rank {r + 1} waits "
+                    f"for the whole message, and the links work one after another. {chain}")
+    return None
+
+
+def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
+    """Fail with the named fault if the chain broadcast's results or shape are wrong."""
+    __tracebackhide__ = True
+    want = np.arange(numel, dtype=np.float64) * 0.5
+    fault = chain_fault(logs, pieces)
+    if fault:
+        fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
+             f"{numel} numbers): {fault}")
+    for r, got in enumerate(results):
+        arr = np.asarray(got) if got is not None else None
+        if arr is None or arr.shape != want.shape or not np.array_equal(arr, want):
+            fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
+                 "numbers in order: every rank (the root too) returns the whole array, its "
+                 "pieces joined in the order they were cut.")

@@ -1,9 +1,9 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
 gradient over shards, one Pregel superstep of PageRank, a binomial-tree gather (judged by
-its shape too), the time of a tree gather, and the chunking of a pipelined broadcast. Each
-runs the learner's function on seeded cases (on real worker processes that talk through
-``ddl_lab.message_passing.comm``, with 4 and 3 ranks and several roots, except the tree
-gather's formula); a failure quotes its case.
+its shape too), the time of a tree gather, a broadcast pipelined down a chain (its shape
+too), and the chunking of that broadcast. Each runs the learner's function on seeded cases
+(on real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
+ranks and several roots, except the tree gather's formula); a failure quotes its case.
 
 A receive from ANY_SOURCE may return the messages in any order; on the gather's root
 the check makes it return them latest rank first, so an answer that relies on arrival
@@ -22,10 +22,10 @@ from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
 from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
-from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
+from ddl_lab.message_passing.comm import comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
-           "tree_gather_time", "pipeline_chunks"]
+           "tree_gather_time", "chain_bcast", "pipeline_chunks"]
 
 WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 shows
 _PKG = "ddl_lab.message_passing"
@@ -78,38 +78,9 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ task 1: gather
 
-class _LatestFirst:
-    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
-    the message of the highest rank not yet received from — an order MPI allows."""
-
-    def __init__(self, comm: Any):
-        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._comm, name)
-
-    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
-             timeout: float | None = None) -> Any:
-        if source == ANY_SOURCE and tag == ANY_TAG and self._left:
-            source = max(self._left)
-        self._left.discard(source)
-        return self._comm.recv(source, tag, timeout)
-
-
-def _gather_value(rank: int, case_index: int) -> dict:
-    rng = np.random.default_rng([case_index, rank])
-    return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
-
-
 def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
-    mine = comm if comm.rank != root else _LatestFirst(comm)
-    return my_gather(mine, _gather_value(comm.rank, case_index), root)
-
-
-def _same_values(got: list, want: list) -> bool:
-    return len(got) == len(want) and all(
-        isinstance(g, dict) and g.get("from rank") == w["from rank"]
-        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
+    mine = comm if comm.rank != root else tree.LatestFirst(comm)
+    return my_gather(mine, tree.gather_value(comm.rank, case_index), root)
 
 
 @task("message_passing")
@@ -125,7 +96,7 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
         n, root = case.params["n"], case.params["root"]
         got, records = _on_workers(my_gather, _gather_worker, n, my_gather, root, case.index)
         _only_send_recv(name, records)
-        want = [_gather_value(r, case.index) for r in range(n)]
+        want = [tree.gather_value(r, case.index) for r in range(n)]
         _judge_gather(name, got, want, root, n, records)
 
     right = _run_cases(Cases("gather", seed, fixed, draws=1, draw=_root_case), one)
@@ -159,7 +130,7 @@ def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not _same_values(list(res), want):
+    if not tree.same_values(list(res), want):
         if sorted(map(str, senders)) == sorted(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
@@ -427,7 +398,7 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n = case.params["n"]
-        values = [_gather_value(r, case.index) for r in range(n)]
+        values = [tree.gather_value(r, case.index) for r in range(n)]
         out, records = _on_workers(my_tree_gather, tree.worker, n, my_tree_gather, values)
         _only_send_recv(name, records)
         tree.judge_tree(name, [s for _, s in out], n)
@@ -457,11 +428,37 @@ def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
            "terms, not the bytes that reach the root")
 
 
-# ------------------------------------------------ task 7: pipelining a broadcast
+# ------------------------------------------------ task 7: a pipelined chain broadcast
+
+@task("message_passing", refuses=(_PKG, "chain_bcast"))
+def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
+    down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
+    piece before it receives the next; every rank returns the whole array."""
+    __tracebackhide__ = True
+    name = getattr(my_chain_bcast, "__name__", "my_chain_bcast")
+
+    def one(case: Any) -> None:
+        n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
+        out, records = _on_workers(my_chain_bcast, tree.chain_worker, n, my_chain_bcast,
+                                   numel, k)
+        _only_send_recv(name, records)
+        tree.judge_chain(name, [r for r, _ in out], [log for _, log in out], numel, k)
+
+    right = _run_cases(Cases("chain_bcast", seed, [
+        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
+        {"n": 4, "numel": 10, "pieces": 1}], draws=1, draw=lambda rng: {
+            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
+            "pieces": int(rng.integers(2, 9))}), one)
+    passed("chain_bcast", f"on {' and '.join(right)}, every rank got the root's array, each "
+           "link carrying one message per piece, each piece forwarded before the next came")
+
+
+# ------------------------------------------------ task 8: pipelining a broadcast
 
 @task("message_passing")
 def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
-    """Lesson 04, task 7: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
+    """Lesson 04, task 8: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
     real workers; its α–β time, counted from the messages it sent, must be within 10 % of
     the fastest chunking's."""

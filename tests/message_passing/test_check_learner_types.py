@@ -6,9 +6,9 @@ import pytest
 from ddl_lab import check
 from tests.learner_types import STYLES, in_learner_types
 
-# gather, scatter and tree_gather return the values the ranks were given (no number of the
-# learner's own);
-# pagerank_compute writes vertex.value and returns nothing: they hold no numbers to convert.
+# gather, scatter, tree_gather and chain_bcast return the values the ranks were given (no
+# number of the learner's own); pagerank_compute writes vertex.value and returns nothing:
+# they hold no numbers to convert.
 
 
 @pytest.mark.parametrize("style", STYLES)
