@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import fail
 from ._diagnose import describe_value
 
@@ -92,6 +93,30 @@ WORKLOAD, RANKS, BATCH, LR, SKEW = "digits-logreg", 4, 64, 0.5, 1.0
 PLAN_CASES = [{"steps": 96, "max_allreduces": 8, "target": 0.83},
               {"steps": 100, "max_allreduces": 6, "target": 0.80},
               {"steps": 60, "max_allreduces": 3, "target": 0.76}]
+DRAWS, TRAINED = 6, 2     # budgets the prompt does not show; the first TRAINED are trained
+MARGIN = 0.03             # their target: the even spread's worst replica, less 3 points
+
+
+def budget_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A budget the prompt does not show: 24–300 steps, 2 to min(40, steps/4) allreduces."""
+    T = int(rng.integers(24, 301))
+    return {"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))}
+
+
+def unseen_budgets(seed: int) -> list[dict[str, Any]]:
+    """DRAWS budgets the prompt does not show, drawn from ``seed``. The first (trained) has a
+    prime number of steps: a period that must divide the steps would waste its budget."""
+    rng = np.random.default_rng([0x5EED, seed])
+    budgets = [budget_draw(rng) for _ in range(DRAWS)]
+    T = budgets[0]["steps"]
+    budgets[0]["steps"] = next(p for p in range(T, 2 * T) if all(p % d for d in range(2, p)))
+    return budgets
+
+
+def even_spread(steps: int, budget: int) -> list[int]:
+    """The reference plan for a drawn budget: every allreduce, evenly spaced, the last one
+    after the last step."""
+    return sorted({round(steps * (i + 1) / budget) for i in range(budget)})
 
 
 def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
@@ -101,10 +126,12 @@ def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
     if isinstance(got, (bool, np.bool_)) or got is None:
         fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
              "number) or the steps after which to average (a list of step numbers).")
-    if isinstance(got, (int, np.integer)):
-        if got < 1:
-            fail(f"{call} returned H = {got}; the averaging period is at least 1 step.")
-        return _within(int(got), call, steps, budget)
+    if answers.scalar(got) is not None:           # a period H: 12, np.int64(12), 12.0
+        H = answers.whole(got)
+        if H is None or H < 1:
+            fail(f"{call} returned H = {describe_value(got)}; the averaging period is a whole "
+                 "number of steps, at least 1.")
+        return _within(H, call, steps, budget)
     try:
         plan = sorted({int(s) for s in got})
         exact = all(float(s) == int(s) for s in got)
@@ -140,15 +167,40 @@ def plan_run(steps: int, sync: int | list[int]) -> tuple[int, Any]:
     return run.rounds, run.params
 
 
+def worst_accuracy(results: list) -> float:
+    """The worst replica's test accuracy, of each rank's (averagings, parameters)."""
+    from ddl_lab.data_parallel.measure import replica_accuracy
+    return min(replica_accuracy(WORKLOAD, params) for _, params in results)
+
+
+REFERENCES: dict[tuple[int, int], float] = {}   # (steps, budget) -> the even spread's worst
+
+
+def missing_references(cases: list[dict]) -> list[dict]:
+    """The trained unseen budgets whose even-spread run is not known yet in this process."""
+    return [c for c in cases if (c["steps"], c["max_allreduces"]) not in REFERENCES]
+
+
+def unseen_targets(cases: list[dict], missing: list[dict], references: list) -> None:
+    """Record the even-spread runs of ``missing`` (``references``), then give each trained
+    unseen budget its target: the even spread's worst replica, less MARGIN."""
+    for case, reference in zip(missing, references):
+        REFERENCES[case["steps"], case["max_allreduces"]] = worst_accuracy(reference.results)
+    for case in cases:
+        best = REFERENCES[case["steps"], case["max_allreduces"]]
+        case["target"] = round(best - MARGIN, 3)
+        case["why"] = (f" — a budget the prompt does not show; spreading the "
+                       f"{case['max_allreduces']} averagings evenly reaches {best:.1%}")
+
+
 def judge_plan(case: dict, plan: int | list[int], results: list) -> tuple[bool, str]:
     """(True, what the run achieved) if every replica met the target, else (False, what
     went wrong). ``results``: each rank's (averagings, parameters)."""
-    from ddl_lab.data_parallel.measure import replica_accuracy
     T, N, target = (case[k] for k in ("steps", "max_allreduces", "target"))
     rounds = results[0][0]
-    accuracy = min(replica_accuracy(WORKLOAD, params) for _, params in results)
+    accuracy = worst_accuracy(results)
     at = sync_steps(plan, T)
-    where = f"{T} steps, at most {N} allreduces, target {target:.0%}"
+    where = f"{T} steps, at most {N} allreduces, target {target:.0%}" + case.get("why", "")
     times = "1 time" if rounds == 1 else f"{rounds} times"
     ran = (f"{where}: your plan averaged {times} (after steps {at[:6]}"
            f"{'…' if len(at) > 6 else ''}); the worst replica classifies {accuracy:.1%} of "

@@ -85,10 +85,29 @@ PIPE_FIXED = [{"n": 4, "nbytes": 4_000_000, "alpha": 5e-5, "beta": 1e-9},
               {"n": 4, "nbytes": 2_000_000, "alpha": 5e-6, "beta": 4e-10}]
 
 
+DRAWS = 5                # machines the prompt does not show, per call
+REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
+
+
 def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([3, 4])), "nbytes": 8 * int(10 ** rng.uniform(3.5, 5.8)),
+    """A machine the prompt does not show: 3–64 ranks, 25 KB–25 MB, α 3 µs–3 ms."""
+    return {"n": int(rng.choice([3, 4, 5, 8, 16, 32, 64])),
+            "nbytes": 8 * int(10 ** rng.uniform(3.5, 6.5)),
             "alpha": float(10 ** rng.uniform(-5.5, -2.5)),
             "beta": float(10 ** rng.uniform(-10, -8.5))}
+
+
+def runs_for_real(params: dict[str, Any], pieces: int) -> bool:
+    """Small enough to run on the warm cluster in a fraction of a second."""
+    return params["n"] <= 4 and params["nbytes"] <= 5_000_000 and pieces <= MAX_PIECES
+
+
+def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
+    """Worker: the package's chain broadcast of ``numel`` numbers in ``pieces`` pieces."""
+    from ddl_lab.message_passing.pipeline import chain_bcast
+    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
+    out = chain_bcast(comm, data, pieces)
+    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
 
 
 def model_time(n: int, numel: int, pieces: int, a: float, b: float, header: int) -> float:

@@ -80,6 +80,19 @@ BUCKET_CASES = [  # widths of a chain of Linear layers; the α–β machine; bac
      "compute": 3e-9},
 ]
 
+REAL_DRAWS = 1                # drawn cases run on real workers too (n <= 5); the rest: model
+
+
+def bucket_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A network and machine the prompt does not show: 3–8 layers of 8–1024 units, 2–64
+    ranks, α 1 µs–1 ms, β 0.1–10 ns/byte, backward 0.3–10 ns/byte."""
+    layers = int(rng.integers(3, 9))
+    return {"n": int(rng.choice([2, 3, 4, 5, 8, 16, 64])),
+            "widths": [int(2 ** rng.uniform(3, 10)) for _ in range(layers + 1)],
+            "alpha": float(f"{10 ** rng.uniform(-6, -3):.2g}"),
+            "beta": float(f"{10 ** rng.uniform(-10, -8):.2g}"),
+            "compute": float(f"{10 ** rng.uniform(-9.5, -8):.2g}")}
+
 
 def grad_bytes(widths: list[int]) -> list[int]:
     """float32 gradient sizes in the order the backward pass produces them (last layer

@@ -18,10 +18,10 @@ import numpy as np
 from ddl_lab.runtime.worlds import Outcome, WorldFailed
 
 from . import _data_parallel_plans as plans
-from ._core import call_local, fail, passed, run_cases, task
+from ._core import CheckFailed, call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
-from ._formula import formula_cases
+from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
 
@@ -463,30 +463,48 @@ def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
 # --------------------------------------------------------- the averaging plan
 
 @task("data_parallel")
-def sync_plan(my_sync_plan: Callable, timeout: float = 120.0) -> None:
+def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> None:
     """Lesson 05, task 4: ``my_sync_plan(steps, max_allreduces)`` returns an averaging period
     H or the steps after which to average. Local SGD with that plan trains logistic
     regression on 4 real workers with non-IID digit shards; every replica must reach the
-    target test accuracy with at most ``max_allreduces`` averagings."""
+    target test accuracy with at most ``max_allreduces`` averagings — for the prompt's three
+    budgets and for budgets it does not show (drawn per call: each within its budget, two
+    trained against the even spread of the same budget, less 3 points)."""
     __tracebackhide__ = True
     name = getattr(my_sync_plan, "__name__", "my_sync_plan")
-    chosen = []
-    for case in plans.PLAN_CASES:
+    cases = [c.params for c in Cases("sync_plan", seed,
+                                     plans.PLAN_CASES + plans.unseen_budgets(seed))]
+    chosen: list = []
+    for i, case in enumerate(cases):
         T, N = case["steps"], case["max_allreduces"]
         call = f"{name}(steps={T}, max_allreduces={N})"
-        chosen.append(plans.plan_of(call_local(my_sync_plan, T, N), call, T, N))
+        unseen = i >= len(plans.PLAN_CASES)
+        got = unseen_call(my_sync_plan, (T, N), call) if unseen else \
+            call_local(my_sync_plan, T, N)
+        try:
+            chosen.append(plans.plan_of(got, call, T, N))
+        except CheckFailed as e:
+            raise CheckFailed(f"{e}" + (f" That budget is not one the prompt shows: "
+                                        f"{FUNCTION_OF_INPUTS}." if unseen else "")
+                              + same_for_all(name, [*chosen, got])) from None
+    trained = len(plans.PLAN_CASES) + plans.TRAINED
+    runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
+    missing = plans.missing_references(cases[len(plans.PLAN_CASES):trained])
+    runs += [(c["steps"], plans.even_spread(c["steps"], c["max_allreduces"])) for c in missing]
     try:
-        outcomes = run_cases(plans.plan_run, [(plans.RANKS, (c["steps"], p)) for c, p in
-                                              zip(plans.PLAN_CASES, chosen)],
+        outcomes = run_cases(plans.plan_run, [(plans.RANKS, r) for r in runs],
                              fn=my_sync_plan, timeout=timeout)
     except WorldFailed as e:
         fail(e.failure.message(name, plans.RANKS))
+    if failed := next((o.failure for o in outcomes if o.failure is not None), None):
+        fail(failed.message(name, plans.RANKS))
+    plans.unseen_targets(cases[len(plans.PLAN_CASES):trained], missing, outcomes[trained:])
     shown = []
-    for case, plan, outcome in zip(plans.PLAN_CASES, chosen, outcomes):
-        if outcome.failure is not None:
-            fail(outcome.failure.message(name, plans.RANKS))
+    for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
         good, text = plans.judge_plan(case, plan, outcome.results)
         if not good:
-            fail(text)
+            fail(text + same_for_all(name, chosen))
         shown.append(text)
-    passed("sync_plan", "non-IID digits on 4 real workers: " + "; ".join(shown))
+    passed("sync_plan", "non-IID digits on 4 real workers: " + "; ".join(shown)
+           + f"; and {len(cases) - len(plans.PLAN_CASES) - plans.TRAINED} more unseen budgets "
+           "kept")

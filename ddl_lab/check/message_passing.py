@@ -1,7 +1,8 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient over shards, one Pregel superstep of PageRank, the time of a tree gather, and the
-chunking of a pipelined broadcast. Each runs the learner's function on seeded cases (on
-real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
+gradient over shards, one Pregel superstep of PageRank, a binomial-tree gather (judged by
+its shape too), the time of a tree gather, a broadcast pipelined down a chain (its shape
+too), and the chunking of that broadcast. Each runs the learner's function on seeded cases
+(on real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
 ranks and several roots, except the tree gather's formula); a failure quotes its case.
 
 A receive from ANY_SOURCE may return the messages in any order; on the gather's root
@@ -16,14 +17,15 @@ import numpy as np
 
 from . import _core
 from . import _message_passing_costs as costs
+from . import _message_passing_tree as tree
 from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
-from ._formula import formula_cases
-from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
+from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
+from ddl_lab.message_passing.comm import comm_main
 
-__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather_time",
-           "pipeline_chunks"]
+__all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
+           "tree_gather_time", "chain_bcast", "pipeline_chunks"]
 
 WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 shows
 _PKG = "ddl_lab.message_passing"
@@ -76,38 +78,9 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ task 1: gather
 
-class _LatestFirst:
-    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
-    the message of the highest rank not yet received from — an order MPI allows."""
-
-    def __init__(self, comm: Any):
-        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._comm, name)
-
-    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
-             timeout: float | None = None) -> Any:
-        if source == ANY_SOURCE and tag == ANY_TAG and self._left:
-            source = max(self._left)
-        self._left.discard(source)
-        return self._comm.recv(source, tag, timeout)
-
-
-def _gather_value(rank: int, case_index: int) -> dict:
-    rng = np.random.default_rng([case_index, rank])
-    return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
-
-
 def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
-    mine = comm if comm.rank != root else _LatestFirst(comm)
-    return my_gather(mine, _gather_value(comm.rank, case_index), root)
-
-
-def _same_values(got: list, want: list) -> bool:
-    return len(got) == len(want) and all(
-        isinstance(g, dict) and g.get("from rank") == w["from rank"]
-        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
+    mine = comm if comm.rank != root else tree.LatestFirst(comm)
+    return my_gather(mine, tree.gather_value(comm.rank, case_index), root)
 
 
 @task("message_passing")
@@ -123,7 +96,7 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
         n, root = case.params["n"], case.params["root"]
         got, records = _on_workers(my_gather, _gather_worker, n, my_gather, root, case.index)
         _only_send_recv(name, records)
-        want = [_gather_value(r, case.index) for r in range(n)]
+        want = [tree.gather_value(r, case.index) for r in range(n)]
         _judge_gather(name, got, want, root, n, records)
 
     right = _run_cases(Cases("gather", seed, fixed, draws=1, draw=_root_case), one)
@@ -134,6 +107,16 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 
 def _judge_gather(name: str, got: list, want: list, root: int, n: int,
                   records: list[dict]) -> None:
+    __tracebackhide__ = True
+    _judge_gathered(name, got, want, root, n)
+    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
+    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
+        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
+             f"exactly {n - 1}: one from each other rank to the root.")
+
+
+def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None:
+    """Fail unless the root returned every value in rank order and the others None."""
     __tracebackhide__ = True
     res = got[root]
     if not isinstance(res, (list, tuple)):
@@ -147,7 +130,7 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int,
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not _same_values(list(res), want):
+    if not tree.same_values(list(res), want):
         if sorted(map(str, senders)) == sorted(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
@@ -158,10 +141,6 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int,
         if r != root and v is not None:
             fail(f"rank {r} returned {v!r:.60}; only the root returns the list, every other "
                  "rank returns None (as comm.gather does).")
-    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
-    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
-        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
-             f"exactly {n - 1}: one from each other rank to the root.")
 
 
 # ----------------------------------------------------------------- task 2: scatter
@@ -407,11 +386,36 @@ def _pagerank_one(fn: Callable, case: Any) -> None:
              "'dangling' if there are none.")
 
 
-# ------------------------------------------------------- task 5: a tree gather's time
+# ------------------------------------------------------- task 5: a binomial-tree gather
+
+@task("message_passing")
+def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 5: ``my_tree_gather(comm, value)`` gathers every rank's value on rank 0
+    along the binomial tree: rank r ≠ 0 sends once, to r − 2^k (2^k its lowest set bit),
+    the values of its subtree r … r + 2^k − 1; the root returns them in rank order."""
+    __tracebackhide__ = True
+    name = getattr(my_tree_gather, "__name__", "my_tree_gather")
+
+    def one(case: Any) -> None:
+        n = case.params["n"]
+        values = [tree.gather_value(r, case.index) for r in range(n)]
+        out, records = _on_workers(my_tree_gather, tree.worker, n, my_tree_gather, values)
+        _only_send_recv(name, records)
+        tree.judge_tree(name, [s for _, s in out], n)
+        _judge_gathered(name, [r for r, _ in out], values, 0, n)
+
+    right = _run_cases(Cases("tree_gather", seed, [{"n": 4}, {"n": 3}], draws=1,
+                             draw=lambda rng: {"n": int(rng.choice(WORLD_SIZES))}), one)
+    passed("tree_gather", f"on {' and '.join(right)}, rank 0 got every value in rank order, "
+           "each other rank sending one message — its whole subtree — to its parent "
+           "r − 2^k in the binomial tree")
+
+
+# ------------------------------------------------------- task 6: a tree gather's time
 
 @task("message_passing")
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
-    """Lesson 04, task 5: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
+    """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
     __tracebackhide__ = True
     cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
@@ -424,18 +428,37 @@ def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
            "terms, not the bytes that reach the root")
 
 
-# ------------------------------------------------ task 6: pipelining a broadcast
+# ------------------------------------------------ task 7: a pipelined chain broadcast
 
-def _pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
-    from ddl_lab.message_passing.pipeline import chain_bcast
-    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
-    out = chain_bcast(comm, data, pieces)
-    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
+@task("message_passing", refuses=(_PKG, "chain_bcast"))
+def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
+    """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
+    down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
+    piece before it receives the next; every rank returns the whole array."""
+    __tracebackhide__ = True
+    name = getattr(my_chain_bcast, "__name__", "my_chain_bcast")
 
+    def one(case: Any) -> None:
+        n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
+        out, records = _on_workers(my_chain_bcast, tree.chain_worker, n, my_chain_bcast,
+                                   numel, k)
+        _only_send_recv(name, records)
+        tree.judge_chain(name, [r for r, _ in out], [log for _, log in out], numel, k)
+
+    right = _run_cases(Cases("chain_bcast", seed, [
+        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
+        {"n": 4, "numel": 10, "pieces": 1}], draws=1, draw=lambda rng: {
+            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
+            "pieces": int(rng.integers(2, 9))}), one)
+    passed("chain_bcast", f"on {' and '.join(right)}, every rank got the root's array, each "
+           "link carrying one message per piece, each piece forwarded before the next came")
+
+
+# ------------------------------------------------ task 8: pipelining a broadcast
 
 @task("message_passing")
 def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
-    """Lesson 04, task 6: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
+    """Lesson 04, task 8: ``my_pipeline_chunks(n, nbytes, alpha, beta)`` chooses how many
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
     real workers; its α–β time, counted from the messages it sent, must be within 10 % of
     the fastest chunking's."""
@@ -445,17 +468,24 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     from ddl_lab.message_passing.wire import encode
     name = getattr(my_pipeline_chunks, "__name__", "my_pipeline_chunks")
     header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
-    cases = Cases("pipeline_chunks", seed, costs.PIPE_FIXED, draws=1, draw=costs.pipe_draw)
+    cases = Cases("pipeline_chunks", seed, costs.PIPE_FIXED, draws=costs.DRAWS,
+                  draw=costs.pipe_draw)
+    fixed, real = len(costs.PIPE_FIXED), len(costs.PIPE_FIXED) + costs.REAL_DRAWS
     shown: list[str] = []
     answers: list[int] = []
     for case in cases:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
         call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
-        k = costs.pieces_of(call_local(my_pipeline_chunks, n, S, a, b), name, call, S // 8)
+        unseen = case.index >= fixed
+        got = (unseen_call(my_pipeline_chunks, (n, S, a, b), call) if unseen
+               else call_local(my_pipeline_chunks, n, S, a, b))
+        k = costs.pieces_of(got, name, call, S // 8)
         answers.append(k)
         t, sent = None, (n - 1) * k
-        if k <= costs.MAX_PIECES:
-            ok, records = _on_workers(my_pipeline_chunks, _pipeline_worker, n, S // 8, k)
+        if k <= costs.MAX_PIECES and (not unseen or (real > fixed and
+                                                     costs.runs_for_real(case.params, k))):
+            real -= unseen                      # the first small unseen machine runs too
+            ok, records = _on_workers(my_pipeline_chunks, costs.pipeline_worker, n, S // 8, k)
             messages = join_records(records)
             if not all(ok):
                 fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
@@ -463,11 +493,12 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
             t, sent = chain_time(messages, a, b), len(messages)
         good, text = costs.judge_pipeline(case, k, t, sent, header)
         if not good:
-            same = (f" {name} returned {k} for every machine so far: the best number of pieces "
-                    "depends on n, S, α and β." if len(answers) > 1 and len(set(answers)) == 1
-                    else "")
-            fail(f"{call}: {text} ({case}){same}")
-        shown.append(text)
-    passed("pipeline_chunks", "; ".join(shown) + f" — within {costs.TARGET - 1:.0%} of the "
-           "fastest chunking each time, the time modelled (α–β, not a clock) from the "
-           "messages the real workers sent")
+            note = (f" — a machine the prompt does not show: {FUNCTION_OF_INPUTS}."
+                    if unseen else "")
+            fail(f"{call}: {text} ({case}){note}" + same_for_all(name, answers, "machine"))
+        if not unseen:
+            shown.append(text)
+    passed("pipeline_chunks", "; ".join(shown) + f"; and {costs.DRAWS} machines the prompt "
+           f"does not show (3–64 ranks) — within {costs.TARGET - 1:.0%} of the fastest "
+           "chunking each time, the time modelled (α–β, not a clock) from the messages the "
+           "real workers sent")

@@ -73,11 +73,20 @@ def pieces_by_search(n, nbytes, alpha, beta):
     return min(range(1, 2000), key=lambda k: (n - 2 + k) * (alpha + nbytes / k * beta))
 
 
+PROMPT_MACHINES = {(4, 4_000_000): 13, (3, 262_144): 1, (4, 2_000_000): 18}
+
+
+def pieces_looked_up(n, nbytes, alpha, beta):
+    """The prompt's machines, each found by trial at the prompt and kept in a table."""
+    return PROMPT_MACHINES[(n, nbytes)]
+
+
 def test_pipeline_chunks_right_answers_pass(solution, capsys):
     check.pipeline_chunks(solution(NB, "my_pipeline_chunks"))
     check.pipeline_chunks(pieces_by_search)
+    check.pipeline_chunks(pieces_by_search, seed=11)
     out = capsys.readouterr().out
-    assert out.count("✔ pipeline_chunks: passed") == 2
+    assert out.count("✔ pipeline_chunks: passed") == 3 and "machines the prompt does not show" in out
     assert "messages" in out and "fastest" in out
 
 
@@ -89,6 +98,10 @@ def test_pipeline_chunks_right_answers_pass(solution, capsys):
     (lambda n, S, a, b: math.sqrt((n - 2) * S * b / a), "whole number"),
     (lambda n, S, a, b: S // 8, "not run: the α–β model alone rules it out"),
     (lambda n, S, a, b: S, "has only"),
+    (pieces_looked_up, r"raised KeyError.*a case the prompt does not show: a plan must be a "
+                       r"function of its inputs"),
+    (lambda n, S, a, b: PROMPT_MACHINES.get((n, S), 13),
+     r"a machine the prompt does not show: a plan must be a function of its inputs"),
 ])
 def test_pipeline_chunks_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):

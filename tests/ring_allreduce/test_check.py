@@ -101,6 +101,101 @@ def ring_batched(tensor):
     return tensor
 
 
+def ring_by_parity(tensor):
+    """Another right style: blocking send/recv, even ranks send first, odd ranks receive
+    first (no isend), so the ring never deadlocks."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(tensor, n)
+
+    def step(out, buf):
+        if rank % 2 == 0:
+            dist.send(out, (rank + 1) % n)
+            dist.recv(buf, (rank - 1) % n)
+        else:
+            dist.recv(buf, (rank - 1) % n)
+            dist.send(out, (rank + 1) % n)
+    for s in range(n - 1):
+        into = chunks[(rank - s - 1) % n]
+        buf = torch.empty_like(into)
+        step(chunks[(rank - s) % n], buf)
+        into += buf
+    for s in range(n - 1):
+        into = chunks[(rank - s) % n]
+        buf = torch.empty_like(into)
+        step(chunks[(rank + 1 - s) % n], buf)
+        into.copy_(buf)
+
+
+def all_to_all_by_hand(tensor):
+    """Not a ring: every rank sends chunk c straight to rank c, which sums the n pieces and
+    sends the sum straight back to everyone — the ring's 2(n−1)/n·S bytes, every pair linked."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(tensor, n)
+    mine = chunks[rank]
+    bufs = {r: torch.empty_like(mine) for r in range(n) if r != rank}
+    works = [dist.isend(chunks[r], r) for r in range(n) if r != rank]
+    works += [dist.irecv(b, r) for r, b in bufs.items()]
+    for w in works:
+        w.wait()
+    for b in bufs.values():
+        mine += b
+    works = [dist.isend(mine, r) for r in range(n) if r != rank]
+    works += [dist.irecv(chunks[r], r) for r in range(n) if r != rank]
+    for w in works:
+        w.wait()
+    return tensor
+
+
+def star_through_rank_0(tensor):
+    """Not a ring: chunk by chunk, everything goes to rank 0, which sums and sends back."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    for chunk in torch.tensor_split(tensor, n):
+        if rank == 0:
+            for r in range(1, n):
+                buf = torch.empty_like(chunk)
+                dist.recv(buf, r)
+                chunk += buf
+            for r in range(1, n):
+                dist.send(chunk, r)
+        else:
+            dist.send(chunk, 0)
+            dist.recv(chunk, 0)
+    return tensor
+
+
+def ring_the_other_way(tensor):
+    """A ring in the other direction: sends to (p−1) % n."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(tensor, n)
+    for s in range(2 * (n - 1)):
+        out, into = chunks[(rank + s) % n], chunks[(rank + s + 1) % n]
+        buf = torch.empty_like(into)
+        w = dist.isend(out, (rank - 1) % n)
+        dist.recv(buf, (rank + 1) % n)
+        w.wait()
+        if s < n - 1:
+            into += buf
+        else:
+            into.copy_(buf)
+
+
+def ring_from_any_source(tensor):
+    """A ring whose receives name no source."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(tensor, n)
+    for s in range(2 * (n - 1)):
+        k = (rank - s) % n if s < n - 1 else (rank + 1 - s) % n
+        into = chunks[(k - 1) % n]
+        buf = torch.empty_like(into)
+        w = dist.isend(chunks[k], (rank + 1) % n)
+        dist.recv(buf)
+        w.wait()
+        if s < n - 1:
+            into += buf
+        else:
+            into.copy_(buf)
+
+
 def _ring(tensor, split, n=None, buffer=torch.empty_like, add_in_share=False):
     n = n or dist.get_world_size()
     rank = dist.get_rank()
@@ -198,8 +293,9 @@ def test_right_rings_pass(solution, capsys):
     check.ring_allreduce(solution("06_ring_allreduce", "my_ring_allreduce"))
     check.ring_allreduce(ring_loop_bounds)
     check.ring_allreduce(ring_batched)
+    check.ring_allreduce(ring_by_parity)
     out = capsys.readouterr().out
-    assert out.count("✔ ring_allreduce: passed") == 3 and "1.600·S on 5 ranks" in out
+    assert out.count("✔ ring_allreduce: passed") == 4 and "1.600·S on 5 ranks" in out
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -214,6 +310,10 @@ def test_right_rings_pass(solution, capsys):
     (uses_builtin, r"called dist\.all_reduce.*point-to-point"),
     (builtin_on_a_group_of_its_own, r"dist\.new_group was called: the ring runs on the group"),
     (whole_tensor_ring, r"not bandwidth-optimal.*3\.00·S.*1\.50·S"),
+    (all_to_all_by_hand, r"not a ring.*an all-to-all exchange.*same 2\(n−1\)/n·S bytes"),
+    (star_through_rank_0, r"not a ring.*to or from rank 0 — a star"),
+    (ring_the_other_way, r"not a ring.*runs the other way"),
+    (ring_from_any_source, r"not a ring.*received from any source"),
 ])
 def test_ring_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
