@@ -92,11 +92,11 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
     for case in cases:
         d, k = case.params["d"], case.params["k"]
         out = call_local(my_strom_bytes, d, k)
-        if isinstance(out, (bool, np.bool_)) or not isinstance(out, (int, float, np.number)):
+        if answers.scalar(out) is None:
             fail(returned_none(out, name, "a number of bytes") or
                  f"{name}({d}, {k}) returned {describe_value(out)}; return a number of bytes "
                  f"({case}).")
-        got.append(float(out))
+        got.append(answers.scalar(out))              # a whole number: exact in float32 too
     for case, g in zip(cases, got):
         d, k = case.params["d"], case.params["k"]
         want = _message(d, k)
@@ -163,6 +163,28 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     return result.final_accuracy, result.update_bytes, result.fp32_bytes
 
 
+_SHOWN = [{"scale": 1.0}, {"scale": 16.0}]          # the scales the prompt names
+
+
+def _ask(fn: Callable, base: torch.Tensor, case: Any, name: str) -> Any:
+    """The learner's plan for the sample gradient at this case's scale; a plan that fails only
+    at a scale the prompt does not name is named as a table of the prompt's scales."""
+    __tracebackhide__ = True
+    c = case.params["scale"]
+    try:
+        out = fn((base * c).clone())
+    except Exception as e:                         # noqa: BLE001 — worded below or by call_local
+        if case.params in _SHOWN or not isinstance(e, LookupError):
+            return call_local(fn, (base * c).clone())
+        out = e
+    if case.params not in _SHOWN and (out is None or isinstance(out, LookupError)):
+        what = "returned None" if out is None else f"raised {type(out).__name__}: {out}"
+        fail(f"for {_scale_words(c)} (gradients ×{c:g}, a scale the prompt does not name) "
+             f"{name} {what}. τ must be a function of the sample gradient it is given, not a "
+             f"table of the prompt's cases: the check draws other scales. ({case})")
+    return out
+
+
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
     __tracebackhide__ = True
     if problem := answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
@@ -188,13 +210,9 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     gradients c× larger sends exactly what τ/c sends on the lesson's, so that is what trains."""
     __tracebackhide__ = True
     name = getattr(my_strom_plan, "__name__", "your function")
-    cases = list(Cases("strom_plan", seed, [{"scale": 1.0}, {"scale": 16.0}], draws=1,
-                       draw=_scale_draw))
+    cases = list(Cases("strom_plan", seed, _SHOWN, draws=3, draw=_scale_draw))
     base = sample_gradient()
-    plans = []
-    for case in cases:
-        c = case.params["scale"]
-        plans.append(_strom_choice(call_local(my_strom_plan, (base * c).clone()), name, case))
+    plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in cases]
     try:
         fp32_acc, _, fp32_bytes = _trained(None, False)
         results = []

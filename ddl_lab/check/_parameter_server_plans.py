@@ -139,7 +139,22 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
 PLAN_REPLICAS = 4
 PLAN_TARGET = 0.5           # training loss the plan must reach
 PLAN_CASES = [{"steps": 120, "budget": 120}, {"steps": 120, "budget": 60},
-              {"steps": 120, "budget": 40}]
+              {"steps": 120, "budget": 40}]          # the budgets the prompt's example names
+
+
+def _budget_draw(rng: np.random.Generator, tight: bool = False) -> dict[str, Any]:
+    """Steps and a budget the prompt never shows: steps/4 to 2·steps messages per replica,
+    or (``tight``) steps/8 to steps/5 — tighter than any the prompt names."""
+    steps = int(rng.choice([30, 45, 77, 150, 250, 401, 1000]))
+    low, high = (math.ceil(steps / 8), math.ceil(steps / 5)) if tight else \
+        (math.ceil(steps / 4), 2 * steps + 1)
+    return {"steps": steps, "budget": int(rng.integers(low, high))}
+
+
+def _real_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A case run for real: 160 to 240 steps, a tight budget that rarely divides 2·steps."""
+    steps = int(rng.choice([160, 200, 240]))
+    return {"steps": steps, "budget": int(rng.integers(steps // 4, steps // 2))}
 
 
 def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
@@ -157,9 +172,30 @@ def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
              f"are numbers of steps, whole numbers ≥ 1 ({case}).")
-    if not isinstance(lr, (int, float, np.number)) or not 0 < float(lr) < math.inf:
-        fail(f"{name} chose lr = {lr!r}: a learning rate is a positive number ({case}).")
-    return n_fetch, n_push, float(lr)
+    lr = answers.scalar(lr)
+    if lr is None or not 0 < lr < math.inf:
+        fail(f"{name} chose lr = {describe_value(out['lr'])}: a learning rate is a positive "
+             f"number ({case}).")
+    return n_fetch, n_push, lr
+
+
+def _ask(fn: Callable, name: str, case: Any, shown: bool) -> Any:
+    """The learner's plan for one case; a plan that fails only for a budget the prompt does
+    not show is named as a table of the prompt's budgets."""
+    __tracebackhide__ = True
+    steps, budget = case.params["steps"], case.params["budget"]
+    try:
+        out = fn(steps, budget)
+    except Exception as e:                         # noqa: BLE001 — worded below or by call_local
+        if shown or not isinstance(e, LookupError):
+            return call_local(fn, steps, budget)
+        out = e
+    if not shown and (out is None or isinstance(out, LookupError)):
+        what = "returned None" if out is None else f"raised {type(out).__name__}: {out}"
+        fail(f"{name}({steps}, {budget}) {what} — for a budget the prompt does not show. The "
+             "plan must be a function of its inputs (steps, budget), not a table of the "
+             f"prompt's budgets: the check draws others. ({case})")
+    return out
 
 
 def _downpour(_: Callable, steps: int, n_fetch: int, n_push: int, lr: float) -> tuple:
@@ -178,45 +214,82 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
     """Lesson 07, design: ``my_downpour_plan(steps, budget)`` returns {n_fetch, n_push, lr}
     for 4 asynchronous Downpour replicas of ``steps`` steps each, SGD on 2 shards, such that
     each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
-    ends at or below 0.5. Each plan runs on real shard and replica processes."""
+    ends at or below 0.5. The check asks for plans at budgets it draws (their messages
+    counted) and runs the tightest prompt budget and one drawn one on real processes."""
     __tracebackhide__ = True
     name = getattr(my_downpour_plan, "__name__", "your function")
-    cases = list(Cases("downpour_plan", seed, PLAN_CASES))
-    plans = [_plan(call_local(my_downpour_plan, c.params["steps"], c.params["budget"]), name, c)
-             for c in cases]
+    draws = iter([_budget_draw] * 6 + [lambda rng: _budget_draw(rng, tight=True)] * 2
+                 + [_real_draw])                              # the last one runs for real
+    cases = list(Cases("downpour_plan", seed, PLAN_CASES, draws=9,
+                       draw=lambda rng: next(draws)(rng)))
+    plans = [_plan(_ask(my_downpour_plan, name, c, i < len(PLAN_CASES)), name, c)
+             for i, c in enumerate(cases)]
+    for i, (case, (n_fetch, n_push, lr)) in enumerate(zip(cases, plans)):
+        steps, budget = case.params["steps"], case.params["budget"]
+        pulls, pushes = _messages(steps, n_fetch, n_push)
+        if pulls + pushes > budget:
+            fail(f"{_chose(name, case, n_fetch, n_push, lr)}: each replica sends ⌈steps/n_fetch⌉ "
+                 f"+ ⌈steps/n_push⌉ = {pulls} + {pushes} = {pulls + pushes} messages, over "
+                 f"the budget of {budget}"
+                 + ("" if i < len(PLAN_CASES) else " (a budget the prompt does not show)")
+                 + ". " + _over_budget_hint(steps, budget, n_fetch, n_push, plans) + f" ({case})")
     done = []
-    for case, (n_fetch, n_push, lr) in zip(cases, plans):
+    for case, (n_fetch, n_push, lr) in ((cases[i], plans[i]) for i in (2, -1)):
         steps, budget = case.params["steps"], case.params["budget"]
         loss, pulls, pushes = real(_downpour, my_downpour_plan, steps, n_fetch, n_push, lr)
-        chose = f"{name}({steps}, {budget}) chose n_fetch = {n_fetch}, n_push = {n_push}, lr = {lr:g}"
+        chose = _chose(name, case, n_fetch, n_push, lr)
         if pulls + pushes > budget:
-            fail(f"{chose}: each replica sent {pulls:g} pulls + {pushes:g} pushes = "
-                 f"{pulls + pushes:g} messages, over the budget of {budget}. "
-                 + _over_budget_hint(steps, budget, n_fetch, n_push) + f" ({case})")
+            fail(f"{chose}: on the real run each replica sent {pulls:g} pulls + {pushes:g} "
+                 f"pushes = {pulls + pushes:g} messages, over the budget of {budget} ({case})")
         if not loss <= PLAN_TARGET:
             fail(f"{chose}: the training loss ended at {loss:.3g}, above the target "
-                 f"{PLAN_TARGET:g}. " + _loss_hint(loss, lr, n_push) + f" ({case})")
-        done.append(f"{budget} messages: {pulls + pushes:g} sent, loss {loss:.2f}")
-    passed("downpour_plan", f"on real shards and 4 replicas of {cases[0].params['steps']} steps "
-           f"each — {'; '.join(done)}")
+                 f"{PLAN_TARGET:g}. " + _loss_hint(loss, lr, n_push)
+                 + (f" {_CONSTANT}" if len(set(plans)) == 1 else "") + f" ({case})")
+        done.append(f"{steps} steps, {budget} messages: {pulls + pushes:g} sent, loss {loss:.2f}")
+    steps = sorted({c.params["steps"] for c in cases})
+    passed("downpour_plan", f"within budget on {len(cases)} (steps, budget) pairs ({steps[0]} to "
+           f"{steps[-1]} steps, budgets of steps/8 to 2·steps messages); on real shards and 4 "
+           f"replicas — {'; '.join(done)}")
 
 
-def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int) -> str:
+_CONSTANT = ("Your function returned the same plan for every steps and budget the check drew: "
+             "the plan must be a function of its inputs, its intervals growing as the budget "
+             "per step shrinks.")
+
+
+def _chose(name: str, case: Any, n_fetch: int, n_push: int, lr: float) -> str:
+    steps, budget = case.params["steps"], case.params["budget"]
+    return f"{name}({steps}, {budget}) chose n_fetch = {n_fetch}, n_push = {n_push}, lr = {lr:g}"
+
+
+def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int,
+                      plans: list[tuple[int, int, float]]) -> str:
     pulls, pushes = _messages(steps, n_fetch, n_push)
-    if max(n_fetch, n_push) <= math.ceil(steps / budget):
-        return ("Pulls count as well as pushes: with n steps between them, a replica sends "
-                "steps/n_fetch + steps/n_push messages.")
-    if pulls >= budget:
-        return (f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less "
+    constant = len(set(plans)) == 1
+    if n_fetch == n_push == (2 * steps) // budget and 2 * steps % budget:
+        hint = (f"2·steps/budget = {2 * steps / budget:.4g} was rounded DOWN to {n_fetch}: when "
+                "the budget does not divide 2·steps, the shorter interval sends too many "
+                "messages — round the interval up.")
+    elif n_fetch == n_push == math.ceil(2 * steps / budget) and budget % 2:
+        hint = (f"With an odd budget ({budget}) the pulls and the pushes cannot each have half "
+                "of it: equal intervals send an even number of messages, ⌈steps/k⌉ of each.")
+    elif pulls >= budget > pushes:
+        hint = (f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less "
                 "often too — a fetch is a message as much as a push is.")
-    return (f"A replica sends ⌈steps/n_fetch⌉ + ⌈steps/n_push⌉ = {pulls} + {pushes} messages; "
-            "choose larger intervals.")
+    elif math.ceil(steps / budget) in (n_fetch, n_push):        # only one kind budgeted
+        hint = ("Pulls count as well as pushes: with n steps between them, a replica sends "
+                "steps/n_fetch + steps/n_push messages.")
+    else:
+        hint = "" if constant else "Choose larger intervals."
+    return " ".join(h for h in (hint, _CONSTANT if constant else "") if h)
 
 
 def _loss_hint(loss: float, lr: float, n_push: int) -> str:
-    if not np.isfinite(loss) or loss > 2.0:
-        return (f"The run diverged: a push carries the SUM of the {n_push} gradients computed "
-                f"since the last one, so the shards step {n_push} × lr = {n_push * lr:.3g} at "
+    step = n_push * lr
+    if not np.isfinite(loss) or loss > 2.0 or step > 0.6:
+        return (("The run diverged" if not np.isfinite(loss) or loss > 2.0 else
+                 "The run was unstable") + f": a push carries the SUM of the {n_push} gradients "
+                f"computed since the last one, so the shards step {n_push} × lr = {step:.3g} at "
                 "once — scale lr down as n_push grows.")
     return ("The run was stable but did not get far enough: the budget allows more messages, "
             "or a larger step per push (lr·n_push), without diverging.")

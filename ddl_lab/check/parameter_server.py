@@ -1,23 +1,26 @@
-"""Checks for lesson 07 (the parameter server): the SSP gate, a shard's Adagrad push
-handler, and the staleness-aware learning rate. Each is first called here on seeded cases
-that tell the usual mistakes apart (random clocks and bounds, learning rates, eps values,
-slice sizes and staleness), then plugged into real shard processes. The reasoning task (the
-worst staleness SSP admits) and the design task (a Downpour plan within a message budget)
-live in ``_parameter_server_plans.py``; thin entry points here keep their records named."""
+"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware learning
+rate, and a shard restored from its checkpoint and push log. Each is first called here on
+seeded cases that tell the usual mistakes apart (random clocks and bounds, learning rates,
+staleness, checkpoints and logs), then plugged into the shards: real shard processes for the
+gate and the rate, the lesson's shard state for the restart. The reasoning task (the worst
+staleness SSP admits) and the design task (a Downpour plan within a message budget) live in
+``_parameter_server_plans.py``; thin entry points here keep their records named."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, task
-from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad, adagrad_diagnosis,
-                        differs, returned_none)
+from ._diagnose import (Case, Cases, Snapshot, adagrad, as_array, describe_value, differs,
+                        returned_none, same, tolerance)
 from ._parameter_server_plans import REAL_TIMEOUT, real
 from ._parameter_server_plans import downpour_plan
 from ._parameter_server_plans import worst_staleness
 
-__all__ = ["ssp_gate", "adagrad_push", "staleness_lr", "worst_staleness", "downpour_plan"]
+__all__ = ["ssp_gate", "staleness_lr", "restore_shard", "worst_staleness", "downpour_plan"]
 
 _PACKAGE = "ddl_lab.parameter_server"
 
@@ -117,108 +120,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
            "shards let the fast replicas lead by exactly 2 clocks, never 3")
 
 
-# ------------------------------------------------------------------ task 2: Adagrad on a shard
-
-def _adagrad_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"size": int(rng.choice([1, 2, 5, 7, 12])),
-            "lr": round(float(10 ** rng.uniform(-2, 0)), 4),
-            "eps": float(10 ** rng.uniform(-6, -1)), "dtype": "float64"}
-
-
-def _adagrad_inputs(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """θ, g and G for a case: g has zeros (coordinates not pushed this time), G has zeros
-    (coordinates never pushed), and nothing is 1."""
-    p, rng = case.params, case.rng
-    if "g" in p:
-        theta, g, G = rng.normal(size=len(p["g"])), np.array(p["g"]), np.array(p["G"])
-    else:
-        k = p["size"]
-        theta = rng.normal(size=k) * 2
-        g = rng.normal(size=k) * 3 * (rng.random(k) > 0.2)
-        G = np.abs(rng.normal(size=k)) * 5 * (rng.random(k) > 0.3)
-    dtype = np.dtype(p["dtype"])
-    return theta.astype(dtype), g.astype(dtype), G.astype(dtype)
-
-
-class _Pair:
-    """The learner's handler with a list answer [θ, G] handed to the shard as a tuple (the
-    spec asks for a pair; the shard insists on a tuple)."""
-
-    def __init__(self, fn: Callable):
-        self.fn, self.__name__ = fn, getattr(fn, "__name__", "push")
-
-    def __call__(self, *args: Any) -> Any:
-        out = self.fn(*args)
-        return tuple(out) if isinstance(out, list) else out
-
-
-def _adagrad_on_shards(adagrad_push: Callable, lr: float, eps: float
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Two replicas (this process) push 6 gradients each to 2 real shards running the
-    learner's handler; returns (θ got, θ expected, G got, G expected)."""
-    from ddl_lab.parameter_server.server import ParameterServer
-    rng = np.random.default_rng(7)
-    theta0 = rng.normal(size=11)
-    grads = [rng.normal(size=11) * rng.integers(0, 2, size=11) for _ in range(12)]
-    want, G = theta0.copy(), np.zeros(11)
-    for g in grads:
-        want, G = adagrad(want, g, G, lr, eps)
-    with ParameterServer(theta0, shards=2, rule="adagrad", lr=lr, eps=eps,
-                         push=_Pair(adagrad_push), timeout=REAL_TIMEOUT) as ps:
-        a, b = ps.connect("replica 0"), ps.connect("replica 1")
-        for k, g in enumerate(grads):
-            client = a if k % 2 == 0 else b
-            client.push(g, client.snapshot()[1])
-            client.snapshot()           # same connection: the push has been applied
-        got, _ = a.snapshot()
-        report = ps.finish()
-    return got, want, np.concatenate([s["G"] for s in report.shards]), G
-
-
-@task("parameter_server", refuses=(_PACKAGE, "adagrad_push", "_adagrad_push"))
-def adagrad_push(my_adagrad_push: Callable, seed: int = 0) -> None:
-    """Lesson 07, task 2: ``my_adagrad_push(theta, grad, G, lr, eps)`` returns (θ', G') with
-    G' = G + g² and θ' = θ − lr·g/(√G' + eps), for the shard's slice (θ and G may be
-    updated in place)."""
-    __tracebackhide__ = True
-    name = getattr(my_adagrad_push, "__name__", "your function")
-    words = AdagradWords(name=name, unit="coordinate",
-                         unseen="a coordinate no replica has pushed yet", steps="pushes",
-                         pair="the shard keeps both for the next push")
-    cases = list(Cases("adagrad_push", seed, [
-        {"g": [0.5, -2.0, 0.01, 0.0, -0.3, 0.0], "G": [4.0, 1.0, 0.0, 2.0, 0.0, 0.0],
-         "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
-        {"size": 9, "lr": 0.3, "eps": 1e-3, "dtype": "float32"}], draws=4, draw=_adagrad_draw))
-    for case in cases:
-        theta, g, G = _adagrad_inputs(case)
-        lr, eps = case.params["lr"], case.params["eps"]
-        given = (theta.copy(), g.copy(), G.copy())
-        snap = Snapshot(grad=given[1])
-        with np.errstate(all="ignore"):
-            got = call_local(my_adagrad_push, *given, lr, eps)
-        message = adagrad_diagnosis(got, theta, g, G, lr, eps, words)
-        if message:
-            fail(f"{message} ({case})")
-        changed = snap.changed(name)
-        if changed:
-            fail(f"{changed} ({case}) Only θ and G belong to the shard; the gradient is the "
-                 "replica's message.")
-    got, want, got_G, want_G = real(_adagrad_on_shards, my_adagrad_push,
-                                     cases[-1].params["lr"], 1e-8)
-    diff = differs(want_G, got_G)
-    if diff:
-        fail(f"after 12 pushes from 2 replicas, the shards' G: {diff}. G must carry over from "
-             "push to push (return the updated G).")
-    diff = differs(want, got, rtol=1e-6)
-    if diff:
-        fail(f"after 12 pushes from 2 replicas to 2 real shards, θ: {diff}. Each shard must "
-             "keep its own θ and G between pushes: return both.")
-    passed("adagrad_push", f"right on {len(cases)} pushes (slices of 1 to 12 coordinates, "
-           "float32 and float64, random lr and eps), and inside 2 real shard processes: after "
-           "12 pushes from 2 replicas, θ and every shard's G match Adagrad's")
-
-
-# ------------------------------------------------------------------ task 3: staleness-aware rate
+# ------------------------------------------------------------------ task 2: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
     fixed = sorted({c["lr"] for c in cases})
@@ -266,12 +168,12 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
 
 @task("parameter_server", refuses=(_PACKAGE, "staleness_lr", "_staleness_lr"))
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
-    """Lesson 07, task 3: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
+    """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     __tracebackhide__ = True
     name = getattr(my_staleness_lr, "__name__", "your function")
     cases = list(Cases("staleness_lr", seed, _RATE_FIXED, draws=8, draw=_rate_draw))
-    params = [c.params for c in cases]
+    params, returned = [c.params for c in cases], []
     for case in cases:
         lr, tau = case.params["lr"], case.params["tau"]
         call = f"{name}({lr:g}, {tau})"
@@ -282,26 +184,262 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
                  f"rate lr ({case}).")
         except Exception:
             got = call_local(my_staleness_lr, lr, tau)
-        if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.number)):
+        if answers.scalar(got) is None:
             fail(returned_none(got, name, "the rate, a number") or
-                 f"{call} returned {got!r} ({type(got).__name__}); return a number.")
+                 f"{call} returned {describe_value(got)}; return a number.")
+        returned.append(got)
         want = lr / tau if tau else lr
-        if np.isclose(float(got), want, rtol=1e-9, atol=0):
+        if same(want, got):                       # within the tolerance of the dtype returned
             continue
         hint = next((h for h, wrong in _rate_mistakes(params).items()
-                     if all(np.isclose(float(call_local(my_staleness_lr, p["lr"], p["tau"])),
-                                       wrong(p["lr"], p["tau"]), rtol=1e-9, atol=1e-15)
+                     if all(same(wrong(p["lr"], p["tau"]),
+                                 call_local(my_staleness_lr, p["lr"], p["tau"]))
                             for p in params)), "")
-        fail(f"{call} returned {float(got):.6g}, expected {want:.6g} ({case})"
+        fail(f"{call} returned {answers.scalar(got):.6g}, expected {want:.6g} ({case})"
              + (f". Hint: {hint}." if hint else "."))
-    lr = cases[-1].params["lr"]
+    lr, rtol = cases[-1].params["lr"], tolerance(*returned)
     got, want, used, rates = real(_rates_on_a_shard, my_staleness_lr, lr)
-    if differs(rates, used) is not None or differs(want, got) is not None:
+    if differs(rates, used, rtol) is not None or differs(want, got, rtol) is not None:
         fail(f"on a real shard, the rates applied to gradients of staleness 0..5 were "
              f"{np.round(used, 4).tolist()}, expected {np.round(rates, 4).tolist()}.")
     passed("staleness_lr", f"lr/τ (lr when fresh) on {len(cases)} cases (random lr, τ = 0 to "
            f"999); a real shard applied {np.round(used, 3).tolist()} to gradients 0, 1, …, 5 "
            "updates stale")
+
+
+# ------------------------------------------------------------------ task 3: a shard restarts
+
+def _rate(lr: float, tau: int) -> float:
+    """The staleness-aware rate the shards apply (task 2's answer): the check's own copy."""
+    return lr / tau if tau > 0 else lr
+
+
+_RESTORE_FIXED = [
+    {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
+    {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},   # nothing in it yet
+    {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},   # the whole log in it
+    {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"},
+]
+
+
+def _restore_draw(rng: np.random.Generator) -> dict[str, Any]:
+    first, pushes = int(rng.integers(0, 40)), int(rng.integers(3, 13))
+    return {"size": int(rng.choice([1, 2, 5, 9, 13])), "first": first, "pushes": pushes,
+            "version": first + int(rng.integers(0, pushes + 1)),
+            "dtype": str(rng.choice(["float32", "float64"]))}
+
+
+@dataclass
+class _Restart:
+    """A crashed shard: its checkpoint {theta, G, version}, its push log since an older
+    checkpoint (records {applied, read, grad} in the order applied), lr and eps."""
+    checkpoint: dict[str, Any]
+    log: list[dict[str, Any]]
+    lr: float
+    eps: float
+
+    def replay(self, records: list[dict] | None = None, G: np.ndarray | None = None,
+               tau: Callable[[dict], int] = lambda r: r["applied"] - r["read"],
+               inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """θ and G after ``records`` (default: those the checkpoint lacks) are applied with
+        Adagrad at the staleness-aware rate, from the checkpoint (or from ``G``)."""
+        ckpt = self.checkpoint
+        records = [r for r in self.log if r["applied"] >= ckpt["version"]] \
+            if records is None else records
+        theta = ckpt["theta"].astype(np.float64)
+        G = (ckpt["G"] if G is None else G).astype(np.float64)
+        for r in records:
+            theta, G = adagrad(theta, r["grad"].astype(np.float64), G,
+                               _rate(self.lr, tau(r)), self.eps, inside)
+        return theta, G
+
+    @property
+    def version(self) -> int:
+        return self.log[-1]["applied"] + 1
+
+
+def _restart(case: Case) -> _Restart:
+    """A shard's history from version ``first``: Adagrad pushes at the staleness-aware rate,
+    each computed on a version up to 5 older (the push applied at the checkpoint's version
+    always stale), the state at ``version`` saved as the checkpoint."""
+    p, rng = case.params, case.rng
+    dtype = np.dtype(p["dtype"])
+    k, V = p["size"], p["version"]
+    theta, G = rng.normal(size=k) * 2, np.abs(rng.normal(size=k)) * 5 * (rng.random(k) > 0.3)
+    lr, eps = round(float(10 ** rng.uniform(-2, 0)), 4), float(10 ** rng.uniform(-8, -3))
+    log, checkpoint = [], None
+    for applied in range(p["first"], p["first"] + p["pushes"]):
+        if applied == V:
+            checkpoint = {"theta": theta.astype(dtype), "G": G.astype(dtype), "version": V}
+        low = applied - V + 1 if V > 0 and applied in (V, V + 1) else 0   # read before V
+        read = applied - int(rng.integers(low, min(applied, 5) + 1)) if applied else 0
+        grad = (rng.normal(size=k) * 3 * (rng.random(k) > 0.2)).astype(dtype)
+        log.append({"applied": applied, "read": read, "grad": grad})
+        theta, G = adagrad(theta, grad.astype(np.float64), G, _rate(lr, applied - read), eps)
+    if checkpoint is None:
+        checkpoint = {"theta": theta.astype(dtype), "G": G.astype(dtype), "version": V}
+    return _Restart(checkpoint, log, lr, eps)
+
+
+def _restore_mistakes(r: _Restart) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+    """(message, the θ and G that mistake restores) for each named mistake, in a fixed order."""
+    V, first = r.checkpoint["version"], r.log[0]["applied"]
+    after = [x for x in r.log if x["applied"] >= V]
+    return [
+        ("Adagrad's accumulators G restarted from zero: G is per-parameter state like θ, saved "
+         "in the checkpoint — restore both, or every parameter's next steps are too large",
+         r.replay(G=np.zeros_like(r.checkpoint["G"]))),
+        ("every logged push was applied again, those already in the checkpoint included: a "
+         f"push applied at a version below {V} is already in the checkpoint's θ and G, and "
+         "applying it twice counts it twice", r.replay(r.log)),
+        (f"you picked records by their position in the list: the log starts at version "
+         f"{first}, not 0 — use each record's `applied` version",
+         r.replay(r.log[V:])),
+        ("you chose the pushes by the version they were computed on (`read`): a stale push read "
+         f"before version {V} can be applied after it, so the checkpoint does not hold it — "
+         "choose by the version at which the shard applied it",
+         r.replay([x for x in r.log if x["read"] >= V])),
+        (f"the push applied at version {V} itself is missing: a checkpoint saved at version "
+         f"{V} holds the pushes applied at versions below {V}", r.replay(after[1:])),
+        ("nothing was replayed: the pushes logged after the checkpoint are lost, though the log "
+         "holds them", r.replay([])),
+        ("each push got the full rate lr: the shard is staleness-aware, so a replayed push must "
+         "get the rate it got the first time, rate(lr, τ) with τ its staleness then (applied − "
+         "read)", r.replay(tau=lambda x: 0)),
+        ("the shard's rule is Adagrad (lesson 07 §1): G accumulates g², and each step is divided "
+         "by √G + eps", _sgd_replay(r, after)),
+    ]
+
+
+def _sgd_replay(r: _Restart, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    theta = r.checkpoint["theta"].astype(np.float64)
+    for x in records:
+        theta = theta - _rate(r.lr, x["applied"] - x["read"]) * x["grad"]
+    return theta, r.checkpoint["G"].astype(np.float64)
+
+
+def _restores(got: Any, state: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Does the learner's answer hold this θ and G (within the tolerance of its dtypes)?"""
+    return isinstance(got, (tuple, list)) and len(got) == 3 and \
+        same(state[0], got[0]) and same(state[1], got[1])
+
+
+def _restore_fault(got: Any, r: _Restart, name: str,
+                   others: list[tuple[_Restart, Any]]) -> str | None:
+    """What is wrong with the learner's (θ, G, version) for this restart, or None; a named
+    mistake must explain its answers to every restart in ``others`` too."""
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return (returned_none(got, name, "the triple (theta, G, version)") or
+                f"{name} returned {describe_value(got)}; return the triple (theta, G, "
+                "version) of the restored shard.")
+    theta, G, version = got
+    if as_array(theta) is None or as_array(G) is None:
+        return (f"{name} returned θ = {describe_value(theta)} and G = {describe_value(G)}; "
+                "return two arrays (numpy or torch) and the version.")
+    want_t, want_G = r.replay()
+    if not _restores(got, (want_t, want_G)) and not _restores(got, r.replay(inside=True)):
+        hint = next((h for k, (h, _) in enumerate(_restore_mistakes(r))
+                     if all(_restores(g, _restore_mistakes(c)[k][1]) for c, g in others)), None)
+        if hint:
+            return f"the restored state is wrong — {hint}."
+        return (f"the restored state is wrong: θ {differs(want_t, theta) or 'is right'}, G "
+                f"{differs(want_G, G) or 'is right'}. Start from the checkpoint and apply, in "
+                "order, exactly the logged pushes it does not hold, as the shard applied them.")
+    V, n = r.checkpoint["version"], answers.whole(version)
+    if n != r.version:
+        why = {V: "that is the checkpoint's version: each replayed push advances it, and later "
+                  "pushes measure their staleness against it",
+               V + len(r.log): "that counts every logged push on top of the checkpoint, those "
+                               "already in it included"}.get(n, "")
+        return (f"θ and G are right, but the version is {describe_value(version)}, expected "
+                f"{r.version}: the number of pushes the shard had applied when it crashed"
+                + (f" — {why}" if why else "") + ".")
+    return None
+
+
+def _checkpoint_changed(r: _Restart, before: dict[str, np.ndarray], name: str) -> str | None:
+    for key, was in before.items():
+        if not np.array_equal(was, as_array(r.checkpoint[key])):
+            return (f"{name} changed the checkpoint's {key} in place: a checkpoint must survive "
+                    "the restart (the shard may crash again before the next one is saved) — "
+                    f"work on a copy, `{key} = checkpoint['{key}'].copy()`.")
+    return None
+
+
+def _shard_restart(fn: Callable, lr: float, eps: float, crash: int = 24,
+                   saved: int = 14) -> tuple[dict, dict, int, float]:
+    """Two of the lesson's shards (``Shard``, the state each shard process keeps) take the same
+    40 pushes from 3 replicas, Adagrad at the staleness-aware rate; the second crashes after
+    ``crash`` pushes and is restored by ``fn`` from its checkpoint at version ``saved`` and
+    its log. Returns both shards' reports, the version ``fn`` restored and the tolerance of
+    the dtypes it returned."""
+    from ddl_lab.parameter_server.shard import Shard
+    rng = np.random.default_rng(11)
+    theta0 = rng.normal(size=9)
+    events = [(int(rng.integers(0, 3)), rng.normal(size=9) * (rng.random(9) > 0.2))
+              for _ in range(40)]
+
+    def fresh() -> Shard:
+        return Shard(0, theta0, rule="adagrad", lr=lr, eps=eps, staleness_aware=True)
+    shards, log, checkpoint, out = [fresh(), fresh()], [], None, None
+    reads = [{w: 0 for w in range(3)} for _ in shards]
+    for step, (who, grad) in enumerate(events):
+        if step == saved:
+            b = shards[1]
+            checkpoint = {"theta": b.theta.copy(), "G": b.G.copy(), "version": b.version}
+        if step == crash:
+            out = call_local(fn, checkpoint, list(log), lr, eps, _rate)
+            b = shards[1] = fresh()
+            b.vectors["theta"] = np.array(as_array(out[0]), dtype=np.float64)
+            b.G, b.version = np.array(as_array(out[1]), dtype=np.float64), answers.whole(out[2])
+        for shard, seen in zip(shards, reads):
+            if shard is shards[1] and step < crash:
+                log.append({"applied": shard.version, "read": seen[who], "grad": grad.copy()})
+            shard.handle(who, ("push", grad, seen[who]))
+            if step % 4 != who:                    # pull again now and then: staleness varies
+                (_, reply), = shard.handle(who, ("pull",))
+                seen[who] = reply[2]
+    return shards[0].report(), shards[1].report(), answers.whole(out[2]), tolerance(*out[:2])
+
+
+@task("parameter_server")
+def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
+    """Lesson 07, task 3: ``my_restore_shard(checkpoint, log, lr, eps, rate)`` returns the
+    (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
+    version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
+    staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
+    __tracebackhide__ = True
+    name = getattr(my_restore_shard, "__name__", "your function")
+    cases = list(Cases("restore_shard", seed, _RESTORE_FIXED, draws=4, draw=_restore_draw))
+    given = []
+    for case in cases:
+        r = _restart(case)
+        before = {k: np.array(r.checkpoint[k], copy=True) for k in ("theta", "G")}
+        log = [dict(x, grad=x["grad"].copy()) for x in r.log]
+        with np.errstate(all="ignore"):
+            got = call_local(my_restore_shard, r.checkpoint, log, r.lr, r.eps, _rate)
+        message = _checkpoint_changed(r, before, name)
+        if message:
+            fail(f"{message} ({case})")
+        given.append((r, got))
+    for case, (r, got) in zip(cases, given):
+        message = _restore_fault(got, r, name, given)
+        if message:
+            fail(f"{message} ({case})")
+    kept, restored, version, rtol = _shard_restart(my_restore_shard, 0.3, 1e-8)
+    diff = (differs(kept["theta"], restored["theta"], rtol)
+            or differs(kept["G"], restored["G"], rtol))
+    late = kept["staleness"][-len(restored["staleness"]):]
+    if diff or not np.array_equal(late, restored["staleness"]):
+        fail(f"a shard restored by {name} went on with 16 more pushes and ended unlike a shard "
+             f"that never crashed: {diff or 'the staleness of the later pushes differs'} "
+             f"(staleness {restored['staleness'].tolist()}, expected {late.tolist()}).")
+    passed("restore_shard", f"right on {len(cases)} restarts (slices of 1 to 13 parameters, "
+           "float32 and float64, stale pushes across the checkpoint, logs that start before "
+           f"it); a shard that crashed after 24 pushes, restored from its checkpoint at version "
+           f"14 to version {version}, took 16 more pushes (staleness up to "
+           f"{int(restored['staleness'].max())}) and ended with the θ and G of a shard that "
+           "never crashed")
 
 
 # ------------------------------------------------------------------ reasoning and design

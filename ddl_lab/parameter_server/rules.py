@@ -6,8 +6,9 @@ SGD, Adagrad with G kept per shard (DistBelief), or EASGD's elastic move of the 
 Before a replica reads θ, the consistency gate decides whether it must wait: BSP
 (everyone at every clock), SSP with bound s (``_ssp_must_wait``), or async (nobody
 waits). Zhang et al.'s staleness-aware rate divides lr by each gradient's staleness
-(``_staleness_lr``). The gate, Adagrad's handler and the rate are exercise 07's tasks,
-so they carry private names here; ``Shard`` (``shard.py``) uses them by default.
+(``_staleness_lr``). The gate and the rate are exercise 07's tasks, and Adagrad's
+handler is exercise 01's formula, so they carry private names here; ``Shard``
+(``shard.py``) uses them by default.
 """
 from __future__ import annotations
 

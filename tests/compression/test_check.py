@@ -6,6 +6,7 @@ import torch
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from tests.learner_types import STYLES, in_learner_types
 
 
 def stub(*args):
@@ -312,3 +313,13 @@ def test_same_verdict_twenty_times(solution, capsys):
         check.error_feedback_onebit(right, epochs=1, min_accuracy=0.3)
         lines.add(capsys.readouterr().out)
     assert len(lines) == 1 and "passed" in lines.pop()
+
+
+# index_coding is left out: its answer is bytes, which hold no number a dtype could change.
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task", ["strom_threshold", "error_feedback_onebit", "qsgd_rounding"])
+def test_solutions_in_learner_number_types_pass(task, style, solution, capsys):
+    """Issue 26's rule for numbers: the solution's results as float32 (and integral floats) or
+    numpy numbers pass."""
+    getattr(check, task)(in_learner_types(solution("08_compression", f"my_{task}"), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out

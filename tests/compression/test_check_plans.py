@@ -8,6 +8,8 @@ import pytest
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.check._compression_plans import sample_gradient
+from tests.learner_types import STYLES, in_learner_types
 
 STEM = "08_compression"
 
@@ -97,3 +99,25 @@ def test_right_strom_plans_pass(solution, capsys):
 def test_strom_plan_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.strom_plan(wrong)
+
+
+def test_a_table_of_the_prompts_scales_is_named():
+    """Issue 26: a plan looked up by the prompt's scales (1 and 16) fails at a scale the
+    check draws, saying τ must be a function of the sample gradient."""
+    base = float(sample_gradient().abs().max())
+
+    def plan_by_scale(g):
+        scale = {1: 1.0, 16: 16.0}[round(float(g.abs().max()) / base)]
+        return {"tau": 0.1 * scale, "error_feedback": True}
+    with pytest.raises(CheckFailed, match=r"a scale the prompt does not name\) plan_by_scale "
+                                          r"raised KeyError.* τ must be a function of the sample"):
+        check.strom_plan(plan_by_scale)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task", ["strom_bytes", "strom_plan"])
+def test_solutions_in_learner_number_types_pass(task, style, solution, capsys):
+    """Issue 26's rule for numbers: float32 (a byte count as 96.0, τ as np.float32) and numpy
+    results pass."""
+    getattr(check, task)(in_learner_types(solution(STEM, f"my_{task}"), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out

@@ -6,6 +6,7 @@ import pytest
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.check import parameter_server as C
+from tests.learner_types import STYLES, in_learner_types
 
 
 def stub(*args):
@@ -67,78 +68,24 @@ def test_an_off_by_one_gate_is_also_caught_by_the_real_run(monkeypatch):
         check.ssp_gate(lambda c, cs, s: c - min(cs) >= s)
 
 
-# ------------------------------------------------------------------ task 2: Adagrad on a shard
-
-def adagrad_in_place_eps_inside(theta, grad, G, lr, eps):
-    """Another right style: in place, eps inside the root, a list back."""
-    G += grad ** 2
-    theta -= lr * grad / np.sqrt(G + eps)
-    return [theta, G]
-
-
-def adagrad_loop(theta, grad, G, lr, eps):
-    """Another right style: element by element, new float lists turned into arrays."""
-    new_t, new_G = [], []
-    for t, g, acc in zip(theta, grad, G):
-        acc = acc + g * g
-        new_G.append(acc)
-        new_t.append(t - lr * g / (acc ** 0.5 + eps))
-    return np.array(new_t, dtype=theta.dtype), np.array(new_G, dtype=G.dtype)
-
-
-def test_right_adagrad_handlers_pass(solution, capsys):
-    check.adagrad_push(solution("07_parameter_server", "my_adagrad_push"))
-    check.adagrad_push(adagrad_in_place_eps_inside)
-    check.adagrad_push(adagrad_loop)
-    assert capsys.readouterr().out.count("✔ adagrad_push: passed") == 3
-
-
-def adagrad_fixed_eps(theta, grad, G, lr, eps):
-    G = G + grad * grad
-    return theta - lr * grad / (np.sqrt(G) + 1e-8), G
-
-
-def adagrad_fixed_lr(theta, grad, G, lr, eps):
-    G = G + grad * grad
-    return theta - 0.1 * grad / (np.sqrt(G) + eps), G
-
-
-def adagrad_scales_grad(theta, grad, G, lr, eps):
-    grad *= lr                                   # "pre-scales" the replica's message
-    G = G + (grad / lr) ** 2
-    return theta - grad / (np.sqrt(G) + eps), G
-
-
-@pytest.mark.parametrize("wrong, fault", [
-    (stub, "not implemented yet"),
-    (lambda t, g, G, lr, e: (t - lr * g / (np.sqrt(G + g) + e), G + g), "the SQUARED gradient"),
-    (lambda t, g, G, lr, e: (t - lr * g / (np.abs(g) + e), g * g), "not just this one's g²"),
-    (lambda t, g, G, lr, e: (t - lr * g / (G + g * g + e), G + g * g), "take the square root"),
-    (lambda t, g, G, lr, e: (t - lr * g / (np.sqrt(G) + e), G + g * g), "the OLD G"),
-    (lambda t, g, G, lr, e: (t - lr * g / np.sqrt(G + g * g), G + g * g), "add eps"),
-    (lambda t, g, G, lr, e: t - lr * g / (np.sqrt(G + g * g) + e), "return a pair"),
-    (lambda t, g, G, lr, e: (t + lr * g / (np.sqrt(G + g * g) + e), G + g * g), "uphill"),
-    (lambda t, g, G, lr, e: (t - g / (np.sqrt(G + g * g) + e), G + g * g), "lr is missing"),
-    (adagrad_fixed_eps, "another eps than the one passed in"),
-    (adagrad_fixed_lr, "use the lr passed in"),
-    (adagrad_scales_grad, "changed its argument `grad` in place"),
-])
-def test_adagrad_mistakes_are_named(wrong, fault):
-    with pytest.raises(CheckFailed, match=fault):
-        check.adagrad_push(wrong)
-
-
-# ------------------------------------------------------------- task 3: the staleness-aware rate
+# ------------------------------------------------------------- task 2: the staleness-aware rate
 
 def rate_numpy(lr, tau):
     """Another right style: numpy, no branch."""
     return np.float64(lr) / np.maximum(tau, 1)
 
 
+def rate_float32(lr, tau):
+    """Another right style (issue 26): the rate as a numpy float32, compared at float32's
+    tolerance, not 1e-9."""
+    return np.float32(lr) / np.float32(max(tau, 1))
+
+
 def test_right_rates_pass(solution, capsys):
     check.staleness_lr(solution("07_parameter_server", "my_staleness_lr"))
     check.staleness_lr(rate_numpy)
-    assert capsys.readouterr().out.count("✔ staleness_lr: passed") == 2
+    check.staleness_lr(rate_float32)
+    assert capsys.readouterr().out.count("✔ staleness_lr: passed") == 3
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -165,23 +112,162 @@ def test_a_wrong_rate_is_also_caught_on_a_real_shard(monkeypatch):
         check.staleness_lr(lambda lr, t: lr / (t + 1))
 
 
-@pytest.mark.parametrize("task, name", [("adagrad_push", "_adagrad_push"),
-                                        ("staleness_lr", "_staleness_lr")])
-def test_the_package_rules_are_refused(task, name):
+# ------------------------------------------------------------- task 3: a shard restarts
+
+STEM = "07_parameter_server"
+
+
+def restore_in_place_eps_inside(checkpoint, log, lr, eps, rate):
+    """Another right style: copies updated in place, eps inside the root, a list back, and
+    the version taken from the last record."""
+    theta, G = np.array(checkpoint["theta"]), np.array(checkpoint["G"])
+    todo = [p for p in log if p["applied"] >= checkpoint["version"]]
+    for p in todo:
+        G += p["grad"] ** 2
+        theta -= rate(lr, p["applied"] - p["read"]) * p["grad"] / np.sqrt(G + eps)
+    return [theta, G, log[-1]["applied"] + 1]
+
+
+def restore_float32_torch(checkpoint, log, lr, eps, rate):
+    """Another right style: the shard keeps its state in float32 torch tensors (issue 26:
+    "element 0 is 3.25893, expected 3.25893" must pass)."""
+    import torch
+    theta = torch.tensor(checkpoint["theta"], dtype=torch.float32)
+    G = torch.tensor(checkpoint["G"], dtype=torch.float32)
+    version = checkpoint["version"]
+    for p in sorted(log, key=lambda p: p["applied"]):
+        if p["applied"] >= version:
+            g = torch.tensor(p["grad"], dtype=torch.float32)
+            G = G + g * g
+            theta = theta - rate(lr, p["applied"] - p["read"]) * g / (G.sqrt() + eps)
+            version = p["applied"] + 1
+    return theta, G, version
+
+
+def test_right_restores_pass(solution, capsys):
+    check.restore_shard(solution(STEM, "my_restore_shard"))
+    check.restore_shard(restore_in_place_eps_inside)
+    check.restore_shard(restore_float32_torch)
+    out = capsys.readouterr().out
+    assert out.count("✔ restore_shard: passed") == 3
+    assert "restored from its checkpoint at version 14 to version 24" in out
+
+
+def _replay(checkpoint, records, lr, eps, rate, G=None, tau=None, version=None):
+    """What a learner's restore returns when it replays ``records`` (a copy of the checkpoint,
+    or ``G`` as the accumulators); ``tau(p)`` the staleness it uses."""
+    theta = checkpoint["theta"].copy()
+    G = checkpoint["G"].copy() if G is None else G
+    for p in records:
+        G = G + p["grad"] ** 2
+        t = p["applied"] - p["read"] if tau is None else tau(p)
+        theta = theta - rate(lr, t) * p["grad"] / (np.sqrt(G) + eps)
+    n = checkpoint["version"] + len(records) if version is None else version
+    return theta, G, n
+
+
+def after(checkpoint, log):
+    return [p for p in log if p["applied"] >= checkpoint["version"]]
+
+
+def restarts_accumulators(c, log, lr, eps, rate):
+    return _replay(c, after(c, log), lr, eps, rate, G=np.zeros_like(c["G"]))
+
+
+def applies_twice(c, log, lr, eps, rate):
+    return _replay(c, log, lr, eps, rate)
+
+
+def chooses_by_read(c, log, lr, eps, rate):
+    chosen = [p for p in log if p["read"] >= c["version"]]
+    return _replay(c, chosen, lr, eps, rate, version=log[-1]["applied"] + 1)
+
+
+def off_by_one(c, log, lr, eps, rate):
+    return _replay(c, [p for p in log if p["applied"] > c["version"]], lr, eps, rate,
+                   version=log[-1]["applied"] + 1)
+
+
+def ignores_staleness(c, log, lr, eps, rate):
+    return _replay(c, after(c, log), lr, eps, rate, tau=lambda p: 0)
+
+
+def by_position(c, log, lr, eps, rate):
+    return _replay(c, log[c["version"]:], lr, eps, rate, version=log[-1]["applied"] + 1)
+
+
+def keeps_the_version(c, log, lr, eps, rate):
+    return _replay(c, after(c, log), lr, eps, rate)[:2] + (c["version"],)
+
+
+def counts_every_record(c, log, lr, eps, rate):
+    return _replay(c, after(c, log), lr, eps, rate)[:2] + (c["version"] + len(log),)
+
+
+def updates_the_checkpoint(c, log, lr, eps, rate):
+    theta, G = c["theta"], c["G"]                   # no copy: the checkpoint itself
+    for p in after(c, log):
+        G += p["grad"] ** 2
+        theta -= rate(lr, p["applied"] - p["read"]) * p["grad"] / (np.sqrt(G) + eps)
+    return theta, G, log[-1]["applied"] + 1
+
+
+def plain_sgd(c, log, lr, eps, rate):
+    theta = c["theta"].copy()
+    for p in after(c, log):
+        theta = theta - rate(lr, p["applied"] - p["read"]) * p["grad"]
+    return theta, c["G"].copy(), log[-1]["applied"] + 1
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (stub, "not implemented yet"),
+    (restarts_accumulators, "accumulators G restarted from zero"),
+    (applies_twice, "applying it twice counts it twice"),
+    (chooses_by_read, "chose the pushes by the version they were computed on"),
+    (off_by_one, r"the push applied at version \d+ itself is missing"),
+    (ignores_staleness, "each push got the full rate lr: the shard is staleness-aware"),
+    (by_position, "picked records by their position in the list"),
+    (lambda c, log, lr, eps, rate: (c["theta"].copy(), c["G"].copy(), c["version"]),
+     "nothing was replayed"),
+    (keeps_the_version, "that is the checkpoint's version"),
+    (counts_every_record, "already in it included"),
+    (updates_the_checkpoint, "changed the checkpoint's theta in place"),
+    (plain_sgd, "the shard's rule is Adagrad"),
+    (lambda c, log, lr, eps, rate: (c["theta"], c["G"]), "return the triple"),
+    (lambda c, log, lr, eps, rate: None, "returned None"),
+])
+def test_restore_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.restore_shard(wrong)
+
+
+# ------------------------------------------------------------- every check
+
+def test_the_package_rate_is_refused():
     from ddl_lab.parameter_server import rules
     with pytest.raises(CheckFailed, match="package's own implementation"):
-        getattr(check, task)(getattr(rules, name))
+        check.staleness_lr(rules._staleness_lr)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task", ["ssp_gate", "staleness_lr", "restore_shard"])
+def test_solutions_in_learner_number_types_pass(task, style, solution, capsys):
+    """Issue 26's rule for numbers: float32 and numpy results pass (the gate returns a bool,
+    left alone by either style)."""
+    getattr(check, task)(in_learner_types(solution(STEM, f"my_{task}"), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out
 
 
 def test_same_verdict_twenty_times(solution, capsys):
-    """The real runs (shard processes, a straggler) give the same verdict every time."""
-    right = [solution("07_parameter_server", f"my_{task}")
-             for task in ("ssp_gate", "adagrad_push", "staleness_lr")]
+    """The real runs (shard processes, a straggler, a restarted shard) give the same verdict
+    every time."""
+    tasks = ("ssp_gate", "staleness_lr", "restore_shard")
+    right = [solution(STEM, f"my_{task}") for task in tasks]
     verdicts = set()
     for _ in range(20):
-        for task, fn in zip(("ssp_gate", "adagrad_push", "staleness_lr"), right):
+        for task, fn in zip(tasks, right):
             getattr(check, task)(fn)
         with pytest.raises(CheckFailed) as e:
-            check.adagrad_push(adagrad_fixed_eps)
+            check.restore_shard(chooses_by_read)
         verdicts.add(str(e.value))
     assert capsys.readouterr().out.count("passed") == 60 and len(verdicts) == 1

@@ -8,6 +8,7 @@ import pytest
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from tests.learner_types import STYLES, in_learner_types
 
 STEM = "07_parameter_server"
 
@@ -60,7 +61,44 @@ def test_right_downpour_plans_pass(solution, capsys):
     check.downpour_plan(plan_by_search)
     out = capsys.readouterr().out
     assert out.count("✔ downpour_plan: passed") == 2
-    assert "40 messages: 40 sent" in out
+    assert "120 steps, 40 messages: 40 sent" in out
+
+
+def _prompt_table():
+    def k(budget):
+        return math.ceil(240 / budget)
+    return {(120, b): {"n_fetch": k(b), "n_push": k(b), "lr": 0.3 / k(b)} for b in (120, 60, 40)}
+
+
+TABLE = _prompt_table()
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (lambda steps, budget: TABLE[steps, budget],
+     r"raised KeyError: .* for a budget the prompt does not show\. The plan must be a function "
+     "of its inputs"),
+    (lambda steps, budget: TABLE.get((steps, budget)), "returned None — for a budget the prompt"),
+    (lambda steps, budget: {"n_fetch": 6, "n_push": 6, "lr": 0.05},
+     r"a budget the prompt does not show\)\. Your function returned the same plan for every"),
+    (lambda steps, budget: {"n_fetch": 2 * steps // budget or 1, "n_push": 2 * steps // budget or 1,
+                            "lr": 0.3 / (2 * steps // budget or 1)}, "was rounded DOWN"),
+    (lambda steps, budget: {"n_fetch": math.ceil(2 * steps / budget),
+                            "n_push": math.ceil(2 * steps / budget),
+                            "lr": 0.3 / math.ceil(2 * steps / budget)}, "With an odd budget"),
+])
+def test_plans_that_ignore_their_inputs_are_named(wrong, fault):
+    """Issue 26: a table of the prompt's budgets, a constant plan and integer arithmetic right
+    only when the budget divides 2·steps fail, saying so (a seed whose draws show it)."""
+    with pytest.raises(CheckFailed, match=fault):
+        check.downpour_plan(wrong, seed=1)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("task", ["worst_staleness", "downpour_plan"])
+def test_solutions_in_learner_number_types_pass(task, style, solution, capsys):
+    """Issue 26's rule for numbers: float32 (whole numbers as 4.0) and numpy results pass."""
+    getattr(check, task)(in_learner_types(solution(STEM, f"my_{task}"), style))
+    assert f"✔ {task}: passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -71,7 +109,7 @@ def test_right_downpour_plans_pass(solution, capsys):
      "a fetch is a message as much as a push"),
     (lambda steps, budget: {"n_fetch": math.ceil(2 * steps / budget),
                             "n_push": math.ceil(2 * steps / budget), "lr": 0.2},
-     "diverged: a push carries the SUM"),
+     "a push carries the SUM"),          # diverged or unstable: the verdict names the sum
     (lambda steps, budget: (4, 4, 0.1), "return a dict with the keys n_fetch"),
     (lambda steps, budget: {"n_fetch": 2.5, "n_push": 4, "lr": 0.1}, "whole numbers ≥ 1"),
 ])
