@@ -131,10 +131,16 @@ def _last_dim(t: Any) -> int | None:
     return None
 
 
+def _read_log(logdir: str, rank: int) -> list[tuple[str, ...]]:
+    path = os.path.join(logdir, f"rank{rank}.log")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [tuple(ln.split(" ")) for ln in f.read().split("\n") if ln.strip()]
+
+
 def _read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
-    paths = [os.path.join(logdir, f"rank{r}.log") for r in range(p)]
-    return [[tuple(ln.split(" ")) for ln in open(f).read().split("\n") if ln.strip()]
-            if os.path.exists(f) else [] for f in paths]
+    return [_read_log(logdir, r) for r in range(p)]
 
 
 def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
@@ -150,7 +156,7 @@ def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
         returned: Any = float(ret)
     except (TypeError, ValueError, RuntimeError):
         returned = describe_value(ret)
-    return {"grads": _grads(stage), "returned": returned}
+    return {"grads": _grads(stage), "returned": returned, "log": _read_log(logdir, rank)}
 
 
 # ------------------------------------------------------------- task 1: the stage step
@@ -173,12 +179,83 @@ def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
                     f"{r - 1}): send it to prev, not nxt.")
         if kind == "none" and r > 0:
             return _NO_GRAD.format(r=r, prev=r - 1)
-        return f"{said}: a stage talks only to prev and nxt."
+        return _off_the_chain(said, logs, p)
     for r in range(1, p):
         if not any(op == "send" and peer == str(r - 1) for op, peer in logs[r]) and \
                 ("NoneType" in text or "Timed out" in text):
             return _NO_GRAD.format(r=r, prev=r - 1)
     return None
+
+
+_CHAIN = ("pipeline pieces go down the chain: activations from stage s to s + 1 (nxt), "
+          "gradients back from s + 1 to s (prev), one hop at a time")
+
+
+def _off_the_chain(said: str, logs: list, p: int) -> str:
+    """Messages to or from ranks that are not neighbours, named by the shape they take:
+    a star through rank 0, activations sent straight to the last stage, or another shortcut."""
+    strays = [(r, op, int(peer)) for r, log in enumerate(logs) for op, peer in log
+              if peer.isdigit() and abs(int(peer) - r) != 1]
+    if any(r >= 2 and peer == 0 for r, _, peer in strays):
+        return (f"{said}: messages routed through rank 0, a star — {_CHAIN}; no stage talks "
+                "to any rank but prev and nxt.")
+    if any(op == "send" and peer == p - 1 for _, op, peer in strays):
+        return (f"{said}: activations sent straight to the last stage, skipping the stages "
+                f"between — {_CHAIN}.")
+    return f"{said}: a stage talks only to prev and nxt — {_CHAIN}."
+
+
+def _directions(log: list[tuple[str, ...]], rank: int) -> str:
+    """Each message of a stage as 'F' (the forward pass: from prev, to nxt) or 'B'."""
+    forward = {("recv", str(rank - 1)), ("send", str(rank + 1))}
+    return "".join("F" if tuple(msg) in forward else "B" for msg in log)
+
+
+def _ops(directions: str, m: int) -> list[tuple[str, int]] | None:
+    """The order of a stage's operations read off its messages ("F", i) / ("B", i), every
+    micro-batch sending as many messages as the others; None if they do not split so."""
+    per = {d: directions.count(d) // m for d in "FB"}
+    if any(directions.count(d) != per[d] * m or not per[d] for d in "FB"):
+        return None
+    seen, order = {"F": 0, "B": 0}, []
+    for d in directions:
+        op = (d, seen[d] // per[d])
+        seen[d] += 1
+        if op not in order:
+            order.append(op)
+    return order
+
+
+def _gpipe_fault(got: list[dict], spec: dict) -> str | None:
+    """None if every stage ran GPipe's order — every forward message before any backward
+    one — else what the learner's order was and the idle time it costs, counted in slots."""
+    from ddl_lab.model_parallel.interleaved import slot_makespan
+    p, m = spec["p"], spec["m"]
+    dirs = [_directions(g["log"], r) for r, g in enumerate(got)]
+    late = [r for r, d in enumerate(dirs) if "B" in d and "F" in d[d.index("B"):]]
+    if not late:
+        return None
+    r, orders = late[0], [_ops(d, m) for d in dirs]
+    head = (f"the gradients are right, but the order is not GPipe's: rank {r} sent or received "
+            "a gradient before its last activation")
+    if any(o is None for o in orders):
+        return head + ". GPipe runs every micro-batch's forward, then every backward."
+    slots, gpipe = slot_makespan([[(k, i, 0) for k, i in o] for o in orders], 1), 2 * (m + p - 1)
+    shown = " ".join(f"{k}{i}" for k, i in orders[r])
+    idle = (f"each stage idles {1 - 2 * m / slots:.0%} of the step instead of GPipe's "
+            f"(p − 1)/(m + p − 1) = {(p - 1) / (m + p - 1):.0%}")
+    if all(o == [op for i in range(m) for op in (("F", i), ("B", i))] for o in orders):
+        return (f"{head} — each micro-batch's backward ran right after its forward ({shown}), "
+                f"so only one stage is ever busy: counted in slots (every forward and backward "
+                f"one slot) the step takes 2·p·m = {slots} slots instead of GPipe's "
+                f"2(m + p − 1) = {gpipe}, and {idle}. Run every forward, then every backward.")
+    if slots > gpipe:
+        return (f"{head} (rank {r} ran {shown}): counted in slots the step takes {slots} slots "
+                f"instead of GPipe's 2(m + p − 1) = {gpipe}, and {idle}. Run every forward, "
+                "then every backward.")
+    return (f"{head} (rank {r} ran {shown}): as short as GPipe's {gpipe} slots, a 1F1B-like "
+            "order (task 2's, which keeps fewer activations) — this task asks for GPipe's: "
+            "every forward, then every backward.")
 
 
 def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
@@ -190,7 +267,7 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
         if not isinstance(ret, float) or not np.isclose(ret, loss, rtol=1e-4, atol=1e-6):
             return (f"the gradients are right, but the last stage returned {ret}; return the "
                     f"batch's loss, {loss:.6g} (the sum of the micro-batches' weighted losses).")
-        return None
+        return _gpipe_fault(got, spec)
     for r in range(1, p):
         if all(same(want[k], got[k]["grads"]) for k in range(r, p)) and \
                 all(not np.any(got[k]["grads"]) for k in range(r)):
@@ -258,7 +335,10 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     GPipe step of one pipeline stage — every micro-batch forward (receive the activation
     from ``prev``, forward, send to ``nxt``), then every backward (receive the gradient from
     ``nxt``, backward, send the input's gradient to ``prev``) — so that the stages' .grad
-    equal one un-pipelined step; the last stage returns the batch's loss."""
+    equal one un-pipelined step; the last stage returns the batch's loss. Every message is
+    logged: it must go down the chain (only to prev and nxt), and each stage's messages in
+    GPipe's order (every activation before any gradient; another order is named with the
+    idle time it costs, counted in slots)."""
     __tracebackhide__ = True
     cases = Cases("stage_step", seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
@@ -269,7 +349,8 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
              _failure_fault, _result_fault, my_stage_step)
     passed("stage_step", f"{len(cases)} pipelines (2–4 stages, 1–6 micro-batches, some of "
            "unequal size, mean and sum losses, float32 and float64): every stage's gradients "
-           "equal one process's step on the whole batch")
+           "equal one process's step on the whole batch, its messages went down the chain in "
+           "GPipe's order (every forward, then every backward)")
 
 
 # ------------------------------------------------------------- task 2: the 1F1B order
