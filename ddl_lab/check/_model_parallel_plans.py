@@ -40,15 +40,15 @@ def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
     if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
                              f" ({case})"):
         fail(problem)
-    schedule, m = out["schedule"], out["m"]
+    schedule, m = out["schedule"], answers.whole(out["m"])
     if schedule not in ("gpipe", "1f1b"):
         fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
     batch = case.params["batch"]
-    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) \
-            or not 1 <= m <= batch:
-        fail(f"{name} chose m = {m!r}: the number of micro-batches is a whole number from 1 to "
-             f"the batch size, {batch} (a micro-batch holds at least one example) ({case}).")
-    return str(schedule), int(m)
+    if m is None or not 1 <= m <= batch:
+        fail(f"{name} chose m = {out['m']!r}: the number of micro-batches is a whole number "
+             f"from 1 to the batch size, {batch} (a micro-batch holds at least one example) "
+             f"({case}).")
+    return str(schedule), m
 
 
 def slot_bubble(orders: Sequence[Sequence[tuple[str, int]]]) -> float:

@@ -27,16 +27,19 @@ def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
     if problem := answers.plan(out, name, {"E": "local epochs",
                                          "C": "the fraction of clients per round"}, f" ({case})"):
         fail(problem)
-    E, C = out["E"], out["C"]
-    if isinstance(E, (bool, np.bool_)) or not isinstance(E, (int, np.integer)) \
-            or not 1 <= E <= MAX_E:
-        fail(f"{name} chose E = {E!r}: a whole number of local epochs from 1 to {MAX_E} (what "
-             f"a client can afford in one round) ({case}).")
-    if isinstance(C, (bool, np.bool_)) or not isinstance(C, (int, float, np.number)) \
-            or not 0 < C <= 1:
-        fail(f"{name} chose C = {C!r}: the fraction of the {CLIENTS} clients picked each "
-             f"round, 0 < C ≤ 1 ({case}).")
-    return int(E), float(C)
+    E, C = answers.whole(out["E"]), answers.scalar(out["C"])
+    if E is None or not 1 <= E <= MAX_E:
+        fail(f"{name} chose E = {out['E']!r}: a whole number of local epochs from 1 to {MAX_E} "
+             f"(what a client can afford in one round) ({case}).")
+    if C is None or not 0 < C <= 1:
+        fail(f"{name} chose C = {out['C']!r}: the fraction of the {CLIENTS} clients picked "
+             f"each round, 0 < C ≤ 1 ({case}).")
+    return E, C
+
+
+def clients_per_round(C: float) -> int:
+    """⌊C·K⌋ clients, at least one (a float32 0.7 still picks 7)."""
+    return max(1, int(np.floor(C * CLIENTS + 1e-6)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -63,7 +66,7 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     done = []
     for case, (E, C) in zip(cases, plans):
         R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
-        per_round = max(1, int(C * CLIENTS))
+        per_round = clients_per_round(C)
         chose = (f"{name}(rounds={R}, uploads={U}, epochs={W}) chose E = {E}, C = {C:g} "
                  f"({per_round} client(s) a round)")
         if per_round * R > U:
@@ -72,7 +75,7 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
         if per_round * R * E > W:
             fail(f"{chose}: the clients would run {per_round * R} × {E} = {per_round * R * E} "
                  f"local epochs, over {W}: fewer epochs per round, or fewer clients. ({case})")
-        accuracy, uploaded = _federated(R, E, C)
+        accuracy, uploaded = _federated(R, E, per_round / CLIENTS)
         reached = next((t for t, a in enumerate(accuracy) if a >= TARGET), None)
         if reached is None:
             fail(f"{chose}: after {R} rounds the test accuracy was "
