@@ -10,6 +10,9 @@
   two floats; None otherwise.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
+- ``plan_call(fn, args, name, where)``: a design task's plan for budgets the check drew; a
+  table of the cases it was shown (a LookupError) is named; ``same_for_all(plans)``: the
+  sentence for a plan that returned the same answer whatever its budgets.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from ._diagnose import describe_value, returned_none
 
-__all__ = ["scalar", "whole", "pair", "plan"]
+__all__ = ["scalar", "whole", "pair", "plan", "plan_call", "same_for_all"]
 
 
 def scalar(x: Any) -> float | None:
@@ -64,3 +67,32 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return (returned_none(out, name, f"a dict with {listed}") or
             f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
+
+
+def plan_call(fn: Any, args: dict[str, Any], name: str, where: str = "") -> Any:
+    """Design tasks: the plan for budgets the check drew (``args``, in order). A plan that
+    raises a LookupError for them (a table of the cases it was shown) fails, saying that a
+    plan must be a function of its inputs; the stub and other crashes as ``call_local``."""
+    __tracebackhide__ = True
+    from ._core import fail, stub_message
+    try:
+        return fn(*args.values())
+    except NotImplementedError:
+        message = stub_message(fn)
+    except LookupError as e:
+        shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in args.items())
+        message = (f"{name}({shown}) raised {type(e).__name__}: {e} — for budgets it had not "
+                   "been shown. A plan must be a function of its inputs, computed from them, "
+                   f"not looked up in a table of the cases it was tried on{where}.")
+    except Exception as e:
+        message = f"{name} raised {type(e).__name__}: {e}{where}"
+    fail(message)
+
+
+def same_for_all(plans: list[Any], what: str = "plan") -> str:
+    """The sentence naming a plan that ignores its inputs ('' if the plans differ)."""
+    if len(plans) < 2 or any(p != plans[0] for p in plans[1:]):
+        return ""
+    return (f" It returned the same {what}, {plans[0]!r}, for all {len(plans)} budgets it was "
+            "given: a plan must be a function of its inputs.")

@@ -466,10 +466,11 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
     got = []
     for case in cases:
-        n = call_local(my_best_workers, *(case.params[k] for k in order))
+        n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
+                              f" [{case}]")
         if answers.whole(n) is None:
-            fail(f"{name} returned {describe_value(n)}: return the number of workers, a whole "
-                 f"number (not the time per step). [{case}]")
+            fail(f"{name} returned {describe_value(n)}: return the number of workers, an int "
+                 f"(a whole number, not the time per step). [{case}]")
         got.append(answers.whole(n))
     wrong = [(c, n) for c, n in zip(cases, got)
              if _times(c.params, int(n)) > _times(c.params, _best(c.params)) * (1 + 1e-9)
@@ -490,8 +491,10 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
             fail(f"{name}: {message}. [{wrong[0][0]}]")
     c, n = wrong[0]
     b = _best(c.params)
+    unseen = (" These were drawn by the check, not shown in the prompt." if
+              c.index >= len(fixed) else "") + answers.same_for_all(got, "n")
     fail(f"{name} chose n = {n} for {c}: its step takes {_times(c.params, int(n)):.4g} s, "
          f"but n = {b} takes {_times(c.params, b):.4g} s (compute "
-         f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).")
+         f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).{unseen}")
 
 
