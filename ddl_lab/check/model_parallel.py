@@ -1,14 +1,14 @@
 """Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
 (real workers, seeded cases, compared with float64 in one process; each stage's messages
-logged, so a deadlock says what each rank waited for), memory per rank (reasoning) and a
+logged — ``_model_parallel_chain.py`` — so a deadlock says what each rank waited for, and a
+pipeline off the chain or out of GPipe's order is named), memory per rank (a warm-up) and a
 pipeline plan (design, in ``_model_parallel_plans.py``; the entry point is here)."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -17,12 +17,12 @@ from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, same)
+from ._model_parallel_chain import GUARD, gpipe_fault, off_the_chain, p2p_log, read_log, read_logs
 from ._model_parallel_plans import pipeline_plan
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
 _PKG = "ddl_lab.model_parallel"
-_GUARD = "[neighbours]"
 
 
 # ------------------------------------------------------------- a small pipeline
@@ -90,60 +90,6 @@ def _weightings(spec: dict) -> dict[str, list[float]]:
             "by_m": [1.0 / len(sizes)] * len(sizes)}
 
 
-# ------------------------------------------------------------- who sent what
-
-@contextmanager
-def _p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: int,
-             d_out: int) -> Iterator[None]:
-    """Worker, while the learner's code runs: every send/recv is written to a file (a line
-    each, flushed), and a message that cannot be right raises at once instead of hanging:
-    None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
-    from ddl_lab.runtime.wiretap import Wiretap
-    peers = {prev, nxt}
-
-    def judge(call: str, sending: bool, tensor: Any, peer: Any) -> None:
-        if tensor is None:
-            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{call} with None")
-        if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
-            raise ValueError(f"{_GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
-                             f"its input's gradient to nxt = {peer}")
-        if peer not in peers - {None}:
-            raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
-                             f"{rank} called dist.{call} with rank {peer!r}, which is not one of "
-                             f"its neighbours {sorted(peers - {None})}")
-
-    def logged(op: Any, args: tuple) -> None:
-        if op.op not in ("send", "recv"):
-            return
-        peer = op.dst if op.op == "send" else op.src
-        log.write(f"{op.op} {peer}\n")
-        log.flush()
-        judge(op.call or op.op, op.op == "send", args[0][0], peer)
-    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log, Wiretap(on_op=logged):
-        yield
-
-
-def _last_dim(t: Any) -> int | None:
-    """The last size of a tensor, or of the tensor a ``send_tensor`` header announces."""
-    if t.is_floating_point():
-        return int(t.shape[-1]) if t.dim() else None
-    if t.dim() == 1 and t.numel() == 8 and 0 < int(t[1]) <= 6:       # stages.send_tensor's header
-        return int(t[1 + int(t[1])])
-    return None
-
-
-def _read_log(logdir: str, rank: int) -> list[tuple[str, ...]]:
-    path = os.path.join(logdir, f"rank{rank}.log")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [tuple(ln.split(" ")) for ln in f.read().split("\n") if ln.strip()]
-
-
-def _read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
-    return [_read_log(logdir, r) for r in range(p)]
-
-
 def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
     """Worker: the learner's step on this rank's stage, its messages logged."""
     import torch.distributed as dist
@@ -151,13 +97,13 @@ def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
     stage = _stage(spec, rank)
     batches, loss_fn = _inputs(spec)
     prev, nxt = (rank - 1 if rank else None), (rank + 1 if rank < p - 1 else None)
-    with _p2p_log(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
+    with p2p_log(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
         ret = fn(stage, batches, loss_fn, prev, nxt)
     try:
         returned: Any = float(ret)
     except (TypeError, ValueError, RuntimeError):
         returned = describe_value(ret)
-    return {"grads": _grads(stage), "returned": returned, "log": _read_log(logdir, rank)}
+    return {"grads": _grads(stage), "returned": returned, "log": read_log(logdir, rank)}
 
 
 # ------------------------------------------------------------- task 1: the stage step
@@ -171,8 +117,8 @@ _NO_GRAD = ("no gradient flowed back: rank {r} received its activations but x.gr
 def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
     """The named mistake behind a failed or deadlocked run, from what each rank sent."""
     p = spec["p"]
-    if _GUARD in text:
-        kind, r, said = text[text.index(_GUARD) + len(_GUARD):].split("|", 2)
+    if GUARD in text:
+        kind, r, said = text[text.index(GUARD) + len(GUARD):].split("|", 2)
         r, said = int(r), said.splitlines()[0]
         if kind == "forward" or (kind == "stray-send" and r == p - 1):
             return (f"gradients sent to the wrong neighbour: {said}. The gradient of a stage's "
@@ -180,83 +126,12 @@ def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
                     f"{r - 1}): send it to prev, not nxt.")
         if kind == "none" and r > 0:
             return _NO_GRAD.format(r=r, prev=r - 1)
-        return _off_the_chain(said, logs, p)
+        return off_the_chain(said, logs, p)
     for r in range(1, p):
         if not any(op == "send" and peer == str(r - 1) for op, peer in logs[r]) and \
                 ("NoneType" in text or "Timed out" in text):
             return _NO_GRAD.format(r=r, prev=r - 1)
     return None
-
-
-_CHAIN = ("pipeline pieces go down the chain: activations from stage s to s + 1 (nxt), "
-          "gradients back from s + 1 to s (prev), one hop at a time")
-
-
-def _off_the_chain(said: str, logs: list, p: int) -> str:
-    """Messages to or from ranks that are not neighbours, named by the shape they take:
-    a star through rank 0, activations sent straight to the last stage, or another shortcut."""
-    strays = [(r, op, int(peer)) for r, log in enumerate(logs) for op, peer in log
-              if peer.isdigit() and abs(int(peer) - r) != 1]
-    if any(r >= 2 and peer == 0 for r, _, peer in strays):
-        return (f"{said}: messages routed through rank 0, a star — {_CHAIN}; no stage talks "
-                "to any rank but prev and nxt.")
-    if any(op == "send" and peer == p - 1 for _, op, peer in strays):
-        return (f"{said}: activations sent straight to the last stage, skipping the stages "
-                f"between — {_CHAIN}.")
-    return f"{said}: a stage talks only to prev and nxt — {_CHAIN}."
-
-
-def _directions(log: list[tuple[str, ...]], rank: int) -> str:
-    """Each message of a stage as 'F' (the forward pass: from prev, to nxt) or 'B'."""
-    forward = {("recv", str(rank - 1)), ("send", str(rank + 1))}
-    return "".join("F" if tuple(msg) in forward else "B" for msg in log)
-
-
-def _ops(directions: str, m: int) -> list[tuple[str, int]] | None:
-    """The order of a stage's operations read off its messages ("F", i) / ("B", i), every
-    micro-batch sending as many messages as the others; None if they do not split so."""
-    per = {d: directions.count(d) // m for d in "FB"}
-    if any(directions.count(d) != per[d] * m or not per[d] for d in "FB"):
-        return None
-    seen, order = {"F": 0, "B": 0}, []
-    for d in directions:
-        op = (d, seen[d] // per[d])
-        seen[d] += 1
-        if op not in order:
-            order.append(op)
-    return order
-
-
-def _gpipe_fault(got: list[dict], spec: dict) -> str | None:
-    """None if every stage ran GPipe's order — every forward message before any backward
-    one — else what the learner's order was and the idle time it costs, counted in slots."""
-    from ddl_lab.model_parallel.interleaved import slot_makespan
-    p, m = spec["p"], spec["m"]
-    dirs = [_directions(g["log"], r) for r, g in enumerate(got)]
-    late = [r for r, d in enumerate(dirs) if "B" in d and "F" in d[d.index("B"):]]
-    if not late:
-        return None
-    r, orders = late[0], [_ops(d, m) for d in dirs]
-    head = (f"the gradients are right, but the order is not GPipe's: rank {r} sent or received "
-            "a gradient before its last activation")
-    if any(o is None for o in orders):
-        return head + ". GPipe runs every micro-batch's forward, then every backward."
-    slots, gpipe = slot_makespan([[(k, i, 0) for k, i in o] for o in orders], 1), 2 * (m + p - 1)
-    shown = " ".join(f"{k}{i}" for k, i in orders[r])
-    idle = (f"each stage idles {1 - 2 * m / slots:.0%} of the step instead of GPipe's "
-            f"(p − 1)/(m + p − 1) = {(p - 1) / (m + p - 1):.0%}")
-    if all(o == [op for i in range(m) for op in (("F", i), ("B", i))] for o in orders):
-        return (f"{head} — each micro-batch's backward ran right after its forward ({shown}), "
-                f"so only one stage is ever busy: counted in slots (every forward and backward "
-                f"one slot) the step takes 2·p·m = {slots} slots instead of GPipe's "
-                f"2(m + p − 1) = {gpipe}, and {idle}. Run every forward, then every backward.")
-    if slots > gpipe:
-        return (f"{head} (rank {r} ran {shown}): counted in slots the step takes {slots} slots "
-                f"instead of GPipe's 2(m + p − 1) = {gpipe}, and {idle}. Run every forward, "
-                "then every backward.")
-    return (f"{head} (rank {r} ran {shown}): as short as GPipe's {gpipe} slots, a 1F1B-like "
-            "order (task 2's, which keeps fewer activations) — this task asks for GPipe's: "
-            "every forward, then every backward.")
 
 
 def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
@@ -268,7 +143,7 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
         if not isinstance(ret, float) or not np.isclose(ret, loss, rtol=1e-4, atol=1e-6):
             return (f"the gradients are right, but the last stage returned {ret}; return the "
                     f"batch's loss, {loss:.6g} (the sum of the micro-batches' weighted losses).")
-        return _gpipe_fault(got, spec)
+        return gpipe_fault(got, spec)
     for r in range(1, p):
         if all(same(want[k], got[k]["grads"]) for k in range(r, p)) and \
                 all(not np.any(got[k]["grads"]) for k in range(r)):
@@ -316,7 +191,7 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
             if f is not None and f.kind == "stub":
                 fail(f.line)
             if f is not None:
-                named = explain_failure(f"{f.text}\n{f.line}", _read_logs(logdir, spec["p"]),
+                named = explain_failure(f"{f.text}\n{f.line}", read_logs(logdir, spec["p"]),
                                         spec, name)
                 head = f.message(name, spec["p"])
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
