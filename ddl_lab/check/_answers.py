@@ -10,8 +10,8 @@
   two floats; None otherwise.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
-- ``plan_call(fn, args, name, where)``: a design task's plan for budgets the check drew; a
-  table of the cases it was shown (a LookupError) is named; ``same_for_all(plans)``: the
+- ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
+  drew; a table of the cases it was shown (a LookupError, or None for unseen budgets) is named; ``same_for_all(plans)``: the
   sentence for a plan that returned the same answer whatever its budgets.
 """
 from __future__ import annotations
@@ -69,22 +69,28 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
             f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
 
 
-def plan_call(fn: Any, args: dict[str, Any], name: str, where: str = "") -> Any:
+def plan_call(fn: Any, args: dict[str, Any], name: str, where: str = "",
+              unseen: bool = False) -> Any:
     """Design tasks: the plan for budgets the check drew (``args``, in order). A plan that
-    raises a LookupError for them (a table of the cases it was shown) fails, saying that a
-    plan must be a function of its inputs; the stub and other crashes as ``call_local``."""
+    raises a LookupError for them, or returns None for ``unseen`` ones (a table of the cases
+    it was shown), fails, saying that a plan must be a function of its inputs; the stub and
+    other crashes as ``call_local``."""
     __tracebackhide__ = True
     from ._core import fail, stub_message
+    shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in args.items())
+    looked_up = (" — for budgets it had not been shown. A plan must be a function of its "
+                 "inputs, computed from them, not looked up in a table of the cases it was "
+                 f"tried on{where}.")
     try:
-        return fn(*args.values())
+        out = fn(*args.values())
+        if out is not None or not unseen:
+            return out
+        message = f"{name}({shown}) returned None{looked_up}"
     except NotImplementedError:
         message = stub_message(fn)
     except LookupError as e:
-        shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in args.items())
-        message = (f"{name}({shown}) raised {type(e).__name__}: {e} — for budgets it had not "
-                   "been shown. A plan must be a function of its inputs, computed from them, "
-                   f"not looked up in a table of the cases it was tried on{where}.")
+        message = f"{name}({shown}) raised {type(e).__name__}: {e}{looked_up}"
     except Exception as e:
         message = f"{name} raised {type(e).__name__}: {e}{where}"
     fail(message)

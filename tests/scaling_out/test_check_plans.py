@@ -43,6 +43,12 @@ def test_fedavg_plan_mistakes_are_named(wrong, fault):
         check.fedavg_plan(wrong)
 
 
+def looked_up_or_none(rounds, uploads, epochs):
+    """A table with .get: None for budgets it does not hold."""
+    return {(6, 18, 180): {"E": 10, "C": 0.3}, (8, 16, 240): {"E": 15, "C": 0.2}}.get(
+        (rounds, uploads, epochs))
+
+
 def looked_up(rounds, uploads, epochs):
     """Plans found by trial at the prompt's budgets, kept in a table."""
     return {(6, 18, 180): {"E": 10, "C": 0.3}, (8, 16, 240): {"E": 15, "C": 0.2}}[
@@ -52,6 +58,8 @@ def looked_up(rounds, uploads, epochs):
 @pytest.mark.parametrize("wrong, fault", [
     (looked_up, r"raised KeyError: \(9, 35, 423\) — for budgets it had not been shown\. A plan "
                 "must be a function of its inputs"),
+    (looked_up_or_none, r"\(rounds=9, uploads=35, epochs=423\) returned None — for budgets it "
+                        "had not been shown. A plan must be a function of its inputs"),
     (lambda R, U, W: {"E": 10, "C": 0.2}, r"18 rounds upload 36 models, over 23\..*drawn by the "
      r"check.*the same plan, \(10, 0.2\), for all 10 budgets"),
 ])
