@@ -121,14 +121,15 @@ def star_through_rank0(stage, batches, loss_fn, prev, nxt):
     rank, p = dist.get_rank(), dist.get_world_size()
     B = sum(len(y) for _, y in batches)
     if rank == 0:
-        outs = [stage(x) for x, _ in batches]
+        outs = []
+        for x, _ in batches:
+            outs.append(stage(x))
+            send_tensor(outs[-1], 1)
+            for r in range(1, p - 1):                    # relays the activation on
+                send_tensor(recv_tensor(r), r + 1)
         for out in outs:
-            send_tensor(out, 1)
-        for hops in (range(1, p - 1), range(p - 1, 1, -1)):      # activations, then gradients
-            for r in hops:
-                for _ in batches:
-                    send_tensor(recv_tensor(r), r + 1 if hops.step == 1 else r - 1)
-        for out in outs:
+            for r in range(p - 1, 1, -1):                # relays the gradient back
+                send_tensor(recv_tensor(r), r - 1)
             out.backward(recv_tensor(1))
         return None
     xs, outs = [], []
