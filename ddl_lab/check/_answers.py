@@ -14,6 +14,9 @@
   that raises (a table's KeyError) or returns None for them fails, saying that a plan must be
   a function of its inputs; ``constant(plans)``: the sentence for a plan that came back the
   same for every budget (issue 26, "plans that ignore their inputs").
+- ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
+  drew; a table of the cases it was shown (a LookupError, or None for unseen budgets) is named; ``same_for_all(plans)``: the
+  sentence for a plan that returned the same answer whatever its budgets.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import numpy as np
 
 from ._diagnose import describe_value, returned_none
 
-__all__ = ["scalar", "whole", "pair", "plan", "call_plan", "constant"]
+__all__ = ["scalar", "whole", "pair", "plan", "call_plan", "constant", "plan_call", "same_for_all"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs (computed from the budgets "
                       "and targets it is given), not a table of the prompt's cases")
@@ -99,3 +102,38 @@ def constant(plans: list[Any]) -> str:
         return ""
     return (f" It returned the same plan, {plans[0]}, for all {len(plans)} budgets it was "
             f"given: {FUNCTION_OF_INPUTS}.")
+
+
+def plan_call(fn: Any, args: dict[str, Any], name: str, where: str = "",
+              unseen: bool = False) -> Any:
+    """Design tasks: the plan for budgets the check drew (``args``, in order). A plan that
+    raises a LookupError for them, or returns None for ``unseen`` ones (a table of the cases
+    it was shown), fails, saying that a plan must be a function of its inputs; the stub and
+    other crashes as ``call_local``."""
+    __tracebackhide__ = True
+    from ._core import fail, stub_message
+    shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in args.items())
+    looked_up = (" — for budgets it had not been shown. A plan must be a function of its "
+                 "inputs, computed from them, not looked up in a table of the cases it was "
+                 f"tried on{where}.")
+    try:
+        out = fn(*args.values())
+        if out is not None or not unseen:
+            return out
+        message = f"{name}({shown}) returned None{looked_up}"
+    except NotImplementedError:
+        message = stub_message(fn)
+    except LookupError as e:
+        message = f"{name}({shown}) raised {type(e).__name__}: {e}{looked_up}"
+    except Exception as e:
+        message = f"{name} raised {type(e).__name__}: {e}{where}"
+    fail(message)
+
+
+def same_for_all(plans: list[Any], what: str = "plan") -> str:
+    """The sentence naming a plan that ignores its inputs ('' if the plans differ)."""
+    if len(plans) < 2 or any(p != plans[0] for p in plans[1:]):
+        return ""
+    return (f" It returned the same {what}, {plans[0]!r}, for all {len(plans)} budgets it was "
+            "given: a plan must be a function of its inputs.")

@@ -1,27 +1,28 @@
 """Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
 (real workers, seeded cases, compared with float64 in one process; each stage's messages
-logged, so a deadlock says what each rank waited for), memory per rank (reasoning) and a
+logged — ``_model_parallel_chain.py`` — so a deadlock says what each rank waited for, and a
+pipeline off the chain or out of GPipe's order is named), memory per rank (a warm-up) and a
 pipeline plan (design, in ``_model_parallel_plans.py``; the entry point is here)."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
 
+from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, same)
+from ._model_parallel_chain import GUARD, gpipe_fault, off_the_chain, p2p_log, read_log, read_logs
 from ._model_parallel_plans import pipeline_plan
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
 _PKG = "ddl_lab.model_parallel"
-_GUARD = "[neighbours]"
 
 
 # ------------------------------------------------------------- a small pipeline
@@ -89,54 +90,6 @@ def _weightings(spec: dict) -> dict[str, list[float]]:
             "by_m": [1.0 / len(sizes)] * len(sizes)}
 
 
-# ------------------------------------------------------------- who sent what
-
-@contextmanager
-def _p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: int,
-             d_out: int) -> Iterator[None]:
-    """Worker, while the learner's code runs: every send/recv is written to a file (a line
-    each, flushed), and a message that cannot be right raises at once instead of hanging:
-    None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
-    from ddl_lab.runtime.wiretap import Wiretap
-    peers = {prev, nxt}
-
-    def judge(call: str, sending: bool, tensor: Any, peer: Any) -> None:
-        if tensor is None:
-            raise ValueError(f"{_GUARD}none|{rank}|rank {rank} called dist.{call} with None")
-        if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
-            raise ValueError(f"{_GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
-                             f"its input's gradient to nxt = {peer}")
-        if peer not in peers - {None}:
-            raise ValueError(f"{_GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
-                             f"{rank} called dist.{call} with rank {peer!r}, which is not one of "
-                             f"its neighbours {sorted(peers - {None})}")
-
-    def logged(op: Any, args: tuple) -> None:
-        if op.op not in ("send", "recv"):
-            return
-        peer = op.dst if op.op == "send" else op.src
-        log.write(f"{op.op} {peer}\n")
-        log.flush()
-        judge(op.call or op.op, op.op == "send", args[0][0], peer)
-    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log, Wiretap(on_op=logged):
-        yield
-
-
-def _last_dim(t: Any) -> int | None:
-    """The last size of a tensor, or of the tensor a ``send_tensor`` header announces."""
-    if t.is_floating_point():
-        return int(t.shape[-1]) if t.dim() else None
-    if t.dim() == 1 and t.numel() == 8 and 0 < int(t[1]) <= 6:       # stages.send_tensor's header
-        return int(t[1 + int(t[1])])
-    return None
-
-
-def _read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
-    paths = [os.path.join(logdir, f"rank{r}.log") for r in range(p)]
-    return [[tuple(ln.split(" ")) for ln in open(f).read().split("\n") if ln.strip()]
-            if os.path.exists(f) else [] for f in paths]
-
-
 def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
     """Worker: the learner's step on this rank's stage, its messages logged."""
     import torch.distributed as dist
@@ -144,13 +97,13 @@ def _stage_body(fn: Callable, spec: dict, logdir: str) -> dict:
     stage = _stage(spec, rank)
     batches, loss_fn = _inputs(spec)
     prev, nxt = (rank - 1 if rank else None), (rank + 1 if rank < p - 1 else None)
-    with _p2p_log(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
+    with p2p_log(logdir, rank, prev, nxt, spec["widths"][rank], spec["widths"][rank + 1]):
         ret = fn(stage, batches, loss_fn, prev, nxt)
     try:
         returned: Any = float(ret)
     except (TypeError, ValueError, RuntimeError):
         returned = describe_value(ret)
-    return {"grads": _grads(stage), "returned": returned}
+    return {"grads": _grads(stage), "returned": returned, "log": read_log(logdir, rank)}
 
 
 # ------------------------------------------------------------- task 1: the stage step
@@ -164,8 +117,8 @@ _NO_GRAD = ("no gradient flowed back: rank {r} received its activations but x.gr
 def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
     """The named mistake behind a failed or deadlocked run, from what each rank sent."""
     p = spec["p"]
-    if _GUARD in text:
-        kind, r, said = text[text.index(_GUARD) + len(_GUARD):].split("|", 2)
+    if GUARD in text:
+        kind, r, said = text[text.index(GUARD) + len(GUARD):].split("|", 2)
         r, said = int(r), said.splitlines()[0]
         if kind == "forward" or (kind == "stray-send" and r == p - 1):
             return (f"gradients sent to the wrong neighbour: {said}. The gradient of a stage's "
@@ -173,7 +126,7 @@ def _failure_fault(text: str, logs: list, spec: dict, name: str) -> str | None:
                     f"{r - 1}): send it to prev, not nxt.")
         if kind == "none" and r > 0:
             return _NO_GRAD.format(r=r, prev=r - 1)
-        return f"{said}: a stage talks only to prev and nxt."
+        return off_the_chain(said, logs, p)
     for r in range(1, p):
         if not any(op == "send" and peer == str(r - 1) for op, peer in logs[r]) and \
                 ("NoneType" in text or "Timed out" in text):
@@ -190,7 +143,7 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
         if not isinstance(ret, float) or not np.isclose(ret, loss, rtol=1e-4, atol=1e-6):
             return (f"the gradients are right, but the last stage returned {ret}; return the "
                     f"batch's loss, {loss:.6g} (the sum of the micro-batches' weighted losses).")
-        return None
+        return gpipe_fault(got, spec)
     for r in range(1, p):
         if all(same(want[k], got[k]["grads"]) for k in range(r, p)) and \
                 all(not np.any(got[k]["grads"]) for k in range(r)):
@@ -238,7 +191,7 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
             if f is not None and f.kind == "stub":
                 fail(f.line)
             if f is not None:
-                named = explain_failure(f"{f.text}\n{f.line}", _read_logs(logdir, spec["p"]),
+                named = explain_failure(f"{f.text}\n{f.line}", read_logs(logdir, spec["p"]),
                                         spec, name)
                 head = f.message(name, spec["p"])
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
@@ -258,7 +211,10 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     GPipe step of one pipeline stage — every micro-batch forward (receive the activation
     from ``prev``, forward, send to ``nxt``), then every backward (receive the gradient from
     ``nxt``, backward, send the input's gradient to ``prev``) — so that the stages' .grad
-    equal one un-pipelined step; the last stage returns the batch's loss."""
+    equal one un-pipelined step; the last stage returns the batch's loss. Every message is
+    logged: it must go down the chain (only to prev and nxt), and each stage's messages in
+    GPipe's order (every activation before any gradient; another order is named with the
+    idle time it costs, counted in slots)."""
     __tracebackhide__ = True
     cases = Cases("stage_step", seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
@@ -269,7 +225,8 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
              _failure_fault, _result_fault, my_stage_step)
     passed("stage_step", f"{len(cases)} pipelines (2–4 stages, 1–6 micro-batches, some of "
            "unequal size, mean and sum losses, float32 and float64): every stage's gradients "
-           "equal one process's step on the whole batch")
+           "equal one process's step on the whole batch, its messages went down the chain in "
+           "GPipe's order (every forward, then every backward)")
 
 
 # ------------------------------------------------------------- task 2: the 1F1B order
@@ -328,6 +285,14 @@ def _order_fault(got: list, spec: dict, name: str) -> str | None:
     return None
 
 
+def _as_ops(order: Any) -> Any:
+    """A returned order with integral micro-batch numbers as ints (3.0, np.int64(3) → 3)."""
+    if not isinstance(order, list):
+        return order
+    return [(item[0], answers.whole(item[1])) if isinstance(item, (tuple, list)) and
+            len(item) == 2 and answers.whole(item[1]) is not None else item for item in order]
+
+
 @task("model_parallel", refuses=(_PKG, "one_f_one_b_order", "gpipe_order"))
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
@@ -340,7 +305,7 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
     cases, specs = list(cases), []
     for case in cases:
         p, m = case.params["p"], case.params["m"]
-        orders = [call_local(my_one_f_one_b, r, p, m) for r in range(p)]
+        orders = [_as_ops(call_local(my_one_f_one_b, r, p, m)) for r in range(p)]
         for r, order in enumerate(orders):
             problem = validate_order(order, m) if isinstance(order, list) else \
                 f"it returned {describe_value(order)}, not a list"
@@ -459,9 +424,9 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
             want = sum(_part(scheme, c, P, n, s) for c in "pgs")
-            if isinstance(got, (int, float, np.integer, np.floating)) and \
-                    np.isclose(float(got), want, rtol=1e-9, atol=0.5):
-                continue
+            if answers.scalar(got) is not None and (same(want, got) or
+                                                    abs(answers.scalar(got) - want) <= 0.5):
+                continue                     # float32 at its own tolerance; ints within a byte
             other = {"ddp": ("nothing is divided under DDP: every rank holds a whole replica "
                              "of parameters, gradients and optimizer state", want / n),
                      "zero1": ("you sharded the gradients too: ZeRO-1 shards only the optimizer "

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ddl_lab.ring_allreduce.cost import sent_bytes
+from . import _answers as answers
 from ._core import call_local, fail, passed, run_on_workers, stub_message, task
 from ._diagnose import Cases, describe_value, differs, explain
 from ._scaling_out_plans import fedavg_plan
@@ -181,9 +182,9 @@ def _train(case: dict, path: str, save: Callable | None, load: Callable | None,
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if case["opt"] == "sgd" \
         else torch.optim.Adam(model.parameters(), lr=0.05)
     start = load(path, model, opt) if load else 0
-    if not isinstance(start, (int, np.integer)) or isinstance(start, bool):
+    if answers.whole(start) is None:
         return start, None
-    for t in range(int(start), case["steps"]):
+    for t in range(answers.whole(start), case["steps"]):
         if t == kill:
             return start, None
         g = torch.Generator().manual_seed(case["seed"] * 1000 + 10 * t + rank)
@@ -253,13 +254,13 @@ def _resume_message(name: str, r: dict, case: Any) -> str | None:
         return (f"{name} raised FileNotFoundError before any checkpoint existed: a fresh "
                 "job has none yet — if os.path.exists(path) is False, return 0. "
                 f"[{case}]")
-    if r["first"] != 0:
+    if answers.whole(r["first"]) != 0:
         return (f"{name} returned {describe_value(r['first'])} before any checkpoint "
                 f"existed; with no file at `path` it must return 0. [{case}]")
-    if not isinstance(r["resumed"], (int, np.integer)) or isinstance(r["resumed"], bool):
+    if answers.whole(r["resumed"]) is None:
         return (f"{name} returned {describe_value(r['resumed'])}; return the number of steps "
-                f"the checkpoint had done, as an int. [{case}]")
-    if r["resumed"] != last:
+                f"the checkpoint had done, a whole number. [{case}]")
+    if answers.whole(r["resumed"]) != last:
         off = {last + 1: " (one too many: the saved number is the steps DONE, which is also "
                          "the index of the next step to run)",
                last - 1: " (one too few: the run would repeat a step)",
@@ -463,11 +464,14 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
                                            (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
                                            (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
     cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
-    got = [call_local(my_best_workers, *(c.params[k] for k in order)) for c in cases]
-    for case, n in zip(cases, got):
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+    got = []
+    for case in cases:
+        n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
+                              f" [{case}]", case.index >= len(fixed))
+        if answers.whole(n) is None:
             fail(f"{name} returned {describe_value(n)}: return the number of workers, an int "
-                 f"(not the time per step). [{case}]")
+                 f"(a whole number, not the time per step). [{case}]")
+        got.append(answers.whole(n))
     wrong = [(c, n) for c, n in zip(cases, got)
              if _times(c.params, int(n)) > _times(c.params, _best(c.params)) * (1 + 1e-9)
              or not 1 <= n <= c.params["max_workers"]]
@@ -487,8 +491,10 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
             fail(f"{name}: {message}. [{wrong[0][0]}]")
     c, n = wrong[0]
     b = _best(c.params)
+    unseen = (" These were drawn by the check, not shown in the prompt." if
+              c.index >= len(fixed) else "") + answers.same_for_all(got, "n")
     fail(f"{name} chose n = {n} for {c}: its step takes {_times(c.params, int(n)):.4g} s, "
          f"but n = {b} takes {_times(c.params, b):.4g} s (compute "
-         f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).")
+         f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).{unseen}")
 
 

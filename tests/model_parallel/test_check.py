@@ -96,6 +96,64 @@ def grad_onward_in_the_middle(stage, batches, loss_fn, prev, nxt):
                   grad_to="nxt" if nxt is not None else "prev")
 
 
+def forward_then_backward_each(stage, batches, loss_fn, prev, nxt):
+    """Same gradients, not GPipe: each micro-batch's backward right after its forward."""
+    B, total = sum(len(y) for _, y in batches), 0.0
+    for x, y in batches:
+        if prev is not None:
+            x = recv_tensor(prev).requires_grad_()
+        out = stage(x)
+        if nxt is None:
+            out = loss_fn(out, y) * (len(y) / B if loss_fn.reduction == "mean" else 1.0)
+            total += out.item()
+            out.backward()
+        else:
+            send_tensor(out, nxt)
+            out.backward(recv_tensor(nxt))
+        if prev is not None:
+            send_tensor(x.grad, prev)
+    return total if nxt is None else None
+
+
+def star_through_rank0(stage, batches, loss_fn, prev, nxt):
+    """Rank 0 relays every activation and gradient between the stages: a star, not a chain
+    (right on 2 ranks, where the star is the chain)."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    B = sum(len(y) for _, y in batches)
+    if rank == 0:
+        outs = []
+        for x, _ in batches:
+            outs.append(stage(x))
+            send_tensor(outs[-1], 1)
+            for r in range(1, p - 1):                    # relays the activation on
+                send_tensor(recv_tensor(r), r + 1)
+        for out in outs:
+            for r in range(p - 1, 1, -1):                # relays the gradient back
+                send_tensor(recv_tensor(r), r - 1)
+            out.backward(recv_tensor(1))
+        return None
+    xs, outs = [], []
+    for _, y in batches:
+        xs.append(recv_tensor(0).requires_grad_())
+        out = stage(xs[-1])
+        if nxt is None:
+            out = loss_fn(out, y) * (len(y) / B if loss_fn.reduction == "mean" else 1.0)
+        else:
+            send_tensor(out, 0)
+        outs.append(out)
+    for x, out in zip(xs, outs):
+        out.backward(None if nxt is None else recv_tensor(0))
+        send_tensor(x.grad, 0)
+    return float(sum(outs)) if nxt is None else None
+
+
+def straight_to_the_last(stage, batches, loss_fn, prev, nxt):
+    """The activations sent to the last rank, whatever the stage: skips the chain."""
+    last = dist.get_world_size() - 1
+    return _gpipe(stage, batches, loss_fn, prev, last if nxt is not None else None,
+                  lambda n, B, m: n / B)
+
+
 def borrowed(stage, batches, loss_fn, prev, nxt):
     return stage_step(stage, batches, loss_fn, prev, nxt)
 
@@ -120,6 +178,18 @@ def test_stage_step(solution, capsys):
         check.stage_step(grad_to_next)
     with pytest.raises(CheckFailed, match="wrong neighbour: rank 1 sent .* gradient to nxt"):
         check.stage_step(grad_onward_in_the_middle)
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (forward_then_backward_each, r"order is not GPipe's.*backward ran right after its forward "
+     r"\(F0 B0 F1 B1 F2 B2 F3 B3\).*only one stage is ever busy.*2·p·m = 24 slots instead of "
+     r"GPipe's 2\(m \+ p − 1\) = 12.*idles 67% of the step instead of .* = 33%"),
+    (star_through_rank0, "routed through rank 0, a star — pipeline pieces go down the chain"),
+    (straight_to_the_last, "sent straight to the last stage.*go down the chain"),
+])
+def test_stage_step_judges_the_pipeline_s_shape(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.stage_step(wrong)
 
 
 # ---------------------------------------------------------------- the 1F1B order

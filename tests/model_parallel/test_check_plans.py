@@ -57,3 +57,32 @@ def test_right_pipeline_plans_pass(solution, capsys):
 def test_pipeline_plan_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.pipeline_plan(wrong)
+
+
+_TABLE = {(4, 48, 0.2, 16): ("1f1b", 12), (3, 36, 0.25, 36): ("gpipe", 6),
+          (2, 24, 0.1, 4): ("1f1b", 12)}
+
+
+def looked_up(p, batch, max_bubble, max_examples):
+    """Plans found by trial at the cases a learner has seen, kept in a table."""
+    schedule, m = _TABLE[p, batch, max_bubble, max_examples]
+    return {"schedule": schedule, "m": m}
+
+
+def divide_only(p, batch, max_bubble, max_examples):
+    """Right when max_examples // p divides the batch: floor division elsewhere keeps more."""
+    for_bubble = math.ceil((p - 1) * (1 - max_bubble) / max_bubble - 1e-9)
+    return {"schedule": "1f1b", "m": min(batch, max(for_bubble, batch // (max_examples // p)))}
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (looked_up, r"raised KeyError: \(2, 24, 0.1, 6\) — for budgets it had not been shown\. A "
+                "plan must be a function of its inputs"),
+    (lambda p, b, t, e: {"schedule": "1f1b", "m": 12},
+     r"drawn by the check, not shown in the prompt\. It returned the same plan, \('1f1b', 12\), "
+     "for all 11 budgets"),
+    (divide_only, r"kept the activations of \d+ examples at once, over \d+\..*drawn by the check"),
+])
+def test_plans_that_ignore_their_inputs_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.pipeline_plan(wrong)

@@ -195,6 +195,25 @@ def test_best_workers(solution, capsys):
             check.best_workers(fn)
 
 
+def best_looked_up(params, batch, per_example, alpha, beta, max_workers):
+    """Answers found by trial at the prompt's case (and the lecture's), kept in a table."""
+    return {(16e6, 256, 6e-4, 5e-5, 8e-10, 64): 23, (16e6, 256, 6e-4, 5e-5, 8e-9, 64): 8}[
+        params, batch, per_example, alpha, beta, max_workers]
+
+
+def best_constant(params, batch, per_example, alpha, beta, max_workers):
+    return 23
+
+
+def test_best_workers_that_ignore_their_inputs_are_named():
+    with pytest.raises(CheckFailed, match=r"raised KeyError: .* — for budgets it had not been "
+                                          "shown. A plan must be a function of its inputs"):
+        check.best_workers(best_looked_up)
+    with pytest.raises(CheckFailed, match="chose n = 23 .*It returned the same n, 23, for all "
+                                          "12 budgets it was given"):
+        check.best_workers(best_constant)
+
+
 def test_verdicts_are_the_same_every_run():
     for _ in range(3):
         with pytest.raises(CheckFailed, match="averaged the clients equally"):

@@ -13,14 +13,16 @@ def stub(*args):
     raise NotImplementedError("replace this line with your code")
 
 
-def two_clients_many_epochs(rounds, uploads, epochs):
-    """Another right style: two clients a round, as many local epochs as the budget allows."""
-    return {"C": 0.2, "E": min(20, epochs // (2 * rounds))}
+def epochs_per_round(rounds, uploads, epochs):
+    """Another right style: the clients the uploads allow (as a float count), then the epochs
+    each can run a round, from the epochs budget spread over the rounds."""
+    k = min(10.0, float(uploads // rounds))
+    return {"C": k / 10, "E": float(min(20, epochs // (k * rounds)))}
 
 
 def test_right_fedavg_plans_pass(solution, capsys):
     check.fedavg_plan(solution(STEM, "my_fedavg_plan"))
-    check.fedavg_plan(two_clients_many_epochs)
+    check.fedavg_plan(epochs_per_round)
     out = capsys.readouterr().out
     assert out.count("✔ fedavg_plan: passed") == 2
     assert "18 of 18 uploads" in out
@@ -37,5 +39,30 @@ def test_right_fedavg_plans_pass(solution, capsys):
     (lambda R, U, W: (10, 0.3), "return a dict with the keys E"),
 ])
 def test_fedavg_plan_mistakes_are_named(wrong, fault):
+    with pytest.raises(CheckFailed, match=fault):
+        check.fedavg_plan(wrong)
+
+
+def looked_up_or_none(rounds, uploads, epochs):
+    """A table with .get: None for budgets it does not hold."""
+    return {(6, 18, 180): {"E": 10, "C": 0.3}, (8, 16, 240): {"E": 15, "C": 0.2}}.get(
+        (rounds, uploads, epochs))
+
+
+def looked_up(rounds, uploads, epochs):
+    """Plans found by trial at the prompt's budgets, kept in a table."""
+    return {(6, 18, 180): {"E": 10, "C": 0.3}, (8, 16, 240): {"E": 15, "C": 0.2}}[
+        rounds, uploads, epochs]
+
+
+@pytest.mark.parametrize("wrong, fault", [
+    (looked_up, r"raised KeyError: \(9, 35, 423\) — for budgets it had not been shown\. A plan "
+                "must be a function of its inputs"),
+    (looked_up_or_none, r"\(rounds=9, uploads=35, epochs=423\) returned None — for budgets it "
+                        "had not been shown. A plan must be a function of its inputs"),
+    (lambda R, U, W: {"E": 10, "C": 0.2}, r"18 rounds upload 36 models, over 23\..*drawn by the "
+     r"check.*the same plan, \(10, 0.2\), for all 10 budgets"),
+])
+def test_plans_that_ignore_their_inputs_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.fedavg_plan(wrong)
