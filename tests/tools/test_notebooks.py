@@ -151,3 +151,14 @@ def test_hints_stand_in_their_own_tagged_cells(path):
         inline = c.cell_type == "markdown" and not tagged and re.search(r"\*\*?Hint", c.source)
         assert tagged == starts, f"{path.name} cell {i}: a hint cell is tagged `hint` and starts **Hint**"
         assert not inline, f"{path.name} cell {i}: a hint inside a prompt; give it its own `hint` cell"
+
+
+def test_every_design_task_asks_for_a_written_justification():
+    from ddl_lab.check._core import TASKS
+    justified = {c.metadata.get("ddl_lab", {}).get("task")
+                 for sol, _ in notebooks.exercise_pairs()
+                 for c in nbformat.read(sol, as_version=4).cells
+                 if "justification" in c.metadata.get("tags", [])}
+    plans = {name for name in TASKS if name.endswith("_plan")}
+    assert plans <= justified, f"design tasks without a justification cell: {plans - justified}"
+    assert justified <= set(TASKS), f"justification cells naming no task: {justified - set(TASKS)}"

@@ -47,12 +47,6 @@ def save(path: str) -> None:
     Path(path).write_bytes(buf.getvalue())
 
 
-def load(data: bytes) -> list[tuple[str, tuple, dict]]:
-    """The judge's side: the calls, as the kernel took them."""
-    import dill
-    return dill.loads(data)
-
-
 def judged(task: str, *args: Any, **kwargs: Any) -> None:
     """``check.<task>(*args, **kwargs)`` run in a judge: an AssertionError with the
     check's message unless it passed there."""
