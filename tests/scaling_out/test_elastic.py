@@ -51,8 +51,11 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_where_it_would_have(unint
     run = E.run_elastic(steps=24, every=5, kill_at=13, nproc=2, max_restarts=2, batch=60,
                         timeout=150)
     assert run.ok, run.jobs[0].tail()
-    first, second = run.attempts()[0], run.attempts()[-1]
-    assert (first["last"], second["start"], second["last"]) == (13, 10, 24)
+    attempts = run.attempts()        # a busy machine may cost a second restart (2 allowed)
+    first, restart, last = attempts[0], attempts[1], attempts[-1]
+    assert (first["last"], restart["start"], last["last"]) == (13, 10, 24), \
+        (attempts, run.jobs[0].tail())
+    assert all(a["start"] in [0, *run.checkpoints()] for a in attempts)   # each from a save
     assert torch.allclose(run.params, uninterrupted, atol=1e-5)   # 2 workers here, 3 there
 
 
