@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import types
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -341,13 +342,20 @@ def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
             mods = [m for m in [glb.get(n) for n in names] + list(cells.values())
                     if isinstance(m, types.ModuleType)]
             mods += [_module(n) for n in names if n.startswith("ddl_lab.")]   # local imports
-            mods += [getattr(m, n) for m in list(mods) for n in names       # their submodules
-                     if isinstance(getattr(m, n, None), types.ModuleType)]
+            mods += [_attr(m, n) for m in list(mods) for n in names         # their submodules
+                     if isinstance(_attr(m, n), types.ModuleType)]
             inner += [glb.get(n) for n in names]
-            inner += [getattr(m, n, None) for m in mods for n in names]
+            inner += [_attr(m, n) for m in mods for n in names]
             inner += list(cells.values())
             inner += list(obj.__defaults__ or ())
         todo += [(o, d + 1) for o in inner if o is not None]
+
+
+def _attr(module: Any, name: str) -> Any:
+    """``module.name`` or None, quietly (numpy warns on names such as ``np.bytes``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(module, name, None)
 
 
 def _module(name: str) -> Any:

@@ -67,3 +67,25 @@ def test_a_judged_check_passes_a_right_answer_and_fails_a_wrong_one(solution, ca
         raise NotImplementedError("replace this line with your code")
     with pytest.raises(AssertionError, match="not implemented yet"):
         judged(task, stub)
+
+
+@pytest.mark.slow
+def test_a_judge_that_stays_silent_is_stopped_at_its_deadline(tmp_path):
+    """The learner's function loops forever inside the judge: the task ends with a message
+    naming the limit, and the judge's process is gone (no orphan keeps a core busy)."""
+    from ddl_lab.tools.grading import handover
+    from ddl_lab.tools.grading.judge import Judge
+    task, _ = tasks_of(GD)[0]
+
+    def forever(theta, X, y):
+        while True:
+            pass
+    handover.take(task, forever)
+    handover.save(str(tmp_path / "payload.bin"))
+    judge = Judge(None, tmp_path / "judge.log")
+    judge.start()
+    process = judge.proc
+    answer = judge.judge_all([(tmp_path / "payload.bin", 0, task)], 2.0)[task]
+    assert answer["outcome"] == "ended"
+    assert "ran past the per-cell limit of 2 s" in answer["message"]
+    assert process.poll() is not None
