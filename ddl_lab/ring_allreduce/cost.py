@@ -11,7 +11,8 @@ import torch.distributed as dist
 
 from ddl_lab.runtime import device
 
-__all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model"]
+__all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model",
+           "model_counts", "best_chunks", "MODELLED"]
 
 
 def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
@@ -83,12 +84,17 @@ def reduce_cost(nbytes: int = 16 << 20, dtype: torch.dtype = torch.float32) -> f
 
 
 def cost_model(algorithm: str, n: int, nbytes: float, alpha: float, beta: float,
-               gamma: float = 0.0) -> float:
+               gamma: float = 0.0, **options) -> float:
     """Predicted seconds of an allreduce of ``nbytes`` on ``n`` ranks (lesson 06).
 
     ring: 2(n−1)·α + 2(n−1)/n·S·β (+ (n−1)/n·S·γ for the additions);
     tree: 2⌈log2 n⌉·(α + S·β) (+ ⌈log2 n⌉·S·γ);
-    reduce_broadcast: 2(n−1)·(α + S·β) (+ (n−1)·S·γ): the root handles every message.
+    reduce_broadcast: 2(n−1)·(α + S·β) (+ (n−1)·S·γ): the root handles every message;
+    halving_doubling (p = 2^⌊log2 n⌋): 2·log2 p·α + 2(p−1)/p·S·β, plus 2(α + S·β) to fold
+    and unfold the n − p extra ranks; pipelined_tree (depth d = ⌊log2 n⌋, m pieces, two
+    children): 2(d + m − 1)·2·(α + S/m·β), m as given (``chunks=``) or the best;
+    two_level (hosts of g = ``per_host`` ranks, H hosts): 2(g−1)·(α + S/g·β) inside the
+    hosts + 2(H−1)·α' + 2(H−1)/H·(S/g)·β' between them, (α', β') = ``inter`` or (α, β).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -103,5 +109,76 @@ def cost_model(algorithm: str, n: int, nbytes: float, alpha: float, beta: float,
         return 2 * rounds * (alpha + S * beta) + rounds * S * gamma
     if algorithm == "reduce_broadcast":
         return 2 * (n - 1) * (alpha + S * beta) + (n - 1) * S * gamma
-    raise ValueError(f"no cost model for {algorithm!r}: use 'ring', 'tree' or "
-                     "'reduce_broadcast'")
+    if algorithm in MODELLED:
+        return _beyond_ring(algorithm, n, S, alpha, beta, gamma, **options)
+    raise ValueError(f"no cost model for {algorithm!r}: use one of "
+                     f"{['ring', 'tree', 'reduce_broadcast', *MODELLED]}")
+
+
+# ------------------------------------------------ lesson 06 §7: beyond one ring
+
+MODELLED = ("halving_doubling", "pipelined_tree", "two_level")
+
+
+def _fold(n: int) -> tuple[int, int]:
+    """(p, r): the largest power of two p ≤ n, and r = n − p ranks folded onto others."""
+    p = 1 << (n.bit_length() - 1)
+    return p, n - p
+
+
+def _tree_shape(n: int) -> tuple[int, int]:
+    """(depth, most children) of the binary tree 0 ← 1, 2; 1 ← 3, 4; … on n ranks."""
+    return (n.bit_length() - 1, min(2, n - 1))
+
+
+def best_chunks(n: int, nbytes: float, alpha: float, beta: float, most: int = 256) -> int:
+    """The number of pieces that minimises the pipelined tree's modelled time."""
+    return min(range(1, most + 1),
+               key=lambda m: cost_model("pipelined_tree", n, nbytes, alpha, beta, chunks=m))
+
+
+def _beyond_ring(algorithm: str, n: int, S: float, alpha: float, beta: float, gamma: float,
+                 chunks: int | None = None, per_host: int = 2,
+                 inter: tuple[float, float] | None = None) -> float:
+    if algorithm == "halving_doubling":
+        p, r = _fold(n)
+        rounds, moved = 2 * (p.bit_length() - 1), 2 * (p - 1) / p * S
+        fold = 2 * (alpha + S * beta) + S * gamma if r else 0.0
+        return rounds * alpha + moved * beta + (p - 1) / p * S * gamma + fold
+    if algorithm == "pipelined_tree":
+        m = chunks or best_chunks(n, S, alpha, beta)
+        depth, kids = _tree_shape(n)
+        return 2 * (depth + m - 1) * kids * (alpha + S / m * beta) + kids * S * gamma
+    g = min(per_host, n)                            # two_level, hosts of g ranks
+    hosts = -(-n // g)
+    a2, b2 = inter if inter is not None else (alpha, beta)
+    inside = 2 * (g - 1) * (alpha + S / g * beta) + (g - 1) / g * S * gamma
+    between = 2 * (hosts - 1) * a2 + 2 * (hosts - 1) / hosts * S / g * b2
+    return inside + between + (hosts - 1) / hosts * S / g * gamma
+
+
+def model_counts(algorithm: str, n: int, nbytes: int, chunks: int = 8,
+                 per_host: int = 2) -> dict[str, int]:
+    """The rounds and bytes ``algorithms.counts`` reads off a run's records, predicted: the
+    busiest rank's steps that move a message, and the most bytes one rank sends (lesson 06
+    §7). Exact for lengths the algorithm divides evenly (the tree: at least ``chunks``
+    elements; two-level: equal hosts)."""
+    S = nbytes
+    if n == 1:
+        return {"rounds": 0, "bytes": 0}
+    if algorithm == "ring":
+        return {"rounds": 2 * (n - 1), "bytes": 2 * (n - 1) * S // n}
+    if algorithm == "halving_doubling":
+        p, r = _fold(n)
+        rounds = 2 * (p.bit_length() - 1)
+        return {"rounds": rounds + (2 if r else 0),
+                "bytes": 2 * (p - 1) * S // p + (S if r else 0)}
+    if algorithm == "pipelined_tree":
+        sends = max((r > 0) + sum(c < n for c in (2 * r + 1, 2 * r + 2)) for r in range(n))
+        return {"rounds": 2 * chunks, "bytes": sends * S}
+    if algorithm == "two_level":
+        g = min(per_host, n)
+        hosts = n // g
+        return {"rounds": 2 * (g - 1) + 2 * (hosts - 1),
+                "bytes": 2 * (g - 1) * S // g + 2 * (hosts - 1) * S // (g * hosts)}
+    raise ValueError(f"no counts for {algorithm!r}")
