@@ -24,13 +24,15 @@ from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure, WorldFailed
 
 from . import _answers as answers
+from . import _ring_allreduce_beyond as beyond
 from . import _ring_allreduce_design as design
-from ._core import call_local, fail, passed, run_cases, task
+from ._core import call_local, fail, passed, run_cases, run_in_world, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         returned_none, tolerance)
 from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
 
-__all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes"]
+__all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
+           "halving_doubling", "allreduce_choice"]
 
 
 # ------------------------------------------------------------------ the cost model
@@ -465,3 +467,105 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
            f"and machines the prompt does not show ({len(real) - fixed} run for real) — within "
            f"{design.TARGET - 1:.0%} of the best bucket size each time, counted from the "
            "allreduces the real hooks launched")
+
+
+# --------------------------------------------------- §7: recursive halving and doubling
+
+@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "_halving_doubling", "allreduce",
+                                 "_ring_allreduce", "tree_allreduce", "pipelined_tree_allreduce",
+                                 "two_level_allreduce", "builtin_allreduce"))
+def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
+                     timeout: float = 60.0) -> None:
+    """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
+    world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
+    in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
+    __tracebackhide__ = True
+    name = getattr(my_halving_doubling, "__name__", "your function")
+    cases = list(Cases("halving_doubling", seed, beyond.HD_FIXED, draws=3, draw=beyond.hd_draw))
+    seeds = [int(case.rng.integers(1 << 30)) for case in cases]
+    try:
+        outcomes = run_cases(_run_case, [
+            (c.params["n"], (my_halving_doubling, c.params["length"], c.params["dtype"], s))
+            for c, s in zip(cases, seeds)], fn=my_halving_doubling, timeout=timeout)
+    except WorldFailed as e:
+        fail(_failure_message(e.failure, name, None, []))
+    right: list[tuple[int, int]] = []
+    for case, data_seed, outcome in zip(cases, seeds, outcomes):
+        n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
+        if outcome.failure:
+            fail(_failure_message(outcome.failure, name, case, right))
+        got, where = outcome.results, _where(case)
+        used = sorted({u for g in got for u in g["used"]})
+        if used:
+            fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): build the "
+                 "allreduce from dist.send/recv or isend/irecv only.")
+        expected = sum(_inputs(length, r, dtype, data_seed).double() for r in range(n)).numpy()
+        for rank, g in enumerate(got):
+            diff = differs(expected, g["result"], rtol=0.0)
+            if diff:
+                fail(f"{where}: rank {rank} ends with a wrong sum: {diff}."
+                     + _wrong_sum_hint(expected, g["result"], rank, case, data_seed, right))
+        shape = beyond.hd_shape_fault(got, n, length, 4 if dtype == "float32" else 8)
+        if shape:
+            fail(f"{name} is not recursive halving/doubling ({where}): {shape}")
+        right.append((n, length))
+    passed("halving_doubling", f"exact sums in {len(cases)} cases (1, 2 and 4 ranks; lengths "
+           "0, 1, fewer than n, primes); in round k every rank talked only to p XOR 2^k, "
+           "2·log2 n messages and at most 2(n−1)/n·S bytes per rank")
+
+
+# ------------------------------------------------------ §7: choosing the algorithm
+
+def _time_choice(algorithms: list[str], nbytes: int) -> dict[str, list[float]]:
+    """Worker: each algorithm timed (3 runs after a warm-up) on this world."""
+    from ddl_lab.ring_allreduce.engine import time_allreduce
+    return {a: time_allreduce(a, nbytes, repeats=3) for a in algorithms}
+
+
+@task("ring_allreduce")
+def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
+                     timeout: float = 60.0) -> None:
+    """Lesson 06, task 6: ``my_allreduce_choice(n, nbytes, alpha, beta)`` names the allreduce
+    to run — "tree", "ring", "halving_doubling" or "pipelined_tree" — and must come within
+    10 % of the best in the α–β models, on the prompt's cases and on draws it does not
+    show; at one size where the choice is clear it is also run on real workers."""
+    __tracebackhide__ = True
+    name = getattr(my_allreduce_choice, "__name__", "my_allreduce_choice")
+    fixed = len(beyond.CHOICE_FIXED)
+    draws = Cases("allreduce_choice", seed, [], draws=40, draw=beyond.choice_draw)
+    cases = beyond.CHOICE_FIXED + [c.params for c in draws if beyond.clear(c.params)][:8]
+    chosen: list[Any] = []
+    for i, case in enumerate(cases):
+        args = tuple(case[k] for k in ("n", "nbytes", "alpha", "beta"))
+        call = (f"{name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
+                f"beta={args[3]:.3g})")
+        got = call_local(my_allreduce_choice, *args) if i < fixed else \
+            unseen_call(my_allreduce_choice, args, call)
+        chosen.append(got)
+        fault, _ = beyond.judge_choice(got, case)
+        if fault:
+            unseen = f" — a case the prompt does not show: {FUNCTION_OF_INPUTS}" \
+                if i >= fixed else ""
+            fail(f"{call} {fault}{unseen}."
+                 + same_for_all(name, chosen, "message size and machine"))
+    real = beyond.REAL_CASE
+    got = call_local(my_allreduce_choice, *(real[k] for k in ("n", "nbytes", "alpha", "beta")))
+    fault, line = beyond.judge_choice(got, real)
+    if fault:
+        fail(f"{name}(n=4, nbytes={real['nbytes']:,}, alpha={real['alpha']:g}, "
+             f"beta={real['beta']:g}) {fault}.")
+    times = beyond.modelled(real["n"], real["nbytes"], real["alpha"], real["beta"])
+    best = min(times, key=times.get)
+    try:
+        ran = run_in_world(_time_choice, real["n"], sorted({got, best}), real["nbytes"],
+                           fn=my_allreduce_choice, timeout=timeout)
+    except WorldFailed as e:
+        fail(e.failure.message(name, real["n"]))
+    measured = {a: min(max(ts) for ts in zip(*(r[a] for r in ran))) for a in ran[0]}
+    if measured[got] > beyond.REAL_SLACK * measured[best]:
+        fail(f"on 4 real ranks with {real['nbytes'] >> 20} MiB, {got} took "
+             f"{measured[got] * 1e3:.3g} ms against {best}'s {measured[best] * 1e3:.3g} ms: "
+             "choose by the model's terms, rounds·α against bytes·β.")
+    passed("allreduce_choice", f"within {beyond.TARGET - 1:.0%} of the model's best on "
+           f"{len(cases)} cases ({len(cases) - fixed} the prompt does not show); run for "
+           f"real ({line}): measured {measured[got] * 1e3:.3g} ms")
