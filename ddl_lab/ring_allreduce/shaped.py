@@ -1,0 +1,77 @@
+"""A slow link between two hosts, for real (lesson 06 §8).
+
+Lesson 11's two network-namespace hosts (``scaling_out.hosts.VirtualHosts``, a veth pair)
+get a bandwidth limit on each end of the veth: ``tc qdisc … tbf`` (a token bucket: bytes
+leave at ``rate`` at most). These kernels have no ``netem``, so the link gets no extra
+delay: its α in the model is an assumption, labelled so. On 2 hosts × 2 ranks the flat ring
+(4 ranks in one ring, two of its four links cross between the hosts) races the two-level
+allreduce (only one shard per rank crosses), and ``model`` predicts both.
+Needs root (``hosts.unavailable()`` says why not).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import torch.distributed as dist
+
+from ddl_lab.ring_allreduce.engine import best_of, time_allreduce
+from ddl_lab.scaling_out.hosts import VirtualHosts
+
+__all__ = ["tbf_commands", "flat_vs_two_level", "model", "run_shaped"]
+
+ALGORITHMS = ("ring", "two_level")
+
+
+def tbf_commands(vhosts: VirtualHosts, rate_mbit: float) -> list[list[str]]:
+    """The ``tc`` commands that limit each end of the veth to ``rate_mbit`` Mbit/s."""
+    return [h.prefix + ["tc", "qdisc", "add", "dev", h.veth, "root", "tbf", "rate",
+                        f"{rate_mbit}mbit", "burst", "32kb", "latency", "400ms"]
+            for h in vhosts.hosts]
+
+
+def flat_vs_two_level(nbytes: int, repeats: int = 1) -> dict[str, Any]:
+    """Worker (under torchrun, ranks of a host consecutive): seconds of the flat ring and
+    of the two-level allreduce (hosts of LOCAL_WORLD_SIZE ranks), ``repeats`` runs each."""
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    out: dict[str, Any] = {"host": os.environ.get("DDL_LAB_HOST"), "rank": dist.get_rank()}
+    out["ring"] = time_allreduce("ring", nbytes, repeats)
+    out["two_level"] = time_allreduce("two_level", nbytes, repeats, per_host=per_host)
+    return out
+
+
+def model(nbytes: float, hosts: int, per_host: int, alpha: float, beta: float,
+          alpha_link: float, beta_link: float) -> dict[str, float]:
+    """Predicted seconds over one link per host of (α', β'), loopback (α, β) inside hosts.
+
+    Flat ring of n = H·g ranks: each of its 2(n−1) steps waits for a chunk S/n on a link
+    between hosts: 2(n−1)·(α' + S/n·β'). Two-level: 2(g−1)·(α + S/g·β) inside the hosts,
+    then 2(H−1) steps between them in which the g owners of a host send S/(gH) each over
+    the one shared link: 2(H−1)·(α' + S/H·β')."""
+    n, S = hosts * per_host, float(nbytes)
+    flat = 2 * (n - 1) * (alpha_link + S / n * beta_link)
+    inside = 2 * (per_host - 1) * (alpha + S / per_host * beta)
+    between = 2 * (hosts - 1) * (alpha_link + S / hosts * beta_link)
+    return {"ring": flat, "two_level": inside + between}
+
+
+def run_shaped(nbytes: int = 1 << 20, rate_mbit: float = 200.0, alpha_link: float = 1e-4,
+               alpha: float = 2e-5, beta: float = 1e-10, repeats: int = 1,
+               timeout: float = 120.0) -> dict[str, Any]:
+    """2 hosts × 2 ranks over a veth shaped to ``rate_mbit``: measured and modelled seconds
+    of the flat ring and the two-level allreduce of ``nbytes``. ``alpha_link`` is assumed
+    (no netem here), (α, β) inside a host come from the caller (lesson 06 §4 measures them)."""
+    with VirtualHosts() as vh:
+        for cmd in tbf_commands(vh, rate_mbit):
+            subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=10)
+        jobs = vh.torchrun("ddl_lab.ring_allreduce.shaped:flat_vs_two_level", nbytes, repeats,
+                           nproc=2, timeout=timeout)
+    if not all(j.ok for j in jobs):
+        raise RuntimeError("the shaped-link run failed:\n" + "\n".join(j.tail() for j in jobs))
+    ranks = jobs[0].results()
+    measured = {a: best_of([ranks[r][a] for r in sorted(ranks)]) for a in ALGORITHMS}
+    predicted = model(nbytes, 2, 2, alpha, beta, alpha_link, 8 / (rate_mbit * 1e6))
+    return {"measured": measured, "model": predicted, "nbytes": nbytes,
+            "rate_mbit": rate_mbit, "alpha_link": alpha_link,
+            "hosts": {r: ranks[r]["host"] for r in sorted(ranks)}}
