@@ -12,7 +12,7 @@ import torch.distributed as dist
 from ddl_lab.runtime import device
 
 __all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model",
-           "model_counts", "best_chunks", "MODELLED"]
+           "model_counts", "best_chunks", "MODELLED", "shared_cores"]
 
 
 def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
@@ -182,3 +182,26 @@ def model_counts(algorithm: str, n: int, nbytes: int, chunks: int = 8,
         return {"rounds": 2 * (g - 1) + 2 * (hosts - 1),
                 "bytes": 2 * (g - 1) * S // g + 2 * (hosts - 1) * S // (g * hosts)}
     raise ValueError(f"no counts for {algorithm!r}")
+
+
+def _totals(algorithm: str, n: int, S: float, chunks: int) -> tuple[float, float]:
+    """(messages, bytes) that all n ranks together send in one allreduce."""
+    p, r = _fold(n)
+    messages = {"tree": 2 * (n - 1), "reduce_broadcast": 2 * (n - 1),
+                "ring": 2 * n * (n - 1), "pipelined_tree": 2 * (n - 1) * chunks,
+                "halving_doubling": 2 * p * (p.bit_length() - 1) + 2 * r}[algorithm]
+    return messages, 2 * (n - 1) * S + (2 * r * S if algorithm == "halving_doubling" else 0)
+
+
+def shared_cores(algorithm: str, n: int, nbytes: float, alpha: float, beta: float,
+                 cores: int, gamma: float = 0.0, chunks: int = 8) -> float:
+    """The α–β model on one machine whose ``cores`` run all n ranks (lesson 06 §7): every
+    message costs a core α and every byte β, so when n > cores the ranks queue for the
+    cores and the time is at least everyone's work over the cores, not the critical path
+    of the α–β model alone."""
+    if n == 1:
+        return 0.0
+    messages, moved = _totals(algorithm, n, nbytes, chunks)
+    alone = cost_model(algorithm, n, nbytes, alpha, beta, gamma,
+                       **({"chunks": chunks} if algorithm == "pipelined_tree" else {}))
+    return max(alone, (messages * alpha + moved * (beta + gamma / 2)) / min(cores, n))

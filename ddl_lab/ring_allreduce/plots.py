@@ -18,7 +18,8 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from ddl_lab.ring_allreduce.cost import cost_model
 from ddl_lab.ring_allreduce.engine import ALGORITHMS, Recorder, ring_bytes
 
-__all__ = ["plot_ring_step", "figure_cost_model", "plot_bytes_sent", "plot_allreduce_comparison"]
+__all__ = ["plot_ring_step", "figure_cost_model", "plot_bytes_sent", "plot_allreduce_comparison",
+           "plot_winner_map"]
 
 _COLORS = {"reduce_broadcast": "tab:red", "tree": "tab:purple", "ring": "tab:blue"}
 
@@ -28,7 +29,8 @@ def plot_ring_step(states: np.ndarray, step: int, recorders: Sequence[Recorder] 
     """Ranks on a ring, each with its n chunks coloured by how many ranks' data they hold.
 
     Step 0 is the start; steps 1..n−1 are share-reduce, n..2(n−1) share-only, as in
-    figures 3–11 of the ID2223 review answers (Teta & Zangis; for n = 5). Arrows show the chunk each rank sent to get here.
+    figures 3–11 of the ID2223 review answers (Teta & Zangis; for n = 5). Arrows show the chunk each rank sent to get here
+    (for another recorded algorithm, e.g. halving/doubling, the recorded messages and bytes).
     """
     total, n, _ = states.shape
     if not 0 <= step < total:
@@ -50,21 +52,26 @@ def plot_ring_step(states: np.ndarray, step: int, recorders: Sequence[Recorder] 
                     ha="center", va="center", fontsize=7 if n <= 5 else 6)
         ax.text(x, y + h / 2 + 0.07, f"rank {r} (data {chr(ord('a') + r)})", ha="center",
                 fontsize=9, weight="bold")
+    ring = recorders is None or recorders[0].steps[0].phase.startswith("share")
     if step > 0:
         for r in range(n):
-            (x1, y1), (x2, y2) = pos[r], pos[(r + 1) % n]
-            arrow = FancyArrowPatch((x1, y1 - h / 2 - 0.03), (x2, y2 - h / 2 - 0.03),
-                                    connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
-                                    mutation_scale=12, color="tab:red", lw=1.2)
-            ax.add_patch(arrow)
-            if recorders is not None:
-                chunk = recorders[r].steps[step - 1].sent[0][0]
-                ax.text((x1 + x2) / 2 * 0.72, (y1 + y2) / 2 * 0.72 - 0.05, f"chunk {chunk}",
-                        ha="center", fontsize=8, color="tab:red")
+            sent = recorders[r].steps[step - 1].sent if recorders is not None else \
+                [(-1, (r + 1) % n, 0)]
+            for chunk, to, nbytes in sent:
+                (x1, y1), (x2, y2) = pos[r], pos[to]
+                arrow = FancyArrowPatch((x1, y1 - h / 2 - 0.03), (x2, y2 - h / 2 - 0.03),
+                                        connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
+                                        mutation_scale=12, color="tab:red", lw=1.2)
+                ax.add_patch(arrow)
+                if recorders is not None:
+                    ax.text((x1 + x2) / 2 * 0.72, (y1 + y2) / 2 * 0.72 - 0.05,
+                            f"chunk {chunk}" if ring else f"{nbytes} B", ha="center",
+                            fontsize=8, color="tab:red")
     phase = ("start: every rank holds only its own data" if step == 0 else
+             f"{recorders[0].steps[step - 1].phase}, step {step}" if not ring else
              f"share-reduce (reduce-scatter) {step}/{n - 1}" if step <= n - 1 else
              f"share-only (allgather) {step - n + 1}/{n - 1}")
-    fig_no = f" — Teta & Zangis, figure {3 + step}" if n == 5 else ""
+    fig_no = f" — Teta & Zangis, figure {3 + step}" if n == 5 and ring else ""
     ax.set_title(f"Step {step}: {phase}{fig_no}", fontsize=10)
     ax.set_xlim(-1.6, 1.6)
     ax.set_ylim(-1.45, 1.45)
@@ -145,4 +152,28 @@ def plot_allreduce_comparison(times: dict[str, float], nbytes: int, world_size: 
     ax.set(xlabel="bandwidth S / t (GB/s)", xlim=(0, max(gbps) * 1.25),
            title=f"allreduce of {nbytes / 2**20:.0f} MiB on {world_size} ranks")
     ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def plot_winner_map(winners: dict[tuple[int, int], str], ax: Axes | None = None,
+                    title: str = "") -> Axes:
+    """Which allreduce wins in each cell (world size × message size) (lesson 06 §7)."""
+    ax = ax or plt.gca()
+    ns = sorted({n for n, _ in winners})
+    sizes = sorted({s for _, s in winners})
+    names = sorted(set(winners.values()))
+    palette = {**_COLORS, "halving_doubling": "tab:green", "pipelined_tree": "tab:orange"}
+    for i, n in enumerate(ns):
+        for j, s in enumerate(sizes):
+            w = winners[(n, s)]
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=palette.get(w, "gray"), alpha=0.55,
+                                   edgecolor="white"))
+            ax.text(j + 0.5, i + 0.5, w.replace("_", "\n"), ha="center", va="center",
+                    fontsize=7)
+    ax.set(xlim=(0, len(sizes)), ylim=(0, len(ns)), xticks=np.arange(len(sizes)) + 0.5,
+           yticks=np.arange(len(ns)) + 0.5, xlabel="message size S", ylabel="ranks n",
+           title=title or f"fastest of {', '.join(names)}")
+    ax.set_xticklabels([f"{s / 2**10:g} KiB" if s < 2**20 else f"{s / 2**20:g} MiB"
+                        for s in sizes], fontsize=8)
+    ax.set_yticklabels([str(n) for n in ns])
     return ax
