@@ -37,14 +37,25 @@ def _log(record: Recorder | None, phase: str, sent: list, received: list,
         record.log(phase, sent, received, flat)
 
 
-def _swap(out: torch.Tensor, into: torch.Tensor, peer: int, tag: int) -> None:
-    """Send ``out`` to ``peer`` and receive its message into ``into``, both at once."""
-    works = []
-    if into.numel():
-        works.append(dist.irecv(into, peer, tag=tag))
-    if out.numel():
-        works.append(dist.isend(out, peer, tag=tag))
-    for w in works:
+_PIECE = 1 << 20          # bytes: a large exchange goes in pieces, each added on arrival
+
+
+def _swap(out: torch.Tensor, into: torch.Tensor, peer: int, tag: int,
+          add_to: torch.Tensor | None = None) -> None:
+    """Send ``out`` to ``peer`` and receive its message into ``into``, both at once; with
+    ``add_to``, add what arrives into it, piece by piece as the pieces land (so the
+    additions overlap the transfer, as the segmented ring of §6)."""
+    pieces = max(1, _nbytes(out) // _PIECE, _nbytes(into) // _PIECE)
+    ins, outs = torch.tensor_split(into, pieces), torch.tensor_split(out, pieces)
+    got = [dist.irecv(p, peer, tag=tag) if p.numel() else None for p in ins]
+    sent = [dist.isend(p, peer, tag=tag) for p in outs if p.numel()]
+    sums = torch.tensor_split(add_to, pieces) if add_to is not None else [None] * pieces
+    for w, p, total in zip(got, ins, sums):
+        if w is not None:
+            w.wait()
+            if total is not None:
+                total.add_(p)
+    for w in sent:
         w.wait()
 
 
@@ -80,9 +91,8 @@ def _halving_doubling(tensor: torch.Tensor, record: Recorder | None = None) -> t
     for k in range(rounds):                        # reduce-scatter: recursive halving
         peer, mid = real(virtual ^ (1 << k)), lo + (hi - lo + 1) // 2
         keep, give = ((lo, mid), (mid, hi)) if not virtual >> k & 1 else ((mid, hi), (lo, mid))
-        into = buf[:keep[1] - keep[0]]
-        _swap(flat[give[0]:give[1]], into, peer, tag=k)
-        flat[keep[0]:keep[1]].add_(into)
+        _swap(flat[give[0]:give[1]], buf[:keep[1] - keep[0]], peer, tag=k,
+              add_to=flat[keep[0]:keep[1]])
         stack.append((lo, hi, give))
         _log(record, "reduce-scatter", [(k, peer, _nbytes(flat[give[0]:give[1]]))],
              [(k, peer)], flat)

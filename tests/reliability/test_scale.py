@@ -8,6 +8,9 @@ import torch.distributed as dist
 from ddl_lab import Cluster
 from ddl_lab.runtime.memory import WORKER_BYTES, available_memory, check_fits, worker_memory
 
+from ddl_lab.runtime.worlds import in_worlds
+from tests.ring_allreduce.test_algorithms import sums
+
 from .conftest import SCALE
 from .system import descendants
 
@@ -24,6 +27,8 @@ def total():
 def test_more_ranks_than_cores_work_and_each_fits_the_estimate(n):
     with Cluster(n, timeout=120) as c:
         assert c.run(total) == [n * (n - 1) / 2] * n
+        if n == 8:            # lesson 06 §7's allreduces by hand on 6–8 ranks, = all_reduce
+            assert c.run(in_worlds, sums, [(k, ()) for k in (6, 7, 8)])[0] == [[]] * 3
         uss = worker_memory(c.pids)
     print(f"\n  Cluster({n}): memory per worker (USS) {min(uss) / MB:.0f}–{max(uss) / MB:.0f} MB,"
           f" {sum(uss) / MB:.0f} MB in all; the estimate is {WORKER_BYTES / MB:.0f} MB")
