@@ -17,7 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ddl_lab.ring_allreduce.engine import best_of, time_allreduce
-from ddl_lab.scaling_out.hosts import VirtualHosts
+from ddl_lab.scaling_out.hosts import VirtualHosts, run_with_env
 
 __all__ = ["tbf_commands", "flat_vs_two_level", "model", "run_shaped"]
 
@@ -31,10 +31,13 @@ def tbf_commands(vhosts: VirtualHosts, rate_mbit: float) -> list[list[str]]:
             for h in vhosts.hosts]
 
 
-def flat_vs_two_level(nbytes: int, repeats: int = 1) -> dict[str, Any]:
-    """Worker (under torchrun, ranks of a host consecutive): seconds of the flat ring and
-    of the two-level allreduce (hosts of LOCAL_WORLD_SIZE ranks), ``repeats`` runs each."""
+def flat_vs_two_level() -> dict[str, Any]:
+    """Worker (ranks of a host consecutive): seconds of the flat ring and of the two-level
+    allreduce (hosts of LOCAL_WORLD_SIZE ranks) of DDL_LAB_NBYTES bytes, DDL_LAB_REPEATS
+    runs each (``run_shaped`` sets them)."""
     per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    nbytes = int(os.environ.get("DDL_LAB_NBYTES", str(1 << 20)))
+    repeats = int(os.environ.get("DDL_LAB_REPEATS", "1"))
     out: dict[str, Any] = {"host": os.environ.get("DDL_LAB_HOST"), "rank": dist.get_rank()}
     out["ring"] = time_allreduce("ring", nbytes, repeats)
     out["two_level"] = time_allreduce("two_level", nbytes, repeats, per_host=per_host)
@@ -65,11 +68,15 @@ def run_shaped(nbytes: int = 1 << 20, rate_mbit: float = 200.0, alpha_link: floa
     with VirtualHosts() as vh:
         for cmd in tbf_commands(vh, rate_mbit):
             subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=10)
-        jobs = vh.torchrun("ddl_lab.ring_allreduce.shaped:flat_vs_two_level", nbytes, repeats,
-                           nproc=2, timeout=timeout)
-    if not all(j.ok for j in jobs):
+        envs = [[{"MASTER_ADDR": vh.a.addr, "MASTER_PORT": 29500, "WORLD_SIZE": 4,
+                  "RANK": 2 * h + local, "LOCAL_RANK": local, "DDL_LAB_HOST": "ab"[h],
+                  "DDL_LAB_NBYTES": nbytes, "DDL_LAB_REPEATS": repeats} for local in (0, 1)]
+                for h in (0, 1)]        # no torchrun: the env:// variables are enough
+        jobs = run_with_env(envs, vh, "ddl_lab.ring_allreduce.shaped:flat_vs_two_level",
+                            timeout=timeout)
+    ranks = next((j.results() for j in jobs if j.results()), {})
+    if sorted(ranks) != [0, 1, 2, 3]:
         raise RuntimeError("the shaped-link run failed:\n" + "\n".join(j.tail() for j in jobs))
-    ranks = jobs[0].results()
     measured = {a: best_of([ranks[r][a] for r in sorted(ranks)]) for a in ALGORITHMS}
     predicted = model(nbytes, 2, 2, alpha, beta, alpha_link, 8 / (rate_mbit * 1e6))
     return {"measured": measured, "model": predicted, "nbytes": nbytes,
