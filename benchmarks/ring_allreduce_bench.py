@@ -25,10 +25,11 @@ import time
 import numpy as np
 
 from ddl_lab.runtime import Cluster
-from ddl_lab.ring_allreduce import cost, shaped
+from ddl_lab.ring_allreduce import cost
 from ddl_lab.ring_allreduce import winners as W
 from ddl_lab.ring_allreduce.engine import measure_allreduce
 from ddl_lab.ring_allreduce.shm import compare_allreduce
+from ddl_lab.scaling_out import shaped_link as shaped
 from ddl_lab.scaling_out.hosts import unavailable
 
 

@@ -25,6 +25,9 @@ from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure, WorldFailed
 
 from . import _answers as answers
 from . import _ring_allreduce_beyond as beyond
+from ._ring_allreduce_wire import DTYPE_MARK as _DTYPE_MARK
+from ._ring_allreduce_wire import inputs as _inputs
+from ._ring_allreduce_wire import run_case as _run_case
 from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
@@ -115,22 +118,6 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
 
 # ------------------------------------------------------------------ the ring
 
-# ProcessGroup method -> the torch.distributed function a learner would have called
-_BUILTINS = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced",
-             "reduce": "reduce", "broadcast": "broadcast", "allgather": "all_gather",
-             "_allgather_base": "all_gather_into_tensor",
-             "allgather_coalesced": "all_gather_coalesced",
-             "allgather_into_tensor_coalesced": "all_gather_into_tensor",
-             "all_gather_single": "all_gather_into_tensor",
-             "reduce_scatter": "reduce_scatter",
-             "_reduce_scatter_base": "reduce_scatter_tensor",
-             "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
-             "reduce_scatter_single": "reduce_scatter_tensor",
-             "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
-             "all_to_all_single": "all_to_all_single", "gather": "gather",
-             "scatter": "scatter"}
-_DTYPE_MARK = "[dtype]"       # starts the message of a buffer-dtype refusal on a worker
-
 _FIXED = [  # ordered so that a failure's message can say which sizes worked
     {"n": 4, "length": 12, "dtype": "float32"},          # divisible
     {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
@@ -148,53 +135,6 @@ _LENGTHS = [2, 11, 13, 97, 101, 257, 1009, 4099]
 def _ring_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"n": int(rng.integers(2, 6)), "length": int(rng.choice(_LENGTHS)),
             "dtype": str(rng.choice(["float32", "float64"]))}
-
-
-def _inputs(length: int, rank: int, dtype: str, seed: int):
-    """Rank ``rank``'s tensor: multiples of 1/4, so every order of summing is exact."""
-    import torch
-    g = torch.Generator().manual_seed(seed * 101 + rank)
-    return torch.randint(-40, 40, (length,), generator=g).to(getattr(torch, dtype)) / 4
-
-
-def _guard(what: str, tensors: list, dtype: Any) -> None:
-    """Refuse a send/recv buffer of another dtype than the tensor being summed."""
-    for t in tensors:
-        if t.dtype != dtype:
-            raise TypeError(
-                f"{_DTYPE_MARK} called dist.{what} with a {str(t.dtype)[6:]} buffer while the "
-                f"tensor being summed is {str(dtype)[6:]}: a message must land in a "
-                "buffer of the same dtype and length as the chunk sent "
-                "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
-
-
-def _run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
-    """Worker: call ``fn(tensor)`` with the process group wiretapped; report what it did."""
-    import torch
-    import torch.distributed as dist
-    from ddl_lab.runtime.wiretap import Wiretap
-    tensor = _inputs(length, dist.get_rank(), dtype, seed)
-    before, used = tensor.clone(), []
-
-    def watch(op: Any, args: tuple) -> None:
-        if op.method in ("send", "recv"):
-            _guard(op.method, args[0], tensor.dtype)
-        elif op.method in _BUILTINS:
-            used.append(_BUILTINS[op.method])
-
-    with Wiretap(on_op=watch, refuse_new_group=(
-            "dist.new_group was called: the ring runs on the group it is given (the default "
-            "group, dist.get_world_size() ranks) — a group of your own would talk past the "
-            "check. Send to your neighbours with dist.send/recv or isend/irecv.")) as tap:
-        returned = fn(tensor)
-    other = (returned.detach().double().cpu().numpy().copy()
-             if isinstance(returned, torch.Tensor) and returned is not tensor
-             and returned.numel() == length else None)
-    return {"result": tensor.double().cpu().numpy(), "returned": other,
-            "sent": tap.payload["send"], "used": sorted(set(used)),
-            "messages": [(op.op, op.src, op.dst) for op in tap.ops
-                         if op.op in ("send", "recv") and not op.refused],
-            "unchanged": bool(torch.equal(tensor, before))}
 
 
 def _where(case: Case) -> str:

@@ -8,6 +8,7 @@ import torch.distributed as dist
 from ddl_lab.ring_allreduce import algorithms as A
 from ddl_lab.ring_allreduce import cost
 from ddl_lab.ring_allreduce import engine as C
+from ddl_lab.ring_allreduce import winners as W
 from ddl_lab.runtime import shared_cluster
 from ddl_lab.runtime.worlds import MAX_WORLD, in_worlds
 
@@ -108,3 +109,14 @@ def test_large_tensors_go_in_pieces_and_still_sum_exactly(cluster5):
     per_rank = cluster5.run(in_worlds, _large, [(n, (a,)) for n in (3, 4)
                                                 for a in ("halving_doubling", "two_level")])
     assert per_rank[0] == [True] * 4 and all(v in (True, None) for r in per_rank for v in r)
+
+
+def test_agreement_counts_ties_on_the_clock_as_agreeing():
+    model = {(2, 1): {"tree": 1.0, "ring": 2.0, "halving_doubling": 3.0, "pipelined_tree": 4.0},
+             (4, 1): {"tree": 1.0, "ring": 1.05, "halving_doubling": 3.0, "pipelined_tree": 4.0}}
+    clock = {(2, 1): {"tree": 1.05, "ring": 1.0, "halving_doubling": 3.0, "pipelined_tree": 4.0},
+             (4, 1): {"tree": 2.0, "ring": 1.0, "halving_doubling": 3.0, "pipelined_tree": 4.0}}
+    share, rows = W.agreement(model, clock)
+    assert share == 0.5 and [(r["n"], r["model_tie"]) for r in rows] == [(4, True)]
+    assert cost.shared_cores("tree", 4, 1e6, 1e-5, 1e-9, cores=2) == pytest.approx(
+        max(cost.cost_model("tree", 4, 1e6, 1e-5, 1e-9), (6 * 1e-5 + 6e6 * 1e-9) / 2))

@@ -1,9 +1,8 @@
-"""Lesson 06 §8: the tbf-shaped link between two namespace hosts (root only) and its model;
-the winner map's bookkeeping (lesson 06 §7)."""
+"""Lesson 06 §8: the tbf-shaped link between lesson 11's two namespace hosts (root only)
+and its model."""
 import pytest
 
-from ddl_lab.ring_allreduce import cost, shaped
-from ddl_lab.ring_allreduce import winners as W
+from ddl_lab.scaling_out import shaped_link as shaped
 from ddl_lab.scaling_out.hosts import VirtualHosts, unavailable
 
 WHY = unavailable()
@@ -25,17 +24,6 @@ def test_tbf_limits_each_end_of_the_veth():
         assert cmd[:4] == h.prefix and cmd[4:] == [
             "tc", "qdisc", "add", "dev", h.veth, "root", "tbf", "rate", "50mbit", "burst",
             "32kb", "latency", "400ms"]
-
-
-def test_agreement_counts_ties_on_the_clock_as_agreeing():
-    model = {(2, 1): {"tree": 1.0, "ring": 2.0, "halving_doubling": 3.0, "pipelined_tree": 4.0},
-             (4, 1): {"tree": 1.0, "ring": 1.05, "halving_doubling": 3.0, "pipelined_tree": 4.0}}
-    clock = {(2, 1): {"tree": 1.05, "ring": 1.0, "halving_doubling": 3.0, "pipelined_tree": 4.0},
-             (4, 1): {"tree": 2.0, "ring": 1.0, "halving_doubling": 3.0, "pipelined_tree": 4.0}}
-    share, rows = W.agreement(model, clock)
-    assert share == 0.5 and [(r["n"], r["model_tie"]) for r in rows] == [(4, True)]
-    assert cost.shared_cores("tree", 4, 1e6, 1e-5, 1e-9, cores=2) == pytest.approx(
-        max(cost.cost_model("tree", 4, 1e6, 1e-5, 1e-9), (6 * 1e-5 + 6e6 * 1e-9) / 2))
 
 
 @pytest.mark.skipif(WHY is not None, reason=f"no network namespaces: {WHY}")

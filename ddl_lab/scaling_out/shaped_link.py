@@ -1,6 +1,6 @@
-"""A slow link between two hosts, for real (lesson 06 §8).
+"""A slow link between two hosts, for real (lesson 06 §8, run on lesson 11's hosts).
 
-Lesson 11's two network-namespace hosts (``scaling_out.hosts.VirtualHosts``, a veth pair)
+The two network-namespace hosts of this lesson (``scaling_out.hosts.VirtualHosts``, a veth pair)
 get a bandwidth limit on each end of the veth: ``tc qdisc … tbf`` (a token bucket: bytes
 leave at ``rate`` at most). These kernels have no ``netem``, so the link gets no extra
 delay: its α in the model is an assumption, labelled so. On 2 hosts × 2 ranks the flat ring
@@ -17,7 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ddl_lab.ring_allreduce.engine import best_of, time_allreduce
-from ddl_lab.scaling_out.hosts import VirtualHosts, run_with_env
+from .hosts import VirtualHosts, run_with_env
 
 __all__ = ["tbf_commands", "flat_vs_two_level", "model", "run_shaped"]
 
@@ -72,7 +72,7 @@ def run_shaped(nbytes: int = 1 << 20, rate_mbit: float = 200.0, alpha_link: floa
                   "RANK": 2 * h + local, "LOCAL_RANK": local, "DDL_LAB_HOST": "ab"[h],
                   "DDL_LAB_NBYTES": nbytes, "DDL_LAB_REPEATS": repeats} for local in (0, 1)]
                 for h in (0, 1)]        # no torchrun: the env:// variables are enough
-        jobs = run_with_env(envs, vh, "ddl_lab.ring_allreduce.shaped:flat_vs_two_level",
+        jobs = run_with_env(envs, vh, "ddl_lab.scaling_out.shaped_link:flat_vs_two_level",
                             timeout=timeout)
     ranks = next((j.results() for j in jobs if j.results()), {})
     if sorted(ranks) != [0, 1, 2, 3]:
