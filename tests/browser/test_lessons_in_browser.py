@@ -6,7 +6,7 @@ first experiment panel, so a new lesson gets its browser test without touching t
 """
 import pytest
 
-from lab_harness import ROOT, Control, check_lesson
+from lab_harness import ROOT, Control, check_lesson, exercise_panel
 
 pytestmark = pytest.mark.browser
 
@@ -18,6 +18,10 @@ LESSON_CONTROLS = {
     "02_parallel_models": Control("schedule"),         # static → dynamic: a new timeline
     "04_message_passing": Control("KB / message"),     # 16 → 256 KB: new bandwidth bars
     "06_ring_allreduce": Control("step"),              # the next step of the same ring
+}
+# Further controls moved after that one, in the same page.
+MORE_CONTROLS = {
+    "06_ring_allreduce": [Control("step", panel=2)],   # §7: halving/doubling, stepped
 }
 
 
@@ -34,6 +38,11 @@ def test_lesson_runs_and_its_widgets_redraw(lesson, open_notebook):
         print(f"{lesson}: run all {took:.0f} s; {change.action}")
         assert change.after.images or change.after.text.strip(), (
             f"{lesson}: the panel shows nothing after the re-run")
+        for more in MORE_CONTROLS.get(lesson, []):
+            change = exercise_panel(nb, more)
+            print(f"{lesson}, panel {more.panel}: {change.action}")
+            assert change.after.images or change.after.text.strip(), (
+                f"{lesson}: panel {more.panel} shows nothing after the re-run")
     finally:
         panels = nb.panels()
         nb.screenshot(f"lesson-{lesson}",
