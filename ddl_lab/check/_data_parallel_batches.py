@@ -8,11 +8,12 @@ or float64; two small hand-made cases pin the edges (two examples; all gradients
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from ddl_lab.data_parallel.batches import one_thread
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, task
@@ -29,17 +30,6 @@ def _draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"grads": "digits MLP", "steps": int(rng.choice(_STATES)),
             "N": int(rng.choice([128, 192, 256])), "dtype": str(rng.choice(["float32", "float64"])),
             "factor": round(float(rng.uniform(1.1, 1.9)), 3)}
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread (many threads on a busy machine cost seconds)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,7 +62,7 @@ def _grads(case: Case) -> torch.Tensor:
     from ddl_lab.data_parallel.batches import per_example_grads
     from ddl_lab.data_parallel.workloads import build
     from ddl_lab.ml.models import set_flat_params
-    with _one_thread():
+    with one_thread():
         states, X, y = _snapshots()
         model, _, _, loss_fn = build("digits-mlp", 0)
         set_flat_params(model, states[p["steps"]])

@@ -55,7 +55,9 @@ def second_eigenvalue(n: int) -> float:
 
 
 def consensus_distance(x: torch.Tensor) -> float:
-    """RMS over ranks of ‖x_i − x̄‖ (one allreduce of the vector, one of a number)."""
+    """RMS over ranks of ‖x_i − x̄‖, in float64 (one allreduce of the vector, one of a
+    number)."""
+    x = x.double()
     mean = x.clone()
     dist.all_reduce(mean)
     mean /= dist.get_world_size()

@@ -8,15 +8,16 @@ S(B) = S_min·(1 + B_noise/B) — doubling B nearly halves S while B ≪ B_noise
 once B ≫ B_noise.
 
 - ``lr_at``: the three rules; ``batch_worker``: synchronous SGD on R real workers with one;
-- ``run_batches``: every (rule, R) on one warm cluster (worlds of 1, 2, 4 ranks);
+- ``run_batches``: every (rule, R) on one warm cluster (worlds of 1, 2, 4 of its ranks);
 - ``per_example_grads``: (N, d) gradients, one row per example;
 - ``gradient_noise``: tr(Σ) and |G|² estimated without bias from a model on some data;
 - ``steps_to``: steps a run took to reach a loss, to set beside S(B).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +30,8 @@ from ddl_lab.ml.models import flat_grads, flat_params
 from ddl_lab.runtime import worlds
 
 __all__ = ["RULES", "lr_at", "BatchRun", "batch_worker", "run_batches", "per_example_grads",
-           "NoiseScale", "gradient_noise", "steps_to", "predicted_steps", "digits_noise"]
+           "NoiseScale", "gradient_noise", "steps_to", "predicted_steps", "digits_noise",
+           "one_thread"]
 
 RULES = ("none", "linear", "warmup")
 
@@ -50,7 +52,7 @@ def lr_at(step: int, rule: str, base_lr: float, R: int, warmup: int) -> float:
 @dataclass
 class BatchRun:
     """One (rule, R) run: the loss on the whole training set at ``eval_steps``, the final
-    test accuracy of rank 0's replica, and the global batch R·b."""
+    test accuracy and parameters of rank 0's replica, and the global batch R·b."""
 
     rule: str
     world_size: int
@@ -58,6 +60,7 @@ class BatchRun:
     eval_steps: list[int]
     loss: list[float]
     accuracy: float
+    params: torch.Tensor
 
 
 def batch_worker(rule: str, per_worker: int = 32, steps: int = 150, base_lr: float = 0.2,
@@ -74,20 +77,26 @@ def batch_worker(rule: str, per_worker: int = 32, steps: int = 150, base_lr: flo
         if (t + 1) % eval_every == 0 or t + 1 == steps:
             steps_seen.append(t + 1)
             losses.append(_global_loss(model, X, y, loss_fn))
-    accuracy = replica_accuracy("digits-mlp", flat_params(model).cpu(), seed)
-    return BatchRun(rule, R, per_worker * R, steps_seen, losses, accuracy)
+    params = flat_params(model).cpu()
+    return BatchRun(rule, R, per_worker * R, steps_seen, losses,
+                    replica_accuracy("digits-mlp", params, seed), params)
 
 
-def run_batches(rules: Sequence[str] = RULES, world_sizes: Sequence[int] = (1, 2, 4),
-                timeout: float = 300.0, **options) -> dict[tuple[str, int], BatchRun]:
-    """Every (rule, R) on a world of R real workers carved out of the warm shared cluster;
-    rank 0's ``BatchRun`` of each."""
+def run_batches(cluster: Any, rules: Sequence[str] = RULES, world_sizes: Sequence[int] = (1, 2, 4),
+                timeout: float = 300.0, **options: Any) -> dict[tuple[str, int], BatchRun]:
+    """Every (rule, R) on a world of R real workers carved out of ``cluster`` (ranks 0…R−1 in
+    a group of their own, one after the other); rank 0's ``BatchRun`` of each."""
     cases = [(R, (rule, options)) for rule in rules for R in world_sizes]
-    outcomes = worlds.run_cases(_one, cases, fn=batch_worker, timeout=timeout)
-    for o in outcomes:
-        if o.failure is not None:
-            raise RuntimeError(o.failure.message("batch_worker", o.n))
-    return {(r.rule, r.world_size): r for r in (o.results[0] for o in outcomes)}
+    if max(world_sizes) > cluster.world_size:
+        raise ValueError(f"world sizes up to {max(world_sizes)} need a cluster that large, "
+                         f"got {cluster.world_size} ranks")
+    first = cluster.run_with(worlds.in_worlds, (_one, cases), {}, timeout=timeout)[0]
+    for (R, (rule, _)), got in zip(cases, first):
+        if isinstance(got, worlds.Raised):
+            raise RuntimeError(f"{rule!r} on {R} ranks failed:\n{got.text}")
+    if len(first) < len(cases):
+        raise RuntimeError(f"only {len(first)} of {len(cases)} runs finished")
+    return {(r.rule, r.world_size): r for r in first}
 
 
 def _one(rule: str, options: dict) -> BatchRun:
@@ -150,9 +159,26 @@ def predicted_steps(B: float, b_noise: float, s_min: float) -> float:
     return s_min * (1 + b_noise / B)
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Tiny tensors in this process: one intra-op thread (on a busy machine many threads
+    cost seconds of contention for work of milliseconds)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def digits_noise(steps_trained: int = 0, n: int = 512, seed: int = 0) -> NoiseScale:
     """B_noise of the digits MLP after ``steps_trained`` plain SGD steps (batch 32, rate 0.1)
     on one process, measured on ``n`` training examples."""
+    with one_thread():
+        return _digits_noise(steps_trained, n, seed)
+
+
+def _digits_noise(steps_trained: int, n: int, seed: int) -> NoiseScale:
     model, train, _, loss_fn = build("digits-mlp", seed)
     X, y = train.tensors()
     idx = batch_indices(len(y), 32, steps_trained, seed, 0)
