@@ -16,7 +16,7 @@ once B ≫ B_noise.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -86,17 +86,22 @@ def run_batches(cluster: Any, rules: Sequence[str] = RULES, world_sizes: Sequenc
                 timeout: float = 300.0, **options: Any) -> dict[tuple[str, int], BatchRun]:
     """Every (rule, R) on a world of R real workers carved out of ``cluster`` (ranks 0…R−1 in
     a group of their own, one after the other); rank 0's ``BatchRun`` of each."""
-    cases = [(R, (rule, options)) for rule in rules for R in world_sizes]
     if max(world_sizes) > cluster.world_size:
         raise ValueError(f"world sizes up to {max(world_sizes)} need a cluster that large, "
                          f"got {cluster.world_size} ranks")
+    # on one worker every rule is the rate η: that run is made once and shared
+    cases = [(R, (rule, options)) for rule in rules for R in world_sizes
+             if R > 1 or rule == rules[0]]
     first = cluster.run_with(worlds.in_worlds, (_one, cases), {}, timeout=timeout)[0]
     for (R, (rule, _)), got in zip(cases, first):
         if isinstance(got, worlds.Raised):
             raise RuntimeError(f"{rule!r} on {R} ranks failed:\n{got.text}")
     if len(first) < len(cases):
         raise RuntimeError(f"only {len(first)} of {len(cases)} runs finished")
-    return {(r.rule, r.world_size): r for r in first}
+    runs = {(r.rule, r.world_size): r for r in first}
+    if 1 in world_sizes:
+        runs.update({(rule, 1): replace(runs[rules[0], 1], rule=rule) for rule in rules})
+    return {(rule, R): runs[rule, R] for rule in rules for R in world_sizes}
 
 
 def _one(rule: str, options: dict) -> BatchRun:

@@ -22,7 +22,10 @@ def test_runs_on_real_workers_are_synchronous_sgd_with_the_scaled_rate():
     runs = run_batches(shared_cluster(5), ("none", "linear"), (1, 2), steps=12, base_lr=0.2,
                        eval_every=4)
     assert runs["none", 1].batch == 32 and runs["linear", 2].batch == 64
-    assert torch.equal(runs["none", 1].params, runs["linear", 1].params)
+    assert torch.equal(runs["none", 1].params, runs["linear", 1].params)     # one run, shared
+    assert runs["linear", 1].rule == "linear"
+    assert torch.allclose(runs["none", 1].params, replay_single_process("digits-mlp", 12, 32, 0.2, 1),
+                          atol=1e-5)
     for rule, lr in (("none", 0.2), ("linear", 0.4)):
         replay = replay_single_process("digits-mlp", 12, 64, lr, 2)
         assert torch.allclose(runs[rule, 2].params, replay, atol=1e-5), rule
