@@ -6,7 +6,8 @@ values far from ±1, the edge values of each encoding) and accepts answers in to
 in any float dtype, compared with a tolerance of the learner's dtype. The references are
 written here, independently of the package's compressors. The reasoning task (a Strom
 message's size) and the design task (choosing τ) live in ``_compression_plans.py``; thin
-entry points here keep their records named."""
+entry points here keep their records named. The gossip step (D-PSGD on a ring, run on real
+workers) lives in ``_compression_gossip.py``."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -18,12 +19,13 @@ from ddl_lab.compression.compressors import ErrorFeedback, OneBit, Threshold
 from ddl_lab.runtime.worlds import WorldFailed
 
 from ._compression_codes import _changed, _inputs, _parts, index_coding, qsgd_rounding
+from ._compression_gossip import gossip_step
 from ._compression_plans import strom_bytes, strom_plan
 from ._core import call_local, fail, passed, run_in_world, task
 from ._diagnose import Case, Cases, Snapshot, differs, explain, same, tolerance
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
-           "strom_bytes", "strom_plan"]
+           "strom_bytes", "strom_plan", "gossip_step"]
 
 _PACKAGE = "ddl_lab.compression"
 # ----------------------------------------------------------------- task 1: Strom

@@ -8,6 +8,7 @@ float64 simulation of all replicas. When they differ, simulations of the usual m
 allreduce, no division by R, averaging at the wrong steps, …) name the mistake. The
 straggler's time is a formula tried on seeded cases; the averaging plan is trained on real
 workers with the lesson's engine (non-IID digits) and judged by accuracy and allreduces.
+The noise-scale reasoning task (large batches) lives in ``_data_parallel_batches.py``.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import numpy as np
 from ddl_lab.runtime.worlds import Outcome, WorldFailed
 
 from . import _data_parallel_plans as plans
+from ._data_parallel_batches import noise_scale
 from ._core import CheckFailed, call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
 from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
 
-__all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan"]
+__all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
 
 _RTOL = 2e-4                     # float32 workers against a float64 simulation
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from ddl_lab.compression.sweep import TauSweep
 from ddl_lab.compression.training import Result, size_text
 
-__all__ = ["plot_reconstruction", "plot_accuracy_vs_bytes", "plot_residual", "plot_early",
+__all__ = ["figure_gossip", "plot_reconstruction", "plot_accuracy_vs_bytes", "plot_residual", "plot_early",
            "plot_step_costs", "plot_lag", "plot_tau_sweep", "figure_scheme"]
 
 
@@ -162,3 +162,23 @@ def figure_scheme(result: Result, baseline: Result) -> Figure:
         plot_early([baseline, result], steps=len(result.loss), ax=axes[1])
         axes[1].set_title("training loss")
     return fig
+
+
+def figure_gossip(results: Sequence[Any]) -> Figure:
+    """Lesson 08's gossip runs (``gossip.GossipResult``): the consensus distance per step
+    (left) and the worst replica's test accuracy (right), one curve per run."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.6))
+    for r in results:
+        label = f"{r.mode}, {'IID' if r.skew == 0 else 'label-skewed'} shards"
+        style = "-" if r.mode == "gossip" else "--"
+        a.plot(np.arange(1, len(r.consensus) + 1), r.consensus, style, label=label)
+        b.plot(r.eval_steps, r.worst_accuracy, style + "o", ms=3, label=label)
+    a.set(xlabel="step", ylabel="consensus distance (RMS ‖xᵢ − x̄‖)",
+          title="how far apart the replicas are")
+    b.set(xlabel="step", ylabel="test accuracy of the worst replica",
+          title="accuracy at equal steps")
+    a.legend(fontsize=7)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+

@@ -1,5 +1,5 @@
-"""Lesson 05's pictures: the loss of averaging runs, every rank's timeline, and the
-compute-to-communication ratio.
+"""Lesson 05's pictures: the loss of averaging runs, every rank's timeline, the
+compute-to-communication ratio, and the large-batch runs under three learning-rate rules.
 
 ``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
 """
@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from ddl_lab.data_parallel.workloads import Run
 from ddl_lab.timeline import Timeline, plot_timeline
 
-__all__ = ["figure_loss_curves", "figure_timelines", "plot_compute_ratio"]
+__all__ = ["figure_loss_curves", "figure_timelines", "plot_compute_ratio", "figure_batches"]
 
 
 def figure_loss_curves(runs: dict[str, Sequence[Run]]) -> Figure:
@@ -75,3 +75,23 @@ def plot_compute_ratio(ratios: dict[str, Sequence[dict]], batches: Sequence[int]
            title=f"{ranks} ranks: compute-to-communication ratio")
     ax.legend()
     return ax
+
+
+def figure_batches(runs: dict) -> Figure:
+    """Training loss vs step of ``batches.run_batches``' runs: one panel per learning-rate
+    rule, one curve per number of workers R (global batch R·b)."""
+    rules = list(dict.fromkeys(rule for rule, _ in runs))
+    titles = {"none": "no scaling (rate η)", "linear": "linear scaling (rate R·η)",
+              "warmup": "linear scaling + warm-up"}
+    fig, axes = plt.subplots(1, len(rules), figsize=(4 * len(rules), 3.4), sharey=True)
+    for ax, rule in zip(np.atleast_1d(axes), rules):
+        for (r, R), run in runs.items():
+            if r == rule:
+                ax.plot(run.eval_steps, run.loss, "o-", ms=2,
+                        label=f"R = {R} (batch {run.batch}): {100 * run.accuracy:.0f}% test")
+        ax.set(xlabel="step", title=titles.get(rule, rule), yscale="log")
+        ax.legend(fontsize=8)
+    np.atleast_1d(axes)[0].set_ylabel("training loss (all shards)")
+    fig.tight_layout()
+    return fig
+
