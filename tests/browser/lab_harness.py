@@ -314,9 +314,7 @@ class NotebookPage:
         harness's JupyterLab saves it) and copy it into ``dest``; return the copy."""
         file = self.lab.root / self.path
         before = file.stat().st_mtime_ns
-        self.cells.first.click()                # command mode in this notebook, not in a cell
-        self.page.keyboard.press("Escape")
-        self.page.keyboard.press("Control+s")
+        self.menu("File", "Save Notebook")
         wait_until(lambda: file.stat().st_mtime_ns != before, 30, f"{self.path} to be saved")
         dest.mkdir(parents=True, exist_ok=True)
         return Path(shutil.copy(file, dest / file.name))

@@ -23,11 +23,6 @@ EXECUTED = ROOT / "build" / "lessons"
 REPOSITORY = "https://github.com/ddl-lab/ddl_lab"    # any URL: the tests read the links it makes
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "site: builds and browses the website from the executed "
-                                       "lessons; make test runs it as a phase of its own")
-
-
 @pytest.fixture(scope="session")
 def site_dir(tmp_path_factory) -> Path:
     stale = site.stale_lessons(ROOT, EXECUTED)

@@ -10,7 +10,7 @@ from ddl_lab.active import Question, Quiz, seal_choice, seal_text
 from ddl_lab.tools.site import SiteError, pages, panels
 
 ROOT = Path(__file__).resolve().parents[2]
-LINKS = "**Run it live.**"
+LINKS = "```{admonition} Run it live\n```"
 
 
 def _code(source, outputs=(), count=1, tags=()):

@@ -65,25 +65,24 @@ def read_nb(path: Path) -> dict:
 
 
 def launch_links(path: str, repository: str, ref: str, hub: str) -> str:
-    """The launch line of a page: Binder / JupyterHub built from the repository URL, and the
-    two commands for a laptop."""
-    lines = ["**Run it live.**"]
-    if repository:
-        repo = repository.rstrip("/").removesuffix(".git")
-        gh = re.match(r"https://github\.com/([^/]+/[^/]+)$", repo)
-        if gh:
-            lines.append(f"[Binder](https://mybinder.org/v2/gh/{gh.group(1)}/{ref}?labpath={path})"
-                         " (repo2docker reads `environment.yml`)")
-        if hub:
-            name = repo.rsplit("/", 1)[-1]
-            lines.append(f"[JupyterHub]({hub.rstrip('/')}/hub/user-redirect/git-pull?repo="
-                         f"{repo}&branch={ref}&urlpath=lab/tree/{name}/{path})")
-    else:
-        lines.append("(Binder and JupyterHub links appear once the site is built with a "
-                     "repository URL: `make site REPO=https://github.com/<owner>/<repo>`.)")
-    lines.append(f"On a laptop: `make lab` opens it in JupyterLab (`{path}`); "
-                 "`make test` runs everything the course checks.")
-    return " · ".join(lines[:-1]) + "\n\n" + lines[-1]
+    """The launch box of a page: Binder / JupyterHub links built from the repository URL,
+    and the two commands for a laptop."""
+    live = []
+    repo = repository.rstrip("/").removesuffix(".git")
+    gh = re.match(r"https://github\.com/([^/]+/[^/]+)$", repo)
+    if gh:
+        live.append(f"[Binder](https://mybinder.org/v2/gh/{gh.group(1)}/{ref}?labpath={path}) "
+                    "(repo2docker reads `environment.yml`)")
+    if repo and hub:
+        name = repo.rsplit("/", 1)[-1]
+        live.append(f"[JupyterHub]({hub.rstrip('/')}/hub/user-redirect/git-pull?repo={repo}"
+                    f"&branch={ref}&urlpath=lab/tree/{name}/{path})")
+    online = " · ".join(live) if live else (
+        "Binder and JupyterHub links appear once the site is built with the repository's URL "
+        "(`make site REPO=https://github.com/<owner>/<repo>`).")
+    return (f"```{{admonition}} Run it live\n:class: tip\n{online}\n\n"
+            f"On a laptop, in a clone of the course: `make lab` opens it in JupyterLab "
+            f"(`{path}`); `make test` runs everything the course checks.\n```")
 
 
 def _prerequisites(text: str, number: str) -> tuple[str, ...]:
