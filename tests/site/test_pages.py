@@ -187,3 +187,13 @@ def test_an_exercise_page_says_what_each_check_judges():
               if isinstance(c["source"], str) and c["source"].startswith("**What `check.")]
     assert any("check.ring_allreduce" in j for j in judged)
     assert all(len(j.split("** — ", 1)[1]) > 20 for j in judged)
+
+
+def test_the_command_names_the_lesson_it_has_no_executed_copy_of(tmp_path, capsys):
+    from ddl_lab.__main__ import main
+    first = pages.stems(ROOT / "lessons")[0]
+    assert main(["site", "--no-execute", "--executed", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "site")]) == 1
+    err = capsys.readouterr().err
+    assert f"none/{first}.ipynb: no executed copy of lessons/{first}.ipynb" in err
+    assert not (tmp_path / "site").exists()

@@ -64,14 +64,11 @@ class Launch:
 
 def stale_lessons(root: Path, executed: Path) -> list[str]:
     """The lessons whose executed copy under ``executed`` is missing or from another version."""
-    stale = []
-    for name in pages.stems(root / "lessons"):
+    def current(name: str) -> bool:
         run = executed / f"{name}.ipynb"
-        src = pages.read_nb(root / "lessons" / f"{name}.ipynb")["cells"]
-        if not run.exists() or [c["source"] for c in pages.read_nb(run)["cells"]] != \
-                [c["source"] for c in src]:
-            stale.append(name)
-    return stale
+        return run.exists() and pages.same_cells(pages.read_nb(run),
+                                                 pages.read_nb(root / "lessons" / f"{name}.ipynb"))
+    return [name for name in pages.stems(root / "lessons") if not current(name)]
 
 
 def _write_nb(nb: dict, path: Path) -> None:
@@ -155,9 +152,10 @@ byo
 
 def _instructors(readme: str) -> str:
     from ddl_lab.tools.progress import course_tasks
-    rows = [f"| {lesson} | `check.{t}` | {pages._judges(t)} |"
+    rows = [f"| {lesson} | `check.{t}` | {pages.judges(t)} |"
             for lesson, tasks in course_tasks().items() for t in tasks]
-    return (f"# For instructors: grading a class\n\n{pages.readme_section(readme, 'Grading a class')}"
+    return ("# For instructors: grading a class\n\n"
+            f"{pages.readme_section(readme, 'Grading a class')}"
             f"\n\n## Learners' progress\n\n{pages.readme_section(readme, 'Your progress')}"
             "\n\n## How each check judges\n\nEvery graded task, its check, and what the check "
             "judges (the first paragraph of its docstring):\n\n| lesson | check | judges |\n"

@@ -64,6 +64,12 @@ def read_nb(path: Path) -> dict:
         raise SiteError(f"{path}: not a readable notebook ({e})") from e
 
 
+def same_cells(a: dict, b: dict) -> bool:
+    """Do two notebooks hold the same cells (an executed copy and its lesson)?"""
+    return [(c["cell_type"], _src(c)) for c in a["cells"]] == \
+        [(c["cell_type"], _src(c)) for c in b["cells"]]
+
+
 def launch_links(path: str, repository: str, ref: str, hub: str) -> str:
     """The launch box of a page: Binder / JupyterHub links built from the repository URL,
     and the two commands for a laptop."""
@@ -144,7 +150,7 @@ def lesson_page(root: Path, executed: Path, name: str, links: str) -> dict:
         raise SiteError(f"{run_path}: no executed copy of lessons/{name}.ipynb (`make lessons`, "
                         "or the test suite's lesson run, writes it)")
     nb = read_nb(run_path)
-    if [_src(c) for c in nb["cells"]] != [_src(c) for c in source["cells"]]:
+    if not same_cells(nb, source):
         raise SiteError(f"{run_path} was executed from another version of "
                         f"lessons/{name}.ipynb: execute it again (`make lessons`)")
     _check_outputs(nb, str(run_path))
@@ -160,7 +166,8 @@ def lesson_page(root: Path, executed: Path, name: str, links: str) -> dict:
     return nb
 
 
-def _judges(name: str) -> str:
+def judges(name: str) -> str:
+    """What ``check.<name>`` judges: the first paragraph of its docstring."""
     import ddl_lab.check as check
     fn = getattr(check, name, None)
     if fn is None:
@@ -180,7 +187,7 @@ def exercise_page(root: Path, name: str, links: str) -> dict:
         cells.append(cell)
         tags = cell.get("metadata", {}).get("tags", [])
         for task in CHECK_CALL.findall(_src(cell)) if "check" in tags else []:
-            cells.append(_md_cell(f"**What `check.{task}` judges** — {_judges(task)}"))
+            cells.append(_md_cell(f"**What `check.{task}` judges** — {judges(task)}"))
     nb["cells"] = cells[:1] + [_md_cell(links)] + cells[1:]
     return nb
 
