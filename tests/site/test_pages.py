@@ -104,7 +104,7 @@ def _panel_state(outputs):
             "t": _model("HTMLModel", value="<b>A ring, step by step</b>"),
             "h": _model("HBoxModel", children=["IPY_MODEL_s", "IPY_MODEL_b"]),
             "s": _model("IntSliderModel", description="ranks n", value=4),
-            "b": _model("ButtonModel", description="Run on the workers"),
+            "b": _model("ButtonModel", description="Run on the workers", button_style="primary"),
             "o": _model("OutputModel", outputs=outputs)}
 
 
@@ -130,6 +130,16 @@ def test_a_panel_without_its_figure_fails_the_build(tmp_path):
     with pytest.raises(SiteError, match=r"cell 1: a widget without saved state"):
         pages.lesson_page(_course(tmp_path / "b", "03_x", nb), tmp_path / "b" / "run", "03_x",
                           LINKS)
+
+
+def test_a_box_whose_button_was_never_pressed_names_the_button(tmp_path):
+    state = {"p": _model("VBoxModel", children=["IPY_MODEL_b", "IPY_MODEL_o"]),
+             "b": _model("ButtonModel", description="run: host B leaves", button_style=""),
+             "o": _model("OutputModel", outputs=[])}
+    nb = _nb([_md("# 03 · X"), _code("widgets.VBox([leave, out])", [_view("p")])], state)
+    page = pages.lesson_page(_course(tmp_path, "03_x", nb), tmp_path / "run", "03_x", LINKS)
+    (note,) = page["cells"][2]["outputs"]
+    assert "**run: host B leaves** runs this experiment" in note["data"]["text/markdown"]
 
 
 def _widget_state(box) -> dict:

@@ -91,17 +91,24 @@ def _sealed(models: dict, mid: str) -> list[dict]:
 
 
 def _panel(models: dict, mid: str, where: str) -> list[dict]:
-    """An experiment panel as its default run's outputs, under a line on what it changes."""
+    """A panel as its default run's outputs, under a line on what it lets a learner change.
+    An ``experiment`` panel (its Run button is "primary") always has a default run; a box
+    whose button was never pressed gets a line naming the button."""
     tree = _walk(models, mid)
     outputs = [o for m in tree if m["model_name"] == "OutputModel"
                for o in m["state"].get("outputs", [])]
-    if not outputs:
-        raise SiteError(f"{where}: the experiment panel's saved state holds no output "
-                        "(its default run's figure is missing)")
     for o in outputs:
         if o.get("output_type") == "error":
             raise SiteError(f"{where}: the experiment panel's default run failed: "
                             f"{o.get('ename')}: {o.get('evalue')}")
+    buttons = [m["state"] for m in tree if m["model_name"] == "ButtonModel"]
+    if not outputs:
+        if any(b.get("button_style") == "primary" for b in buttons):
+            raise SiteError(f"{where}: the experiment panel's saved state holds no output "
+                            "(its default run's figure is missing)")
+        names = " or ".join(f"**{_text(b.get('description', ''))}**" for b in buttons)
+        return [_md(f"▶ _In the live notebook, {names or 'this panel'} runs this experiment; "
+                    "it does not run by itself, so this page has no figure of it._")]
     controls = [c for c in map(_control_name, tree) if c]
     title = next((_text(m["state"].get("value")) for m in tree
                   if m["model_name"] == "HTMLModel" and "<b>" in m["state"].get("value", "")),
