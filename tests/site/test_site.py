@@ -148,7 +148,7 @@ def page(browser):
     pg.on("console", lambda m: pg.problems.append(f"console {m.type}: {m.text}")
           if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
-    pg.on("requestfailed", lambda r: pg.problems.append(f"request failed: {r.url}"))
+    pg.on("requestfailed", lambda r: pg.problems.append(f"request failed: {r.url} ({r.failure})"))
     yield pg
     ctx.close()
 
@@ -175,6 +175,8 @@ def test_every_page_loads_with_its_images_and_links(site_dir, served, page):
         page.problems.clear()
         page.goto(served + rel, wait_until="load")
         page.wait_for_function("() => [...document.images].every(i => i.complete)")
+        if page.locator(".math").count():       # MathJax loads its fonts after the page
+            page.wait_for_load_state("networkidle")
         problems += [f"{rel}: {p}" for p in page.problems]
         problems += [f"{rel}: image not loaded: {s}" for s in page.evaluate(BROKEN_IMAGES_JS)]
         internal = {u for u in page.evaluate(LINKS_JS) if u.startswith(served)}
