@@ -6,15 +6,18 @@ PY     := $(VENV)/bin/python
 # The package itself accepts any torch >= 2.6 (see pyproject.toml and CONTRIBUTING.md).
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
+# the repository the website's Binder / JupyterHub links open (make site REPO=https://github.com/o/r)
+REPO   ?=
+HUB    ?=
 
-.PHONY: setup lab lessons exercises browser lint test bench clean
+.PHONY: setup lab lessons site exercises browser lint test bench clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,site]"
 	touch $@
 
 lab: setup                      ## open the course in JupyterLab (HEADLESS=1: execute every lesson instead)
@@ -26,6 +29,9 @@ endif
 
 lessons: setup                  ## execute every lesson headlessly into build/lessons/
 	$(PY) -m ddl_lab execute lessons
+
+site: setup                     ## the course as a static website in build/site/ (executes stale lessons)
+	$(PY) -m ddl_lab site --repository "$(REPO)" --hub "$(HUB)"
 
 exercises: setup                ## regenerate exercises/ from solutions/
 	$(PY) -m ddl_lab make-exercises
@@ -43,9 +49,12 @@ browser:                        ## Debian's Chromium for tests/browser (Playwrig
 
 # The reliability phase (tests/reliability: faults, soak, scale, properties, bad input,
 # loopback) runs on its own after the main suite, bounded; DDL_SOAK_SCALE=20 soaks longer.
+# The site phase (tests/site) builds the website from the lessons the main suite's browser
+# tests ran and saved into build/lessons/, then browses it: no lesson is executed twice.
 test: setup | browser           ## the whole test suite, notebooks and browser included
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 0 -m site tests/site
 	$(PY) -m pytest -n 2 --dist loadscope -m reliability --timeout=300 tests/reliability
 
 lint: setup                     ## ruff (configured in pyproject.toml); make test runs it first

@@ -21,6 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("progress", help="your graded tasks, lesson by lesson: passed / failed / "
                                          "not tried")
     pr.add_argument("--file", default=None, help="a progress file (default: the course's own)")
+    st = sub.add_parser("site", help="the course as a static website (build/site/), from the "
+                                     "executed lessons; a missing or stale one is executed first")
+    st.add_argument("--executed", default="build/lessons", help="the executed lessons' folder")
+    st.add_argument("--out", default="build/site")
+    st.add_argument("--repository", default="", help="its URL, for Binder / JupyterHub links")
+    st.add_argument("--ref", default="main", help="the branch the launch links open")
+    st.add_argument("--hub", default="", help="a JupyterHub's URL (nbgitpuller links)")
+    st.add_argument("--no-execute", action="store_true",
+                    help="fail on a missing or stale executed lesson instead of executing it")
     grading.add_commands(sub)
     a = ap.parse_args(argv)
     if a.cmd in grading.COMMANDS:
@@ -32,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(progress_table(Path(a.file) if a.file else None))
         return 0
+    if a.cmd == "site":
+        return _site(a)
     if a.cmd == "execute":
         path = Path(a.path)
         out = Path(a.out) if a.out else Path("build") / (path.stem if path.is_file() else path.name)
@@ -45,6 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     for p in stale:
         print(f"{verb}: {p.relative_to(notebooks.ROOT)}")
     return 1 if (a.check and stale) else 0
+
+
+def _site(a: argparse.Namespace) -> int:
+    from ddl_lab.tools import site
+    executed = Path(a.executed)
+    if not a.no_execute:
+        for name in site.stale_lessons(notebooks.ROOT, executed):
+            notebooks.execute(notebooks.ROOT / "lessons" / f"{name}.ipynb", executed)
+    try:
+        out = site.build(executed=executed.resolve(), out=Path(a.out).resolve(),
+                         launch=site.Launch(a.repository, a.ref, a.hub))
+    except site.SiteError as e:
+        print(f"ddl-lab site: {e}", file=sys.stderr)
+        return 1
+    print(f"the site is in {out} (open {out / 'index.html'})")
+    return 0
 
 
 if __name__ == "__main__":

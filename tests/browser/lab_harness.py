@@ -163,6 +163,9 @@ class Lab:
         notify.mkdir(parents=True, exist_ok=True)
         (notify / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        widgets = state / "settings" / "@jupyter-widgets" / "jupyterlab-manager"
+        widgets.mkdir(parents=True, exist_ok=True)   # a saved lesson keeps its panels' figures
+        (widgets / "plugin.jupyterlab-settings").write_text(json.dumps({"saveState": True}))
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
                    PYTHONUNBUFFERED="1")
@@ -305,6 +308,16 @@ class NotebookPage:
 
     def image_count(self) -> int:
         return self.page.locator(".jp-Notebook .jp-OutputArea-output img").count()
+
+    def save_copy(self, dest: Path) -> Path:
+        """Save the notebook as the page shows it (outputs, and the widgets' state: the
+        harness's JupyterLab saves it) and copy it into ``dest``; return the copy."""
+        file = self.lab.root / self.path
+        before = file.stat().st_mtime_ns
+        self.menu("File", "Save Notebook")
+        wait_until(lambda: file.stat().st_mtime_ns != before, 30, f"{self.path} to be saved")
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(file, dest / file.name))
 
     def screenshot(self, name: str, focus: "Locator | None" = None) -> Path:
         """Save the page as artifacts/browser/<name>.png, ``focus`` scrolled into view."""
@@ -512,9 +525,12 @@ def exercise_panel(nb: NotebookPage, spec: Control = Control()) -> Interaction:
     return Interaction(action, before, after, panel)
 
 
-def check_lesson(nb: NotebookPage, spec: Control = Control()) -> tuple[float, Interaction]:
+def check_lesson(nb: NotebookPage, spec: Control = Control(),
+                 keep: Path | None = None) -> tuple[float, Interaction]:
     """What a learner does with a lesson: Run All Cells, see no error, every cell run, each
     widget shown once; then move a control and see the experiment redraw in place.
+    With ``keep``, the lesson as it ran (its panels at their default run) is saved there
+    before the control moves: the website is built from it (tests/site).
     Returns the seconds Run All took and what the control did."""
     took = nb.run_all()
     nb.assert_no_errors("after Run All Cells")
@@ -522,6 +538,8 @@ def check_lesson(nb: NotebookPage, spec: Control = Control()) -> tuple[float, In
     if not_run:
         raise PageError(f"{nb.path}: code cells {not_run} did not run: {nb.prompts()}")
     nb.assert_widgets_shown_once()
+    if keep is not None:
+        nb.save_copy(keep)
     return took, exercise_panel(nb, spec)
 
 

@@ -1,5 +1,7 @@
 """Every lesson, as a learner meets it in JupyterLab: it runs without an error shown, its
 widgets render, and moving a control re-runs the experiment and redraws its figure in place.
+The lesson as it ran is saved into build/lessons/ (as `make lessons` would write it), so the
+website (tests/site) is built from this run instead of executing every lesson again.
 
 A lesson without an entry in LESSON_CONTROLS is covered by moving the first control of its
 first experiment panel, so a new lesson gets its browser test without touching this file.
@@ -7,6 +9,8 @@ first experiment panel, so a new lesson gets its browser test without touching t
 import pytest
 
 from lab_harness import ROOT, Control, check_lesson, exercise_panel
+
+EXECUTED = ROOT / "build" / "lessons"        # what `python -m ddl_lab site` reads
 
 pytestmark = pytest.mark.browser
 
@@ -32,9 +36,10 @@ def test_there_are_lessons_to_test():
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_runs_and_its_widgets_redraw(lesson, open_notebook):
     spec = LESSON_CONTROLS.get(lesson, Control())
+    (EXECUTED / f"{lesson}.ipynb").unlink(missing_ok=True)    # a failed run leaves none
     nb = open_notebook(f"lessons/{lesson}.ipynb")
     try:
-        took, change = check_lesson(nb, spec)
+        took, change = check_lesson(nb, spec, keep=EXECUTED)
         print(f"{lesson}: run all {took:.0f} s; {change.action}")
         assert change.after.images or change.after.text.strip(), (
             f"{lesson}: the panel shows nothing after the re-run")
