@@ -145,9 +145,9 @@ def _where(case: Case) -> str:
 @task("memory", refuses=("ddl_lab.memory", "zero_run", "_Flat", "_Sharded"))
 def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 10, task 1: ``my_zero2_step(param, grad, state, make_optimizer)`` — one ZeRO-2
-    step on this rank: reduce-scatter ``grad`` (the mean over ranks, this rank's chunk of
-    ``torch.tensor_split(·, n)`` only), the optimizer (``make_optimizer([tensors])``) on that
-    chunk alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
+    step on this rank: reduce-scatter ``grad`` (the mean over ranks, this rank's chunk — about
+    1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
+    alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
     __tracebackhide__ = True
     name = getattr(my_zero2_step, "__name__", "your function")
