@@ -82,6 +82,43 @@ def ring_all_gather(flat: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+_BUILTIN = [False]     # zero_run(builtin=True): gloo's own collectives, not the hand ring
+
+
+def _padded(flat: torch.Tensor) -> tuple[list[tuple[int, int]], int]:
+    bounds = chunk_bounds(flat.numel(), dist.get_world_size())
+    return bounds, max(b - a for a, b in bounds)
+
+
+def _reduce_scatter(flat: torch.Tensor) -> torch.Tensor:
+    """``ring_reduce_scatter``, or the same with ``dist.reduce_scatter_tensor`` on chunks
+    padded to equal length (``builtin``)."""
+    if not _BUILTIN[0]:
+        return ring_reduce_scatter(flat)
+    bounds, c = _padded(flat)
+    padded = flat.new_zeros(len(bounds) * c)
+    for i, (a, b) in enumerate(bounds):
+        padded[i * c:i * c + b - a] = flat[a:b]
+    out = flat.new_empty(c)
+    dist.reduce_scatter_tensor(out, padded)
+    mine = ring_chunk(flat)
+    return mine.copy_(out[:mine.numel()])
+
+
+def _all_gather(flat: torch.Tensor) -> torch.Tensor:
+    """``ring_all_gather``, or ``dist.all_gather_into_tensor`` on padded chunks."""
+    if not _BUILTIN[0]:
+        return ring_all_gather(flat)
+    bounds, c = _padded(flat)
+    mine = flat.new_zeros(c)
+    mine[:ring_chunk(flat).numel()] = ring_chunk(flat)
+    out = flat.new_empty(len(bounds) * c)
+    dist.all_gather_into_tensor(out, mine)
+    for i, (a, b) in enumerate(bounds):
+        flat[a:b] = out[i * c:i * c + b - a]
+    return flat
+
+
 # ----------------------------------------------------------------- stages 0–2: flat
 
 class _Flat:
@@ -114,16 +151,16 @@ class _Flat:
             self.grad.zero_()
 
     def step(self) -> None:
-        chunk = ring_reduce_scatter(self.grad)            # the gradient summed, chunk r here
+        chunk = _reduce_scatter(self.grad)                # the gradient summed, chunk r here
         chunk /= dist.get_world_size()                    # averaged, as DDP does
         if self.stage == 0:
-            ring_all_gather(self.grad)                    # the allreduce's second half
+            _all_gather(self.grad)                        # the allreduce's second half
             self.mine.grad = self.grad
         else:
             self.mine.grad = chunk.clone() if self.stage == 2 else chunk
         self.opt.step()
         if self.stage:
-            ring_all_gather(self.flat)                    # every rank's updated chunk
+            _all_gather(self.flat)                        # every rank's updated chunk
         if self.stage == 2:                               # keep only this rank's chunk
             self.kept, self.grad = self.mine.grad, None
             for p in self.ps:
@@ -148,7 +185,7 @@ def _gather(shard: torch.Tensor, numel: int) -> torch.Tensor:
     """A layer's whole flat parameters, gathered from every rank's shard (a new tensor)."""
     full = torch.empty(numel, dtype=shard.dtype, device=shard.device)
     ring_chunk(full).copy_(shard)
-    return ring_all_gather(full)
+    return _all_gather(full)
 
 
 class _Gathered(torch.autograd.Function):
@@ -169,7 +206,7 @@ class _Gathered(torch.autograd.Function):
         o, i = ctx.shape
         W = _gather(shard.detach(), o * i + o)[:o * i].view(o, i)
         g = torch.cat([(gy.t() @ x).reshape(-1), gy.sum(0)])
-        return gy @ W, ring_reduce_scatter(g) / dist.get_world_size(), None
+        return gy @ W, _reduce_scatter(g) / dist.get_world_size(), None
 
 
 class _Sharded:
@@ -248,10 +285,12 @@ def _held(engine: _Flat | _Sharded) -> Memory:
 
 def zero_run(stage: int, precision: str = "fp32", recompute: bool = False, hidden: int = 64,
              depth: int = 4, batch: int = 32, steps: int = 3, optimizer: str = "adam",
-             lr: float = 1e-2, seed: int = 0) -> ZeroResult:
+             lr: float = 1e-2, seed: int = 0, builtin: bool = False) -> ZeroResult:
     """Worker: ``steps`` of the MLP under ZeRO ``stage`` (0–3) on every rank, in ``precision``
     ('fp32', or 'bf16': bf16 parameters, gradients and activations, fp32 masters and
-    state), with or without recomputation (√n segments); what this rank measured."""
+    state), with or without recomputation (√n segments); what this rank measured.
+    ``builtin``: gloo's reduce-scatter and all-gather (padded chunks) instead of the ring by
+    hand — the same algorithm, without Python between the messages."""
     from ddl_lab.runtime.wiretap import Wiretap
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -262,6 +301,7 @@ def zero_run(stage: int, precision: str = "fp32", recompute: bool = False, hidde
     engine = (_Sharded(layers, make_optimizer(optimizer, lr), low) if stage == 3 else
               _Flat(layers, stage, make_optimizer(optimizer, lr), low))
     losses, times = [], []
+    _BUILTIN[0] = builtin
     with Wiretap() as tap:
         for X, y in _batches(batch, steps, seed, dtype):
             t0 = time.perf_counter()

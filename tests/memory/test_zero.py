@@ -40,6 +40,16 @@ def test_every_stage_equals_ddp_and_its_formulas(cluster, ddp, stage):
     assert sent == pytest.approx(1.5 if stage == 3 else 1.0, rel=0.01)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_gloos_collectives_give_the_ring_by_hands_results(cluster, ddp, stage):
+    ring = cluster.run(Z.zero_run, stage, "fp32", False, 48, 3, 25, 3)
+    builtin = cluster.run(Z.zero_run, stage, "fp32", False, 48, 3, 25, 3, builtin=True)
+    for a, b in zip(ring, builtin):
+        assert np.abs(a.params - b.params).max() < 1e-5
+        assert a.memory.total == b.memory.total
+        assert b.sent == pytest.approx(a.sent, rel=0.01)         # padding: a few values more
+
+
 def test_recomputation_and_bf16_change_activations_and_bytes_not_results(cluster, ddp):
     plain = cluster.run(Z.zero_run, 3, "fp32", False, 48, 3, 25, 3)
     again = cluster.run(Z.zero_run, 3, "fp32", True, 48, 3, 25, 3)
