@@ -31,7 +31,7 @@ def test_the_step_is_measured_as_the_formula_says(optimizer, precision):
     assert want["optimizer"] * P <= m.optimizer <= want["optimizer"] * P + 64   # step counters
     hidden = 16 * 2 * 32 * (2 if precision == "bf16" else 4)          # 2 layers' outputs
     assert hidden <= m.activations <= hidden + 16 * 10 * 4 + 8         # + the loss's softmax
-    assert m.peak >= m.grads + m.optimizer
+    assert m.peak >= m.grads                  # allocated during the step, alive at its end
 
 
 def test_fp16_underflows_and_overflows_and_the_scaler_backs_off():
