@@ -7,8 +7,8 @@
    p = 2, 4 and m = 1, 2, 4, 8 (target: within 0.05);
 2. the hand-written pipeline against torch.distributed.pipelining, same model, same cut,
    real compute, runs alternated (target: hand ≤ 1.3× torch per step);
-3. 1F1B's peak activation memory against GPipe's at m = 8 (target: ≤ 0.6×), and the
-   memory per rank of each scheme for an 8.4 M-parameter MLP with Adam on 2 ranks;
+3. 1F1B's peak activation memory against GPipe's at m = 8 (target: ≤ 0.6×) (the memory per
+   rank of each scheme: benchmarks/memory_bench.py);
 4. DistBelief's speed-up against 1…8 partitions, locally vs fully connected, with the
    modelled network and with the loopback alone.
 """
@@ -21,7 +21,6 @@ import numpy as np
 
 from ddl_lab.model_parallel import distbelief as D
 from ddl_lab.model_parallel import library as L
-from ddl_lab.model_parallel import memory as M
 from ddl_lab.model_parallel import pipeline as P
 from ddl_lab.runtime import Cluster
 
@@ -60,7 +59,7 @@ def hand_vs_torch(cluster: Cluster, rounds: int, steps: int) -> None:
                   f"step: hand/torch = {h / t:.2f} (target ≤ 1.3)")
 
 
-def memory(cluster4: Cluster, cluster2: Cluster) -> None:
+def memory(cluster4: Cluster) -> None:
     print("\n3. memory")
     g = cluster4.run(P.pipeline_run, "mlp", 4, 8, "gpipe", batch=64, hidden=256)
     f = cluster4.run(P.pipeline_run, "mlp", 4, 8, "1f1b", batch=64, hidden=256)
@@ -68,15 +67,6 @@ def memory(cluster4: Cluster, cluster2: Cluster) -> None:
     print(f"   peak activations kept for backward, p = 4, m = 8, largest stage: GPipe "
           f"{big_g / 1024:.1f} KiB, 1F1B {big_f / 1024:.1f} KiB: 1F1B/GPipe = "
           f"{big_f / big_g:.2f} (target ≤ 0.6)")
-    table = M.memory_table(cluster2.run(M.memory_run, 2048, 3, 64, 8))
-    n_params = table["one process"][0].params // 4
-    print(f"   per rank, MLP of {n_params / 1e6:.1f} M parameters, Adam, 2 ranks, batch 64 "
-          "(MiB: params + grads + optimizer state = total; activations apart)")
-    for scheme, mems in table.items():
-        cells = [f"{m.params / M.MiB:.0f} + {m.grads / M.MiB:.0f} + {m.optimizer / M.MiB:.0f} = "
-                 f"{(m.params + m.grads + m.optimizer) / M.MiB:.0f} (+{m.activations / M.MiB:.1f})"
-                 for m in mems]
-        print(f"   {scheme:>16}: " + " | ".join(cells))
 
 
 def distbelief(cluster8: Cluster, steps: int) -> None:
@@ -101,8 +91,7 @@ def main() -> None:
     with Cluster(4, timeout=300) as c4:
         bubbles(c4, pad=0.005 if a.quick else 0.012, batch=32, rounds=rounds)
         hand_vs_torch(c4, rounds + 2, steps=6 if a.quick else 10)
-        with Cluster(2, timeout=300) as c2:
-            memory(c4, c2)
+        memory(c4)
     with Cluster(8, timeout=300) as c8:
         distbelief(c8, steps=3 if a.quick else 5)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")

@@ -1,5 +1,5 @@
 """DDP vs the course's synchronous SGD, two hosts vs one, and the time a restart loses
-(lesson 10).
+(lesson 11).
 
     .venv/bin/python benchmarks/scaling_out_bench.py [--skip-unsafe]
 
@@ -88,7 +88,7 @@ def restart_cost(skip_unsafe: bool) -> None:
     unsafe = run_elastic(steps=30, every=5, kill_at=13, nproc=2, restart_safe=False,
                          timeout=90)
     errors = [ln for ln in unsafe.jobs[0].stderr.splitlines() if "Error" in ln]
-    hint = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 10)" in unsafe.jobs[0].stderr
+    hint = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 11)" in unsafe.jobs[0].stderr
     print(f"  without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
           f"{'finished' if unsafe.ok else 'FAILED'} after {unsafe.seconds:.1f} s; attempts that "
           f"trained: {[a['attempt'] for a in unsafe.attempts()]}; the entry point's hint "

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0):
         print("ddl_lab.torchrun: a restarted job on torchrun's shared rendezvous store reads "
               "the first attempt's addresses (gloo: 'Connection refused' or a hang). Start "
-              "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 10).",
+              "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 11).",
               file=sys.stderr, flush=True)
     dist.init_process_group(group_backend("nccl" if gpu else "gloo"), init_method="env://",
                             timeout=timedelta(seconds=float(os.environ.get("DDL_LAB_TIMEOUT", 60))))

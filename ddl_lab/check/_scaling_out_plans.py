@@ -1,4 +1,4 @@
-"""Lesson 10's design check (``check/scaling_out.py`` exports it): a FedAvg plan — local
+"""Lesson 11's design check (``check/scaling_out.py`` exports it): a FedAvg plan — local
 epochs E and the fraction C of clients per round — that reaches a target test accuracy
 within R rounds, uploading at most U client models and spending at most W client-epochs,
 run as the lesson's federated training on 3 real workers (deterministic: every random
@@ -26,7 +26,7 @@ DRAWN = 8                   # budgets per call the prompt never shows; the first
 
 def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
     """Budgets the prompt never shows. The first drawn is run for real, so it is one that
-    k = 2 or 3 clients a round with 10–15 local epochs meet (lesson 10's runs reach 85 % by
+    k = 2 or 3 clients a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by
     round 5 with them); the others range far (3–40 rounds, 1–10 uploads and 1–20 epochs a
     round), judged by their arithmetic."""
     calls = itertools.count()
@@ -73,7 +73,7 @@ def _federated(rounds: int, E: int, C: float) -> tuple[list[float], int]:
 
 @task("scaling_out")
 def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) -> None:
-    """Lesson 10, design: ``my_fedavg_plan(rounds, uploads, epochs)`` returns {E, C} such that
+    """Lesson 11, design: ``my_fedavg_plan(rounds, uploads, epochs)`` returns {E, C} such that
     FedAvg on the lesson's 10 label-skewed clients (skew 0.5) reaches 85 % test accuracy
     within ``rounds`` rounds, with at most ``uploads`` client models sent to the server and
     at most ``epochs`` local epochs in all (each picked client runs E per round). Every

@@ -1,4 +1,4 @@
-"""Checks for lesson 10 (scaling out), each on several seeded cases (``seed=`` replays them):
+"""Checks for lesson 11 (scaling out), each on several seeded cases (``seed=`` replays them):
 FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
 multi-host layout, with real processes joining (in two network namespaces where possible,
 else on loopback); when adding workers pays, in this process; a FedAvg plan within budgets
@@ -136,7 +136,7 @@ def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
 
 @task("scaling_out", refuses=("ddl_lab.scaling_out", "fedavg", "federated"))
 def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
-    """Lesson 10, task 1: ``my_fedavg(states, sizes)`` — the server's step of FedAvg: the
+    """Lesson 11, task 1: ``my_fedavg(states, sizes)`` — the server's step of FedAvg: the
     clients' state_dicts averaged entry by entry, client k weighted by its data size n_k:
     w = Σ n_k·w_k / Σ n_k, as a new dict (the clients' tensors unchanged)."""
     __tracebackhide__ = True
@@ -285,7 +285,7 @@ def _resume_message(name: str, r: dict, case: Any) -> str | None:
 
 @task("scaling_out", refuses=("ddl_lab.scaling_out", "save_checkpoint", "resume", "train"))
 def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> None:
-    """Lesson 10, task 2: ``my_save_checkpoint(path, step, model, optimizer)`` (called on
+    """Lesson 11, task 2: ``my_save_checkpoint(path, step, model, optimizer)`` (called on
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
@@ -403,7 +403,7 @@ def _real_run(fn: Callable) -> str:
 
 @task("scaling_out")
 def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
-    """Lesson 10, task 3: ``my_rendezvous_env(layout, host, local_rank)`` returns the env://
+    """Lesson 11, task 3: ``my_rendezvous_env(layout, host, local_rank)`` returns the env://
     variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) of process
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
@@ -452,7 +452,7 @@ def _pays_case(rng: np.random.Generator) -> dict[str, Any]:
 
 @task("scaling_out", refuses=("ddl_lab.scaling_out", "step_time", "seed_case"))
 def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
-    """Lesson 10, task 4: ``my_best_workers(params, batch, per_example, alpha, beta,
+    """Lesson 11, task 4: ``my_best_workers(params, batch, per_example, alpha, beta,
     max_workers)`` is the n in 1…max_workers with the shortest step of synchronous SGD on a
     fixed global batch: compute per_example·batch/n, plus for n > 1 a ring allreduce of the
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""

@@ -1,4 +1,4 @@
-"""Synchronous data parallelism on real workers (lesson 05; lesson 10 compares DDP with it).
+"""Synchronous data parallelism on real workers (lesson 05; lesson 11 compares DDP with it).
 
 Every rank holds the same model and its own shard of the data (D_i ⊥ D_j | θ). The
 worker functions here run on every rank of a cluster (``cluster.run(sync_sgd, ...)``)

@@ -150,6 +150,11 @@ class ActivationMeter:
             self._holders.pop(key, None)
             self.live -= nbytes
 
+    def keep(self, t: torch.Tensor) -> None:
+        """Count ``t`` as kept for backward by other means than autograd's saved tensors
+        (a recomputed segment's input, lesson 10)."""
+        self._pack(t)
+
     @contextmanager
     def recording(self) -> Iterator[None]:
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):

@@ -1,5 +1,5 @@
 """Pictures for lesson 09: pipeline timelines with the bubble shaded, bubble fractions,
-DistBelief's speed-up curve, memory per rank and scheme."""
+DistBelief's speed-up curve."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -7,11 +7,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ddl_lab.model_parallel.distbelief import Cut
-from ddl_lab.model_parallel.memory import MiB, Memory
 from ddl_lab.model_parallel.pipeline import StageRun, bubble_fraction, ideal_bubble
 
 __all__ = ["emulation", "plot_pipeline", "figure_pipelines", "plot_bubbles", "plot_step_times",
-           "figure_diminishing_returns", "plot_memory"]
+           "figure_diminishing_returns"]
 
 _OP_COLORS = {"forward": "tab:blue", "backward": "tab:green", "wait": "tab:red"}
 
@@ -171,27 +170,3 @@ def figure_diminishing_returns(cuts: Mapping[str, Mapping[int, Sequence[Cut | No
     fig.tight_layout()
     return fig
 
-
-def plot_memory(table: Mapping[str, Sequence[Memory]], ax=None):
-    """Per scheme, one stacked bar per rank: parameters, gradients, optimizer state and
-    activations, in MiB."""
-    ax = _ax(ax)
-    parts = ["params", "grads", "optimizer", "activations"]
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
-    x, ticks, labels = 0.0, [], []
-    for scheme, mems in table.items():
-        xs = x + np.arange(len(mems)) * 0.8
-        bottom = np.zeros(len(mems))
-        for part, color in zip(parts, colors):
-            vals = np.array([getattr(mm, part) / MiB for mm in mems])
-            ax.bar(xs, vals, 0.7, bottom=bottom, color=color,
-                   label=part if scheme == next(iter(table)) else None)
-            bottom += vals
-        ticks.append(xs.mean())
-        labels.append(f"{scheme}\n({len(mems)} rank{'s' * (len(mems) > 1)})")
-        x = xs[-1] + 1.6
-    ax.set_xticks(ticks, labels, fontsize=8)
-    ax.set_ylabel("MiB per rank (one bar per rank)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    return ax

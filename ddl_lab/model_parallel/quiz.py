@@ -21,8 +21,4 @@ QUESTIONS = [
              choices=("each machine's computation shrinks while the communication across partition boundaries does not (for dense layers it grows), so the network overhead takes over", 'a model cut into more pieces learns worse, so more steps are needed', 'locally connected layers need more communication than fully connected ones', 'the parameter server runs out of memory'),
              salt='model_parallel:4', answer='a678a9498b6fd22669b4f0bb54173b7bcb25fd04f4c1b9ec69c52ce0eab85c77',
              why='IA0fWS4EDlNFElIeQQsLFU8FDUkVClVUBApPBQEQG0IeCkJVVhEAEUUDAUYGAUVTFA4ZTFZPDAQJFBlZDRULVU5UAhxSQggHDBoMThxPE0EAAxxLBRdMHEMPThpCAQZZQUIDEwMeHAAaABtOCQwbDgBEAEwVBBAaThEXHVNCABAKABwAFhsdRR5PHwoWEAVZBQ4MHVNUEBVPAQ5KTwEKABAbBgABChwYBQMJXkwGEFVXVAUQVApFCEFSKU8aDhlMFU8MBAoKCU4YBAYaTRsWHEwRRQUaBkVGHBhVRQgIChhEBQJJTBEDSFQdBhBPDEUAGgARSBwdTgAYBwpLFgEfWAAVQlVGVAYRRUIGCQICEFQYGxxPAk8GGEQQBEhMEgNXRVQaFlcHEwMdUgxUWQYGAA8aG0U='),
-    Question('A model of 1 billion parameters trains with Adam in fp32 (4 bytes each for value, gradient and both moments) on 4 ranks under ZeRO-1. How many GB of parameters, gradients and optimizer state does each rank hold?',
-             number='H0YaD1ZBUwoORF5ZAhZHXE9CSxME',
-             unit='GB',
-             why='PgE+YkFQQklIFQAdU0IKCAMLRVQRClVPHBsGBg0eCV9MEhZbVBFIWRRCIiRPHQMACQ4HQQEKGw4WF0wGTFVCfWJUHR8ABRcHCxsATg0cVQtMR1dLIyZMQgpBD1VNERwNU0tKUk9PRRFJTzJiQE8ODAUNAl4YQVMMADMwWVUMAQMdUiFkKUFVZj8rP0tMPgl/I0xREwAHGhhSBhZGDh4JAA0HB0UJVU9aUktYDVFBVhpnNlw='),
 ]

@@ -17,7 +17,7 @@ __all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_mod
 
 def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
     """Bytes one of ``world_size`` ranks puts on the wire for ``op`` of the ``nbytes`` it
-    hands in, in the ring model (lesson 06; lesson 11's meter charges exactly this).
+    hands in, in the ring model (lesson 06; lesson 12's meter charges exactly this).
 
     all_reduce 2(n−1)/n·S (share-reduce, then share-only); all_gather (n−1)·S (its S to
     each of the others); broadcast, reduce, reduce_scatter, all_to_all, scatter (n−1)/n·S

@@ -1,4 +1,4 @@
-"""Code run on n-rank worlds carved out of one warm cluster (the checks of lessons 00–11,
+"""Code run on n-rank worlds carved out of one warm cluster (the checks of lessons 00–12,
 the capstone's meter).
 
 A check draws world sizes 2–5, but starting a cluster per size would cost seconds each.

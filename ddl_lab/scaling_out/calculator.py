@@ -1,4 +1,4 @@
-"""When distributing pays: a time-per-step model fitted from this machine (lesson 10).
+"""When distributing pays: a time-per-step model fitted from this machine (lesson 11).
 
 Synchronous data parallelism on n workers with a global mini-batch of B examples and a
 model of P parameters (S = b·P bytes of gradients; b = 4 for fp32) pays per step
@@ -217,7 +217,7 @@ def _matmul_flop_s(size: int = 512, repeats: int = 5) -> float:
 def measure(workload: str = "digits-mlp", batches: Sequence[int] = (16, 64, 256),
             sizes: Sequence[int] = (1 << 12, 1 << 16, 1 << 20, 1 << 22),
             batch: int = 256, ns: Sequence[int] = (1, 2, 4), repeats: int = 5) -> dict:
-    """Worker: what the calculator needs, measured here (lesson 10).
+    """Worker: what the calculator needs, measured here (lesson 11).
 
     ``compute``: seconds of forward + backward at each of ``batches`` on rank 0 alone;
     ``alone``: one well-written process's forward + backward of the whole global ``batch``

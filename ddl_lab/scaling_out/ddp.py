@@ -1,4 +1,4 @@
-"""torch's DistributedDataParallel against lesson 05's synchronous SGD (lesson 10).
+"""torch's DistributedDataParallel against lesson 05's synchronous SGD (lesson 11).
 
 ``ddp_train`` is ``data_parallel.engine.sync_sgd`` written with the library: the same
 model, shards, mini-batches and plain SGD update, but the gradients are averaged by DDP,
@@ -90,7 +90,7 @@ def _wrap(model: nn.Module, bucket_mb: float, hook: str | None) -> DDP:
 def ddp_train(workload: str = "digits-mlp", steps: int = 30, batch: int = 64,
               lr: float = 0.1, seed: int = 0, bucket_mb: float = 25.0, accumulate: int = 1,
               no_sync: bool = True, hook: str | None = None) -> DDPRun:
-    """Worker: ``steps`` of synchronous SGD with DDP on lesson 05's data (lesson 10).
+    """Worker: ``steps`` of synchronous SGD with DDP on lesson 05's data (lesson 11).
 
     Same shards and mini-batch indices as ``sync_sgd(workload, steps, batch, lr, seed)``;
     ``run.rounds`` counts the allreduces DDP launched (buckets × talking micro-batches),

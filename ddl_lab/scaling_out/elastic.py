@@ -1,4 +1,4 @@
-"""Elastic training: checkpoints, a worker killed mid-run, torchrun restarts it (lesson 10).
+"""Elastic training: checkpoints, a worker killed mid-run, torchrun restarts it (lesson 11).
 
 ``train`` is a worker function (synchronous SGD with momentum on the digits) that writes a
 checkpoint every ``every`` steps and, on start, resumes from the last one. Its data order is
@@ -113,7 +113,7 @@ def train(folder: str, steps: int = 40, every: int = 5, kill_at: int = -1, kill_
           kill_host: str | None = None, batch: int = 64, lr: float = 0.05,
           momentum: float = 0.9, seed: int = 0, workload: str = "digits-mlp") -> dict:
     """Worker: ``steps`` of synchronous SGD (momentum) that checkpoints every ``every`` steps
-    in ``folder`` and resumes from it on start (lesson 10). The gradients are averaged with
+    in ``folder`` and resumes from it on start (lesson 11). The gradients are averaged with
     one ``all_reduce``, as lesson 05 does: wrapping the model in DDP works the same, but its
     first construction imports torch's compiler, seconds in every restarted process.
 
@@ -213,7 +213,7 @@ def _collect(jobs: list[Job], folder: str, options: dict) -> ElasticRun:
 def run_elastic(steps: int = 40, every: int = 5, kill_at: int = -1, nproc: int = 2,
                 max_restarts: int = 1, restart_safe: bool = True, timeout: float = 90.0,
                 folder: str | None = None, **options: Any) -> ElasticRun:
-    """``train`` under ``torchrun --standalone --max-restarts`` on this machine (lesson 10).
+    """``train`` under ``torchrun --standalone --max-restarts`` on this machine (lesson 11).
 
     ``restart_safe=False`` leaves torchrun's default (the agent's store shared with the
     workers) to show what goes wrong; the workers' init timeout is then 10 s.

@@ -1,4 +1,4 @@
-"""Federated averaging (McMahan et al. 2017) on the course's workers (lesson 10).
+"""Federated averaging (McMahan et al. 2017) on the course's workers (lesson 11).
 
 K clients each hold their own shard of the digits — non-IID when ``skew`` > 0 (label skew:
 a client sees mostly one or two digits) and of unequal sizes. Each round the server
@@ -58,7 +58,7 @@ def client_update(model: nn.Module, X: torch.Tensor, y: torch.Tensor, epochs: in
 
 def make_clients(K: int = 10, skew: float = 1.0, seed: int = 0,
                  smallest: float = 0.25) -> tuple[list[Dataset], Dataset]:
-    """K client shards of the digits' training set, and the test set (lesson 10).
+    """K client shards of the digits' training set, and the test set (lesson 11).
 
     As McMahan et al.'s "pathological non-IID" split: the training set is cut into 2K
     shards — sorted by label for ``skew`` 1 (so each client ends up with about two digits),
@@ -150,7 +150,7 @@ def _drift(locals_: list[tuple[int, torch.Tensor]], new: torch.Tensor) -> float:
 def federated(K: int = 10, rounds: int = 20, E: int = 5, B: int | None = 20, C: float = 0.5,
               lr: float = 0.1, skew: float = 1.0, drop: float = 0.0, seed: int = 0,
               aggregate: Callable | None = None, label: str = "") -> FedRun:
-    """Worker: ``rounds`` of FedAvg (FedSGD with E=1, B=None) over K clients (lesson 10)."""
+    """Worker: ``rounds`` of FedAvg (FedSGD with E=1, B=None) over K clients (lesson 11)."""
     for name, value in (("K", K), ("rounds", rounds), ("E", E), ("B", 1 if B is None else B)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,4 +1,4 @@
-"""Two hosts on one machine: network namespaces joined by a veth pair (lesson 10).
+"""Two hosts on one machine: network namespaces joined by a veth pair (lesson 11).
 
 A network namespace has its own interfaces, addresses and ports: to a process inside it,
 it *is* a separate machine's network. ``VirtualHosts`` makes two of them, joined by a
@@ -133,7 +133,7 @@ def _delete_orphans() -> None:
 
 
 class VirtualHosts:
-    """Two network namespaces joined by a veth pair (lesson 10)::
+    """Two network namespaces joined by a veth pair (lesson 11)::
 
         with VirtualHosts() as vh:
             jobs = vh.torchrun("ddl_lab.scaling_out.hosts:where_am_i")
@@ -258,7 +258,7 @@ def _own_address() -> str | None:
 def where_am_i(nbytes: int = 0, repeats: int = 3) -> dict[str, Any]:
     """Worker: what this rank sees — its rank, the env:// variables, its network namespace
     and address — an allreduce of the ranks, and (``nbytes`` > 0) the seconds of each of
-    ``repeats`` allreduces of ``nbytes`` bytes (lesson 10; the same under Cluster and
+    ``repeats`` allreduces of ``nbytes`` bytes (lesson 11; the same under Cluster and
     torchrun)."""
     t = torch.tensor([float(dist.get_rank())])
     dist.all_reduce(t)

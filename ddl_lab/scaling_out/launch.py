@@ -1,4 +1,4 @@
-"""Starting ``torchrun`` from Python: the command, a bounded run, restart-safe (lesson 10).
+"""Starting ``torchrun`` from Python: the command, a bounded run, restart-safe (lesson 11).
 
 ``torchrun_command`` builds the command a learner would type; ``run_jobs`` starts one or
 more of them (each optionally inside a network namespace), waits with a deadline, and
@@ -35,7 +35,7 @@ def torchrun_command(target: str, *args: Any, nnodes: int | str = 1, nproc: int 
                      is_host: bool = False, local_addr: str | None = None,
                      max_restarts: int = 0, rdzv_conf: dict[str, Any] | None = None,
                      extra: Sequence[str] = ()) -> list[str]:
-    """The ``torchrun … -m ddl_lab.torchrun module:function args`` command (lesson 10).
+    """The ``torchrun … -m ddl_lab.torchrun module:function args`` command (lesson 11).
 
     ``endpoint`` (host:port of the c10d rendezvous store) None means ``--standalone`` (one
     machine, a private store). On several hosts the store's host passes ``is_host`` (torchrun

@@ -1,4 +1,4 @@
-"""Lesson 10's pictures: DDP vs synchronous SGD, two hosts on a wire, an elastic restart,
+"""Lesson 11's pictures: DDP vs synchronous SGD, two hosts on a wire, an elastic restart,
 federated averaging, and the when-it-pays calculator."""
 from __future__ import annotations
 

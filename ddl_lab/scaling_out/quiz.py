@@ -1,4 +1,4 @@
-"""Lesson 10 (scaling out): the self-check quiz (``quiz(load_quiz("scaling_out"))``).
+"""Lesson 11 (scaling out): the self-check quiz (``quiz(load_quiz("scaling_out"))``).
 
 Answers and explanations are sealed (``ddl_lab.active.seal_choice`` /
 ``seal_number`` / ``seal_text``) so that they are not read at a glance; to change one,

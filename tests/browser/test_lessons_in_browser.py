@@ -22,6 +22,7 @@ LESSON_CONTROLS = {
     "02_parallel_models": Control("schedule"),         # static → dynamic: a new timeline
     "04_message_passing": Control("KB / message"),     # 16 → 256 KB: new bandwidth bars
     "06_ring_allreduce": Control("step"),              # the next step of the same ring
+    "10_memory": Control("stage"),                     # ZeRO-1 → 2: gradients sharded too
 }
 # Further controls moved after that one, in the same page.
 MORE_CONTROLS = {

@@ -1,12 +1,11 @@
-"""Tensor parallelism, memory per scheme, DistBelief's partitions, hybrid data + model
-parallelism, and the lesson's pictures, on real workers (lesson 09)."""
+"""Tensor parallelism, DistBelief's partitions, hybrid data + model parallelism, and the
+lesson's pictures, on real workers (lesson 09; memory per scheme: tests/memory)."""
 import matplotlib
 import pytest
 import torch
 
 from ddl_lab.model_parallel import distbelief as D
 from ddl_lab.model_parallel import hybrid as H
-from ddl_lab.model_parallel import memory as M
 from ddl_lab.model_parallel import pipeline as P
 from ddl_lab.model_parallel import plots
 from ddl_lab.model_parallel import tensor_parallel as T
@@ -45,26 +44,6 @@ def test_tensor_parallel_training_equals_one_process(cluster, library):
         else:
             dim = next(d for d in range(param.dim()) if shards[0].shape[d] != param.shape[d])
             assert torch.allclose(torch.cat(shards, dim), param, atol=1e-6)
-
-
-def test_memory_per_scheme_is_measured(cluster):
-    runs = cluster.run(M.memory_run, 80, 5, 40, 8)
-    table = M.memory_table(runs)
-    assert list(table) == M.SCHEMES
-    one = table["one process"][0]
-    assert len(table["one process"]) == 1 and len(table["DDP"]) == 5
-    assert all(m.params == one.params and m.optimizer == one.optimizer for m in table["DDP"])
-    assert one.optimizer >= 2 * one.params                     # Adam: two moments
-    zero = table["ZeRO-1"]
-    assert all(m.params == one.params for m in zero)
-    assert sum(m.optimizer for m in zero) == pytest.approx(one.optimizer, rel=0.01)
-    for scheme in ("FSDP", "tensor parallel", "pipeline GPipe"):
-        assert sum(m.params for m in table[scheme]) == pytest.approx(one.params, rel=0.05)
-        assert max(m.params for m in table[scheme]) < one.params / 2
-    assert max(m.activations for m in table["DDP"]) < one.activations
-    assert max(m.activations for m in table["pipeline 1F1B"]) < max(
-        m.activations for m in table["pipeline GPipe"])
-    plots.plot_memory(table)
 
 
 def test_partitioned_layers_equal_one_machine(cluster):

@@ -136,7 +136,7 @@ CASES = {
     "cut p 0": (lambda: stages.cut(stages.build_layers(), 0), "p"),
     "microbatches m 0": (lambda: stages.microbatches(torch.ones(4, 2), torch.ones(4), 0), "m"),
     "tensor shard n 0": (lambda: tensor_parallel.shard(torch.ones(4, 4), 0, 0, 0), "n"),
-    # 10 scaling out
+    # 11 scaling out
     "federated K 0": (lambda: F.federated(K=0), "K"),
     "federated C 1.5": (lambda: F.federated(C=1.5), "C"),
     "federated E 0": (lambda: F.federated(E=0), "E"),

@@ -1,4 +1,4 @@
-"""The when-it-pays calculator (lesson 10): the step-time model with and without overlap, its
+"""The when-it-pays calculator (lesson 11): the step-time model with and without overlap, its
 fit from measurements, its printed assumptions, the COST baseline, the case of Jamshidi's
 lecture, and measuring on real workers."""
 from dataclasses import replace

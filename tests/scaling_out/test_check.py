@@ -1,4 +1,4 @@
-"""Lesson 10's checks accept right answers written in two styles and name the mistakes
+"""Lesson 11's checks accept right answers written in two styles and name the mistakes
 learners make: the stub, an unweighted FedAvg, a resume at the wrong step or with a fresh
 optimizer, a rendezvous naming a rank's own address, a step model without its bytes."""
 import os
@@ -10,7 +10,7 @@ from ddl_lab import check
 from ddl_lab.check import CheckFailed
 from ddl_lab.scaling_out import calculator, elastic, federated
 
-STEM = "10_scaling_out"
+STEM = "11_scaling_out"
 
 
 def stub(*args):

@@ -1,4 +1,4 @@
-"""One rule for numbers (issue 26): every check of lesson 10 passes its solution returning
+"""One rule for numbers (issue 26): every check of lesson 11 passes its solution returning
 float32 numbers (integral floats for whole numbers: a resumed step, n, E) and numpy ones.
 check.rendezvous_env is left out: its answers are strings (the env:// variables)."""
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from ddl_lab import check
 from tests.learner_types import STYLES, in_learner_types
 
-STEM = "10_scaling_out"
+STEM = "11_scaling_out"
 
 
 @pytest.mark.parametrize("style", STYLES)

@@ -1,4 +1,4 @@
-"""Lesson 10's design check: a FedAvg plan (local epochs E, fraction C of clients) that reaches
+"""Lesson 11's design check: a FedAvg plan (local epochs E, fraction C of clients) that reaches
 85 % within R rounds under an upload and a compute budget, run on 3 real workers. Right plans
 in two styles pass; the usual slips are named (most before any worker starts)."""
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
 
-STEM = "10_scaling_out"
+STEM = "11_scaling_out"
 
 
 def stub(*args):

@@ -1,4 +1,4 @@
-"""DDP against lesson 05's synchronous SGD (lesson 10): same losses and parameters, with and
+"""DDP against lesson 05's synchronous SGD (lesson 11): same losses and parameters, with and
 without gradient accumulation, fewer allreduces under no_sync, buckets set by bucket_mb."""
 import pytest
 import torch

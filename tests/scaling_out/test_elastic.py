@@ -1,4 +1,4 @@
-"""Elastic training (lesson 10): the textbook checkpoint round trip, a worker killed under
+"""Elastic training (lesson 11): the textbook checkpoint round trip, a worker killed under
 torchrun --max-restarts that resumes and ends where an uninterrupted run ends, and a host
 that leaves a --nnodes=1:2 job, which goes on smaller."""
 import os

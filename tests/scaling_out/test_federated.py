@@ -1,4 +1,4 @@
-"""Federated averaging (lesson 10): the engine on real workers equals the textbook
+"""Federated averaging (lesson 11): the engine on real workers equals the textbook
 functions run in one process; FedSGD is a full-batch gradient step; drop-outs and bytes."""
 import copy
 

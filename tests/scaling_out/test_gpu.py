@@ -1,4 +1,4 @@
-"""Lesson 10 on GPUs: the same DDP and elastic code on nccl, and gloo-on-CPU vs nccl for
+"""Lesson 11 on GPUs: the same DDP and elastic code on nccl, and gloo-on-CPU vs nccl for
 the allreduce (skipped without CUDA; run by hand on a GPU machine with ``-s`` to see the
 figures)."""
 import pytest

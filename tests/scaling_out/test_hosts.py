@@ -1,4 +1,4 @@
-"""Two hosts on one machine (lesson 10): the commands, the refusal without root, and — where
+"""Two hosts on one machine (lesson 11): the commands, the refusal without root, and — where
 namespaces can be made — torchrun across the veth pair, bytes counted, everything removed."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Lesson 10's pictures, on small made-up records, and its self-check quiz."""
+"""Lesson 11's pictures, on small made-up records, and its self-check quiz."""
 import matplotlib.pyplot as plt
 import torch
 

@@ -1,5 +1,5 @@
-"""What each scheme keeps in memory, per rank, measured (lesson 09; ZeRO, Rajbhandari et al.
-2020).
+"""What each scheme keeps in memory, per rank, measured (lesson 10; ZeRO, Rajbhandari et al.
+2020; the schemes of lesson 09 beside those of this lesson).
 
 One training step of the same MLP with Adam under each scheme, on every rank of the
 cluster; then the bytes this rank really holds are counted, tensor by tensor:
@@ -16,66 +16,29 @@ tensor parallel (``parallelize_module``, every rank sees the whole batch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from ddl_lab.memory.anatomy import MiB, Memory, state_tensors, tensor_bytes
 from ddl_lab.model_parallel.pipeline import (ActivationMeter, gpipe_order, input_shape,
                                              one_f_one_b_order, run_schedule)
 from ddl_lab.model_parallel.stages import (build_layers, cut, digits_batches, microbatches,
                                            neighbours)
 from ddl_lab.model_parallel.tensor_parallel import device_mesh, library_tp
 
-__all__ = ["SCHEMES", "Memory", "tensor_bytes", "memory_run", "memory_table"]
+__all__ = ["SCHEMES", "MiB", "Memory", "memory_run", "memory_table"]
 
 SCHEMES = ["one process", "DDP", "ZeRO-1", "FSDP", "pipeline GPipe", "pipeline 1F1B",
            "tensor parallel"]
-MiB = 2 ** 20
-
-
-@dataclass
-class Memory:
-    """Bytes one rank holds under one scheme (lesson 09)."""
-
-    scheme: str
-    rank: int
-    params: int
-    grads: int
-    optimizer: int
-    activations: int
-
-    @property
-    def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations
-
-
-def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes of distinct tensors (a ``DTensor`` counts its local shard; views count once)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for t in tensors:
-        if t is None:
-            continue
-        local = t.to_local() if hasattr(t, "to_local") else t
-        key = (local.data_ptr(), local.numel())
-        if key not in seen and local.numel():
-            seen.add(key)
-            total += local.numel() * local.element_size()
-    return total
-
-
-def _state(opt) -> list[torch.Tensor]:
-    inner = getattr(opt, "optim", opt)             # ZeroRedundancyOptimizer wraps its shard
-    return [v for s in inner.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
 
 
 def _count(scheme: str, model: nn.Module, opt, meter: ActivationMeter) -> Memory:
     ps = list(model.parameters())
     return Memory(scheme, dist.get_rank(), tensor_bytes(ps), tensor_bytes(q.grad for q in ps),
-                  tensor_bytes(_state(opt)), meter.peak)
+                  tensor_bytes(state_tensors(opt)), meter.peak)
 
 
 def _adam(params) -> torch.optim.Optimizer:

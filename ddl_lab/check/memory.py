@@ -1,0 +1,325 @@
+"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers, the bytes per rank
+of a training configuration (reasoning), and a memory plan run on real workers (design,
+``_memory_plans.py``).
+
+``zero2_step(my_zero2_step)`` calls the learner's step three times on every rank of worlds of
+2–5 ranks (lengths not divisible by n, primes, fewer elements than ranks; float32 and
+float64; Adam or SGD with momentum, hyper-parameters drawn), with gradients in multiples of
+1/4 so that every order of summing is exact. It judges the parameters of every rank against
+DDP with the same optimizer (the mean gradient, the whole vector), counts the bytes each rank
+sent (``Wiretap``: 2(n−1)/n·S allowed, as a ring allreduce), names an allreduce, and
+measures every tensor the rank keeps in ``state`` between steps: 1/n of the optimizer state.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ddl_lab.runtime.worlds import WorldFailed
+
+from . import _answers as answers
+from ._core import call_local, fail, passed, run_cases, task
+from ._diagnose import Case, Cases, describe_value, differs, explain, returned_none
+from ._memory_plans import memory_plan
+
+__all__ = ["zero2_step", "zero_bytes", "memory_plan"]
+
+STEPS = 3
+_FIXED = [
+    {"n": 2, "length": 10, "dtype": "float32", "optimizer": "adam"},
+    {"n": 3, "length": 1000, "dtype": "float32", "optimizer": "adam"},     # memory, bytes
+    {"n": 4, "length": 4099, "dtype": "float32", "optimizer": "momentum"},  # a prime
+    {"n": 5, "length": 3, "dtype": "float64", "optimizer": "adam"},        # fewer than n
+    {"n": 5, "length": 2003, "dtype": "float64", "optimizer": "momentum"},
+]
+
+
+def _draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice([7, 97, 1009, 1543, 2048])),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "optimizer": str(rng.choice(["adam", "momentum"]))}
+
+
+def _hyper(case: Case) -> dict[str, float]:
+    if case.params["optimizer"] == "adam":
+        return {"lr": float(case.rng.choice([1e-3, 1e-2, 0.05])),
+                "beta2": float(case.rng.choice([0.99, 0.999]))}
+    return {"lr": float(case.rng.choice([0.05, 0.1])),
+            "momentum": float(case.rng.choice([0.5, 0.9]))}
+
+
+def make_optimizer(kind: str, hyper: dict[str, float], tensors: list) -> Any:
+    """The optimizer the check hands the learner (``make_optimizer(tensors)``)."""
+    import torch
+    if kind == "adam":
+        return torch.optim.Adam(tensors, lr=hyper["lr"], betas=(0.9, hyper["beta2"]))
+    return torch.optim.SGD(tensors, lr=hyper["lr"], momentum=hyper["momentum"])
+
+
+def _data(length: int, n: int, dtype: str, seed: int) -> tuple[Any, list[list[Any]]]:
+    """The starting parameters and each step's gradient on each rank (multiples of 1/4)."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, dtype)
+    param = (torch.randint(-40, 40, (length,), generator=g) / 8).to(dt)
+    grads = [[(torch.randint(-40, 40, (length,), generator=g) / 4).to(dt) for _ in range(n)]
+             for _ in range(STEPS)]
+    return param, grads
+
+
+def _held(state: Any, exclude: set[int]) -> int:
+    """Bytes of the distinct storages reachable from ``state`` (dicts, lists, optimizers and
+    their state, tensors and their ``.grad``), except those in ``exclude``."""
+    import torch
+    seen, total, stack = set(exclude), 0, [state]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            where = x.untyped_storage().data_ptr()
+            if where not in seen and x.numel():
+                seen.add(where)
+                total += x.untyped_storage().nbytes()
+            if x.grad is not None:
+                stack.append(x.grad)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple, set)):
+            stack.extend(x)
+        elif isinstance(x, torch.optim.Optimizer):
+            stack.extend(x.state.values())
+            stack.extend(p for group in x.param_groups for p in group["params"])
+    return total
+
+
+def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
+              seed: int) -> dict:
+    """Worker: three steps of ``fn`` on this rank; its parameters, what it kept and sent."""
+    import torch.distributed as dist
+
+    from ddl_lab.runtime.wiretap import Wiretap
+    n, rank = dist.get_world_size(), dist.get_rank()
+    param, grads = _data(length, n, dtype, seed)
+    state: dict = {}
+    used: set[str] = set()
+
+    def watch(op: Any, args: tuple) -> None:
+        if op.op in ("all_reduce", "broadcast", "reduce"):
+            used.add(op.op)
+    make = functools.partial(make_optimizer, kind, hyper)
+    with Wiretap(on_op=watch, refuse_new_group=(
+            "dist.new_group was called: the step runs on the group it is given (the default "
+            "group) — a group of your own would talk past the check.")) as tap:
+        for step in range(STEPS):
+            grad = grads[step][rank].clone()
+            fn(param, grad, state, make)
+    mine = {t.untyped_storage().data_ptr() for t in (param, grad)}   # the caller's tensors
+    return {"param": param.double().numpy().copy(), "sent": tap.sent / STEPS,
+            "used": sorted(used), "kept": _held(state, mine)}
+
+
+def _reference(length: int, n: int, dtype: str, kind: str, hyper: dict, seed: int,
+               mean: bool = True) -> np.ndarray:
+    """DDP with the same optimizer: the whole vector, the mean gradient over the ranks."""
+    import torch
+    param, grads = _data(length, n, dtype, seed)
+    p = param.clone()
+    opt = make_optimizer(kind, hyper, [p])
+    for step in range(STEPS):
+        total = torch.stack(grads[step]).sum(0)
+        p.grad = total / n if mean else total
+        opt.step()
+    return p.double().numpy()
+
+
+def _where(case: Case) -> str:
+    p = case.params
+    what = (f"{p['n']} ranks, a {p['dtype']} vector of {p['length']:,} elements"
+            + (f" (not a multiple of {p['n']})" if p["length"] % p["n"] else "")
+            + f", {'Adam' if p['optimizer'] == 'adam' else 'SGD with momentum'}")
+    return f"with {what} — {case}"
+
+
+@task("memory", refuses=("ddl_lab.memory", "zero_run", "_Flat", "_Sharded"))
+def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) -> None:
+    """Lesson 10, task 1: ``my_zero2_step(param, grad, state, make_optimizer)`` — one ZeRO-2
+    step on this rank: reduce-scatter ``grad`` (the mean over ranks, this rank's chunk — about
+    1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
+    alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
+    between steps on this rank — it may hold 1/n of the optimizer state."""
+    __tracebackhide__ = True
+    name = getattr(my_zero2_step, "__name__", "your function")
+    cases = list(Cases("zero2_step", seed, _FIXED, draws=2, draw=_draw))
+    seeds = [int(c.rng.integers(1 << 30)) for c in cases]
+    hypers = [_hyper(c) for c in cases]
+    try:
+        outcomes = run_cases(_run_case, [
+            (c.params["n"], (my_zero2_step, c.params["length"], c.params["dtype"],
+                             c.params["optimizer"], h, s))
+            for c, h, s in zip(cases, hypers, seeds)], fn=my_zero2_step, timeout=timeout)
+    except WorldFailed as e:
+        fail(e.failure.message(name, 0))
+    shown = []
+    for case, hyper, data_seed, outcome in zip(cases, hypers, seeds, outcomes):
+        if outcome.failure:
+            fail(outcome.failure.message(name, case.params["n"]) + f" ({_where(case)})")
+        _judge(outcome.results, name, case, hyper, data_seed)
+        if case.params["length"] >= 1000:
+            n, esize = case.params["n"], 4 if case.params["dtype"] == "float32" else 8
+            S = case.params["length"] * esize
+            shown.append(f"{n} ranks: {max(g['sent'] for g in outcome.results) / S:.2f}·S sent, "
+                         f"{max(g['kept'] for g in outcome.results) / S:.2f}·S kept")
+    passed("zero2_step", f"{len(cases)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, "
+           f"Adam and momentum): every rank equals DDP with the same optimizer; per step and "
+           f"rank {'; '.join(shown)}")
+
+
+def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) -> None:
+    """Fail, naming the fault, if a rank's parameters, calls, bytes sent or state are wrong."""
+    __tracebackhide__ = True
+    n, length, dtype, kind = (case.params[k] for k in ("n", "length", "dtype", "optimizer"))
+    where = _where(case)
+    used = sorted({u for g in got for u in g["used"]})
+    if used:
+        fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): an allreduce "
+             "hands every rank the whole summed gradient — ZeRO-2 needs only this rank's "
+             "chunk of it. Reduce-scatter the gradient (dist.reduce_scatter_tensor, or the "
+             "ring's share-reduce phase), step on the chunk, then all-gather the parameters.")
+    want = _reference(length, n, dtype, kind, hyper, data_seed)
+    sizes = [a.numel() for a in _split(length, n)]
+    for rank, g in enumerate(got):
+        diff = differs(want, g["param"])
+        if diff is None:
+            continue
+        hint = explain(g["param"], {
+            "the gradient was summed over the ranks, not averaged: DDP's step uses the "
+            "mean (divide by n)": _reference(length, n, dtype, kind, hyper, data_seed, False),
+            "no step was taken: param must be updated in place (param.copy_(…), or a "
+            "view of it given to the optimizer)": _data(length, n, dtype, data_seed)[0]
+            .double().numpy()})
+        lo = sum(sizes[:rank])
+        hi = lo + sizes[rank]
+        if hint is None and differs(want[lo:hi], g["param"][lo:hi]) is None:
+            hint = ("this rank's own chunk is right but the other chunks are not: after the "
+                    "step every rank must all-gather the updated chunks into param")
+        fail(f"{where}: after {STEPS} steps rank {rank}'s parameters differ from DDP with the "
+             f"same optimizer: {diff}." + (f" It looks like {hint}." if hint else ""))
+    esize = 4 if dtype == "float32" else 8
+    if length < 1000:
+        return
+    chunk = math.ceil(length / n) * esize
+    sent_ok = 2 * (n - 1) * chunk + 64
+    worst = max(range(n), key=lambda r: got[r]["sent"])
+    if got[worst]["sent"] > sent_ok:
+        fail(f"{name} gives the right parameters but sends too much ({where}): rank {worst} "
+             f"sent {got[worst]['sent']:,.0f} bytes per step = "
+             f"{got[worst]['sent'] / (length * esize):.2f}·S, while reduce-scatter + "
+             f"all-gather send 2(n−1)/n·S = {2 * (n - 1) / n:.2f}·S — as much as one ring "
+             "allreduce. Send each chunk once per phase, not the whole vector.")
+    slots = {"adam": 2, "momentum": 1}[kind]
+    kept_ok = (slots + 2) * chunk + 64 * (slots + 2)   # the chunk, its gradient, its state
+    fat = max(range(n), key=lambda r: got[r]["kept"])
+    if got[fat]["kept"] > kept_ok and kept_ok < slots * length * esize:
+        whole = got[fat]["kept"] >= slots * length * esize
+        fail(f"{name} gives the right parameters but rank {fat} keeps {got[fat]['kept']:,} "
+             f"bytes in state between steps ({where}), while its chunk's optimizer state is "
+             f"at most {kept_ok:,} (a copy of the chunk, its gradient and {slots} state value(s) "
+             f"per element: 1/n of the vector)."
+             + (" That is the optimizer state of the whole vector: it keeps every element's "
+                "state, i.e. it updated the full vector on every rank. Give the optimizer only "
+                "this rank's chunk." if whole else
+                " Keep only this rank's chunk (and its optimizer) in state."))
+
+
+def _split(length: int, n: int) -> list:
+    import torch
+    return list(torch.zeros(length).tensor_split(n))
+
+
+# ------------------------------------------------------------------ bytes per rank
+
+_LOW = ("bf16", "fp16")
+
+
+def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
+           master: bool = True, shard: tuple[str, ...] | None = None,
+           grad_bytes: int | None = None) -> float:
+    """Bytes per rank of parameters, gradients and optimizer state (lesson 10 §1, §4)."""
+    low = precision in _LOW
+    K = {"sgd": 0, "momentum": 4, "adam": 8}[optimizer] + (4 if low and master else 0)
+    parts = {"params": 2 if low else 4,
+             "grads": grad_bytes if grad_bytes is not None else (2 if low else 4),
+             "optimizer": K}
+    shard = shard if shard is not None else ("optimizer", "grads", "params")[:stage]
+    return sum(b * P / (n if k in shard else 1) for k, b in parts.items())
+
+
+def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"params": int(10 ** rng.uniform(5, 10.5)), "ranks": int(rng.choice([2, 3, 8, 64, 1000])),
+            "stage": int(rng.integers(0, 4)), "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
+            "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))}
+
+
+@task("memory")
+def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
+    """Lesson 10, task 2 (reasoning): ``my_zero_bytes(params, ranks, stage, precision,
+    optimizer)`` returns the bytes one rank keeps for parameters, gradients and optimizer
+    state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
+    (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
+    'sgd', 'momentum' or 'adam'."""
+    __tracebackhide__ = True
+    name = getattr(my_zero_bytes, "__name__", "your function")
+    cases = Cases("zero_bytes", seed, [
+        {"params": 7_500_000_000, "ranks": 64, "stage": 0, "precision": "bf16", "optimizer": "adam"},
+        {"params": 7_500_000_000, "ranks": 64, "stage": 1, "precision": "bf16", "optimizer": "adam"},
+        {"params": 7_500_000_000, "ranks": 64, "stage": 2, "precision": "bf16", "optimizer": "adam"},
+        {"params": 7_500_000_000, "ranks": 64, "stage": 3, "precision": "bf16", "optimizer": "adam"},
+        {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
+        {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"}],
+        draws=10, draw=_bytes_draw)
+    for case in cases:
+        p = case.params
+        P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
+                                                 "optimizer"))
+        call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
+                f"optimizer={opt!r})")
+        got = call_local(my_zero_bytes, P, n, stage, prec, opt)
+        value = answers.scalar(got)
+        if value is None:
+            fail(returned_none(got, name, "the bytes per rank as a number") or
+                 f"{call} returned {describe_value(got)}; return the bytes per rank as a number.")
+        want = _bytes(P, n, stage, prec, opt)
+        if math.isclose(value, want, rel_tol=1e-6, abs_tol=1.0):
+            continue
+        low = prec in _LOW
+        hint = explain(value, [
+            ("the fp32 master copy is missing: mixed precision keeps 4 bytes per parameter "
+             "of it in the optimizer state (2 + 2 + 12 for Adam)",
+             _bytes(P, n, stage, prec, opt, master=False) if low else None),
+            ("the gradients are counted in fp32: in mixed precision they are 2 bytes, like "
+             "the parameters", _bytes(P, n, stage, prec, opt, grad_bytes=4) if low else None),
+            ("everything was divided by n: below stage 3 the parameters are whole on every "
+             "rank (and below stage 2 the gradients too)",
+             _bytes(P, n, 3, prec, opt) if stage < 3 else None),
+            ("nothing was divided by n: ZeRO stage k shards the optimizer state (k ≥ 1), the "
+             "gradients (k ≥ 2) and the parameters (k = 3) over the n ranks",
+             _bytes(P, n, 0, prec, opt) if stage else None),
+            ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
+             "the gradients too, stage 3 the parameters too",
+             _bytes(P, n, stage + 1, prec, opt) if stage < 3 else None),
+            ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
+             "the gradients too, stage 3 the parameters too",
+             _bytes(P, n, stage - 1, prec, opt) if stage else None),
+            ("that is bytes per parameter, not per rank: multiply by the parameters",
+             _bytes(P, n, stage, prec, opt) / P),
+            ("the state per parameter is off: SGD keeps none, momentum one fp32 value "
+             "(4 bytes), Adam two (8 bytes)",
+             lambda v: any(math.isclose(v, _bytes(P, n, stage, prec, o), rel_tol=1e-6)
+                           for o in ("sgd", "momentum", "adam") if o != opt))])
+        fail(f"{call} returned {value:,.6g}, expected {want:,.6g} ({case})"
+             + (f": {hint}." if hint else "."))
+    passed("zero_bytes", f"{len(cases)} configurations (stages 0–3, fp32 and mixed precision, "
+           "SGD, momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
+           "accounting")

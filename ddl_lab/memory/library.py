@@ -1,0 +1,113 @@
+"""The library's way beside the hand-written ZeRO (lesson 10): torch's FSDP2 (``fully_shard``,
+ZeRO-3: parameters, gradients and optimizer state sharded, each layer all-gathered for its
+forward and backward) and ``ZeroRedundancyOptimizer`` (ZeRO-1 over DDP), trained on the same
+MLP, data and optimizer as ``zero.zero_run``, measured the same way: losses, parameters,
+bytes kept per rank, bytes sent per step, seconds per step.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddl_lab.memory.anatomy import Memory, make_optimizer, state_tensors, tensor_bytes
+from ddl_lab.memory.zero import ZeroResult, _batches
+from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.model_parallel.stages import build_layers
+from ddl_lab.runtime.backends import device
+
+__all__ = ["LIBRARIES", "library_run"]
+
+LIBRARIES = ("FSDP2", "ZeroRedundancyOptimizer")
+
+
+class _Counted:
+    """FSDP2's collectives (it talks to its mesh's group, past the wiretap) counted by lesson
+    06's ring model, as the wiretap counts a collective: the bytes this rank puts on the
+    wire. torch ≥ 2.8 names them ``*_single``, earlier ones ``*_tensor``; a call that goes
+    through another counted function is counted once, at the outermost."""
+
+    NAMES = {"all_gather_single": "all_gather", "reduce_scatter_single": "reduce_scatter",
+             "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+
+    def __init__(self) -> None:
+        self.sent, self._saved, self._depth = 0.0, {}, 0
+
+    def __enter__(self) -> "_Counted":
+        from ddl_lab.ring_allreduce.cost import sent_bytes
+        for name, op in self.NAMES.items():
+            if not hasattr(dist, name):
+                continue
+            fn = self._saved[name] = getattr(dist, name)
+
+            def counted(output, input, *args, _fn=fn, _op=op, **kwargs):
+                if not self._depth:
+                    n = dist.get_world_size(kwargs.get("group"))
+                    self.sent += sent_bytes(_op, n, input.numel() * input.element_size())
+                self._depth += 1
+                try:
+                    return _fn(output, input, *args, **kwargs)
+                finally:
+                    self._depth -= 1
+            setattr(dist, name, counted)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, fn in self._saved.items():
+            setattr(dist, name, fn)
+
+
+def _wrap(kind: str, layers: nn.Sequential, optimizer: str, lr: float):
+    """(the model to call, its optimizer) for ``kind``."""
+    if kind == "FSDP2":
+        from torch.distributed.fsdp import fully_shard
+
+        from ddl_lab.model_parallel.tensor_parallel import device_mesh
+        mesh = device_mesh()
+        for layer in layers:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(layers, mesh=mesh)
+        return layers, make_optimizer(optimizer, lr)(list(layers.parameters()))
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(layers, gradient_as_bucket_view=True)
+    cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]
+    return model, ZeroRedundancyOptimizer(model.parameters(), cls, lr=lr)
+
+
+def library_run(kind: str, hidden: int = 64, depth: int = 4, batch: int = 32, steps: int = 3,
+                optimizer: str = "adam", lr: float = 1e-2, seed: int = 0) -> ZeroResult:
+    """Worker: ``steps`` of the MLP with ``kind`` ('FSDP2' or 'ZeroRedundancyOptimizer')
+    on every rank; what this rank measured (``zero.ZeroResult``; fp32)."""
+    from ddl_lab.runtime.wiretap import Wiretap
+    if kind not in LIBRARIES:
+        raise ValueError(f"kind must be one of {LIBRARIES}, got {kind!r}")
+    layers = build_layers("mlp", hidden, seed, depth).to(device())
+    n, losses, times = dist.get_world_size(), [], []
+    fsdp = kind == "FSDP2"
+    with (_Counted() if fsdp else Wiretap()) as tap:     # DDP talks to the tapped group
+        model, opt = _wrap(kind, layers, optimizer, lr)
+        tap.sent = 0.0                                     # setting up is not a step
+        for X, y in _batches(batch, steps, seed, torch.float32):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            meter = ActivationMeter()
+            meter.resident(X, y, *layers.parameters())
+            with meter.recording():           # both average the gradients over the ranks
+                loss = nn.functional.cross_entropy(model(X), y, reduction="sum") / batch * n
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            losses.append(float(loss.detach()) / n)
+        sent = tap.sent
+    ps = list(layers.parameters())
+    memory = Memory(kind, dist.get_rank(), tensor_bytes(ps), tensor_bytes(p.grad for p in ps),
+                    tensor_bytes(state_tensors(opt)), meter.peak)
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in ps]
+    flat = torch.cat([p.detach().reshape(-1) for p in full]).double().cpu().numpy()
+    return ZeroResult(0, "fp32", False, dist.get_rank(), n, flat.size, losses, flat, memory,
+                      sent / steps, float(np.median(times[1:] or times)))
