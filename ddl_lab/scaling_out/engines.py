@@ -7,17 +7,14 @@ pyspark's ``TorchDistributor(local_mode=True)`` on a local Spark, and through Ra
 the seconds from the call to the workers' first line (start-up) and the median step.
 A worker that raises inside Spark or Ray surfaces as ``WorkerFailed`` naming its rank and
 carrying its traceback, as the course runtime does. Spark and Ray are the optional extra
-``engines`` (``pip install -e ".[engines]"``); ``missing`` says how to install what is absent.
+``engines`` (``ddl_lab.runtime.engines``: ``missing`` says how to install what is absent).
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 import traceback
@@ -28,14 +25,13 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["sgd_summary", "EngineRun", "WorkerFailed", "missing", "java_problem",
-           "run_course", "run_torchrun", "spark_session", "run_spark", "start_ray", "run_ray",
-           "accuracy", "INSTALL", "JAVA_INSTALL"]
+from ddl_lab.runtime.engines import missing, require, spark_session, start_ray
 
-INSTALL = 'pip install -e ".[engines]"   (or: make engines)'
-JAVA_INSTALL = ("sudo apt-get install openjdk-17-jre-headless (Debian/Ubuntu), "
-                "brew install openjdk@17 (macOS), or any Java 17+ on PATH or in JAVA_HOME")
-_MODULES = {"spark": "pyspark", "ray": "ray"}
+__all__ = ["sgd_summary", "EngineRun", "WorkerFailed", "run_course", "run_torchrun",
+           "run_spark", "run_ray", "accuracy", "compare", "summary_lines", "ENGINES",
+           "missing", "spark_session", "start_ray"]
+
+ENGINES = ("course runtime", "torchrun", "spark", "ray")
 
 
 class WorkerFailed(RuntimeError):
@@ -79,41 +75,6 @@ def accuracy(workload: str, params: torch.Tensor, seed: int = 0) -> float:
     return float(evaluate_accuracy(model, test))
 
 
-# ------------------------------------------------------------------ what is missing
-
-def java_problem() -> str | None:
-    """Why PySpark cannot start a JVM here (none, or older than 17), or None."""
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not Path(java).exists():
-        return f"no Java runtime (PySpark needs Java 17 or newer). Install one: {JAVA_INSTALL}"
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"`{java} -version` failed ({e}). Install Java 17+: {JAVA_INSTALL}"
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    major = int(m.group(1)) if m else 0
-    major = int(m.group(2) or 0) if major == 1 else major          # "1.8.0" is Java 8
-    if major < 17:
-        return f"{java} is Java {major or '?'}; PySpark needs 17 or newer. Install: {JAVA_INSTALL}"
-    return None
-
-
-def missing(engine: str) -> str | None:
-    """Why ``engine`` ('spark' or 'ray') cannot run here, with how to fix it; None if it can."""
-    if engine not in _MODULES:
-        raise ValueError(f"unknown engine {engine!r}: use 'spark' or 'ray'")
-    if importlib.util.find_spec(_MODULES[engine]) is None:
-        return f"{_MODULES[engine]} is not installed (the optional extra): {INSTALL}"
-    return java_problem() if engine == "spark" else None
-
-
-def _require(engine: str) -> None:
-    why = missing(engine)
-    if why:
-        raise RuntimeError(f"{engine} cannot run here: {why}")
-
-
 # ------------------------------------------------------------------ the engines
 
 def _guarded(fn: Callable, errdir: str, *args: Any) -> Any:
@@ -130,12 +91,14 @@ def _guarded(fn: Callable, errdir: str, *args: Any) -> Any:
         raise
 
 
-def _surface(engine: str, errdir: str, error: BaseException) -> WorkerFailed:
-    """The engine's error, with the traceback of each rank that raised, lowest rank first."""
+def _surface(engine: str, errdir: str, error: BaseException | None) -> WorkerFailed | None:
+    """The error of the lowest rank that raised, with its traceback; the engine's own error
+    when no worker raised (None when there was none: TorchDistributor returns rank 0's
+    result even when another rank failed)."""
     files = sorted(Path(errdir).glob("rank-*.txt"),
                    key=lambda p: int(p.stem.split("-")[1]))
     if not files:
-        return WorkerFailed(f"{engine} failed before any worker raised: {error}")
+        return error and WorkerFailed(f"{engine} failed before any worker raised: {error}")
     first = files[0]
     return WorkerFailed(f"{first.stem.replace('-', ' ')} raised inside {engine} "
                         f"(ranks that raised: {[int(p.stem[5:]) for p in files]}):\n"
@@ -169,20 +132,10 @@ def run_torchrun(n: int, *args: Any, target: str = "ddl_lab.scaling_out.engines:
     return _finish("torchrun", called, job.results()[0])
 
 
-def spark_session(master: str = "local[2]", app: str = "ddl-lab") -> Any:
-    """A local Spark session (no web UI), or RuntimeError saying what to install."""
-    _require("spark")
-    from pyspark.sql import SparkSession
-    return (SparkSession.builder.master(master).appName(app)
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-
-
 def run_spark(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 0.0) -> EngineRun:
     """``TorchDistributor(num_processes=n, local_mode=True, use_gpu=False).run(fn, *args)`` on
     the active Spark session (``spark_session()``); rank 0's result comes back."""
-    _require("spark")
+    require("spark")
     from pyspark.ml.torch.distributor import TorchDistributor
     errdir = tempfile.mkdtemp(prefix="ddl-spark-")
     called = time.time()
@@ -191,21 +144,13 @@ def run_spark(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 
             functools.partial(_guarded, fn, errdir), *args)
     except Exception as e:
         raise _surface("Spark's TorchDistributor", errdir, e) from e
+    else:
+        failed = _surface("Spark's TorchDistributor", errdir, None)
+        if failed:
+            raise failed
     finally:
         shutil.rmtree(errdir, ignore_errors=True)
     return _finish("Spark TorchDistributor", called, out, engine_s)
-
-
-def start_ray(num_cpus: int = 2) -> float:
-    """``ray.init`` of a local Ray (no dashboard) if none runs; the seconds it took."""
-    _require("ray")
-    import ray
-    t0 = time.perf_counter()
-    if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {
-                     "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
-    return time.perf_counter() - t0
 
 
 def _ray_loop(config: dict[str, Any]) -> None:
@@ -225,7 +170,7 @@ def _ray_loop(config: dict[str, Any]) -> None:
 def run_ray(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 0.0) -> EngineRun:
     """Ray Train's ``TorchTrainer`` with ``n`` CPU workers (``ScalingConfig``) on the local
     Ray (``start_ray()``); rank 0's result comes back through ``ray.train.report``."""
-    _require("ray")
+    require("ray")
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     errdir = tempfile.mkdtemp(prefix="ddl-ray-")
@@ -243,3 +188,41 @@ def run_ray(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 0.
     finally:
         shutil.rmtree(errdir, ignore_errors=True)
     return _finish("Ray Train TorchTrainer", called, summary, engine_s)
+
+
+def _timed_start(start: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    start()
+    return time.perf_counter() - t0
+
+
+def compare(n: int = 2, *args: Any, engines: tuple[str, ...] = ENGINES,
+            say: Callable[[str], None] = print) -> list[EngineRun]:
+    """``sgd_summary(*args)`` on ``n`` workers on each engine in turn; an engine whose extra
+    (or Java) is missing is skipped, saying how to install it."""
+    runs = []
+    for name in engines:
+        if name in ("spark", "ray") and missing(name):
+            say(f"{name}: skipped — {missing(name)}")
+        elif name == "spark":
+            runs.append(run_spark(n, *args, engine_s=_timed_start(spark_session)))
+        elif name == "ray":
+            runs.append(run_ray(n, *args, engine_s=start_ray()))
+        else:
+            runs.append((run_course if name == "course runtime" else run_torchrun)(n, *args))
+    return runs
+
+
+def summary_lines(runs: list[EngineRun], workload: str = "digits-mlp") -> list[str]:
+    """One line per engine: start-up and step time (× the first run's), the largest
+    parameter difference from the first run, test accuracy."""
+    base = runs[0]
+    out = [f"{'engine':<24}{'engine start':>13}{'job start-up':>14}{'per step':>16}"
+           f"{'max |Δθ|':>11}{'accuracy':>10}"]
+    for r in runs:
+        gap = float((r.params - base.params).abs().max())
+        out.append(f"{r.engine:<24}{r.engine_s:>11.1f} s{r.startup_s:>8.1f} s "
+                   f"{r.startup_s / base.startup_s:>4.1f}×{1e3 * r.step_s:>8.2f} ms "
+                   f"{r.step_s / base.step_s:>4.1f}×{gap:>11.1e}"
+                   f"{accuracy(workload, r.params):>10.1%}")
+    return out
