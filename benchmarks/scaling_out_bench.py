@@ -108,7 +108,7 @@ def engines(rounds: int, steps: int) -> None:
             print(f"  {e} skipped: {G.missing(e)}")
     runs: dict[str, list[G.EngineRun]] = {n: [] for n in names}
     for _ in range(rounds):                      # alternate, so a change of load hits all
-        for name, run in zip(names, G.compare(2, "digits-mlp", steps, 64, 0.1, engines=names)):
+        for name, run in zip(names, G.compare(2, "digits-mlp", steps, 64, 0.3, engines=names)):
             runs[name].append(run)
     base = runs["course runtime"]
     start0 = float(np.median([r.startup_s for r in base]))
