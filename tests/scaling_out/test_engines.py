@@ -20,6 +20,12 @@ def _boom(*args):
     return {}
 
 
+def _without_the_extra(monkeypatch):
+    real = R.importlib.util.find_spec
+    monkeypatch.setattr(R.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyspark", "ray") else real(name, *a))
+
+
 @pytest.fixture(scope="module")
 def reference():
     return G.run_course(2, *ARGS)
@@ -37,7 +43,7 @@ def ray_up():
 
 
 def test_missing_extra_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(R.importlib.util, "find_spec", lambda name: None)
+    _without_the_extra(monkeypatch)
     assert 'pip install -e ".[engines]"' in R.missing("ray")
     with pytest.raises(RuntimeError, match=r"spark cannot run here: pyspark is not installed"):
         R.spark_session()
@@ -86,3 +92,23 @@ def test_ray_torch_trainer_takes_the_same_steps(ray_up, reference):
     with pytest.raises(G.WorkerFailed, match=r"(?s)rank 1 raised inside Ray.*"
                        r"ValueError: planted on rank 1"):
         G.run_ray(2, fn=_boom)
+
+
+def test_the_options_cell_runs_without_the_extra_and_says_how_to_install(monkeypatch, capsys):
+    """Lesson 11's Options cell, as the notebook has it, on a machine without Spark or Ray."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    import ipywidgets as widgets
+    nb = json.loads((Path(__file__).parents[2] / "lessons" / "10_scaling_out.ipynb").read_text())
+    source = next("".join(c["source"]) for c in nb["cells"] if "engines_go" in "".join(c["source"]))
+    _without_the_extra(monkeypatch)
+    ns = {"inspect": inspect, "G": G, "widgets": widgets}
+    exec(compile(source, "lesson 11, Options cell", "exec"), ns)
+    out = capsys.readouterr().out
+    assert 'spark: pyspark is not installed (the optional extra): pip install -e ".[engines]"' \
+        in out and "ray: ray is not installed" in out
+    assert ns["engines_go"].disabled
+    assert [r.engine for r in ns["options_runs"]] == ["course runtime", "torchrun"]
+    assert torch.equal(ns["options_runs"][0].params, ns["options_runs"][1].params)
