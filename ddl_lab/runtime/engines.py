@@ -87,8 +87,15 @@ def start_ray(num_cpus: int = 2) -> float:
     require("ray")
     import ray
     t0 = time.perf_counter()
-    if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {
-                     "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    for attempt in range(2):     # Ray waits 30 s (fixed) for its raylet: a busy machine may miss it
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, runtime_env={"env_vars": {
+                         "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+        except Exception as e:
+            ray.shutdown()
+            if attempt or "timed out during startup" not in str(e):
+                raise
     return time.perf_counter() - t0
