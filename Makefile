@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 REPO   ?=
 HUB    ?=
 
-.PHONY: setup lab lessons site exercises browser lint test bench clean
+.PHONY: setup lab lessons site exercises browser engines java lint test bench clean
 
 setup: $(VENV)/.installed
 
@@ -47,11 +47,29 @@ browser:                        ## Debian's Chromium for tests/browser (Playwrig
 		     "Install it with: sudo apt-get install chromium (Debian/Ubuntu)"; \
 	fi
 
+engines: $(VENV)/.engines java  ## Spark and Ray (lesson 04's RDD job, lesson 11's Options): optional
+
+$(VENV)/.engines: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[engines]"
+	touch $@
+
+java: setup                     ## a Java 17+ runtime for PySpark (Debian's headless JRE when root)
+	@if $(PY) -c "from ddl_lab.runtime.engines import java_problem as j; exit(bool(j()))" \
+		2>/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing openjdk-17-jre-headless for PySpark (apt-get)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			openjdk-17-jre-headless) || echo "could not install Java: the Spark tests will be skipped"; \
+	else \
+		echo "no Java 17+: the Spark cells and tests will be skipped." \
+		     "Install it with: sudo apt-get install openjdk-17-jre-headless (Debian/Ubuntu)"; \
+	fi
+
 # The reliability phase (tests/reliability: faults, soak, scale, properties, bad input,
 # loopback) runs on its own after the main suite, bounded; DDL_SOAK_SCALE=20 soaks longer.
 # The site phase (tests/site) builds the website from the lessons the main suite's browser
 # tests ran and saved into build/lessons/, then browses it: no lesson is executed twice.
-test: setup | browser           ## the whole test suite, notebooks and browser included
+test: setup engines | browser   ## the whole test suite: notebooks, browser, engines, site
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
 	$(PY) -m pytest -n 0 -m site tests/site

@@ -14,6 +14,11 @@
    (resumed from the checkpoint of step 10): the wall time a restart costs. Then the
    restart without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torchrun's default), which fails
    or hangs on gloo (skip with --skip-unsafe).
+4. Lesson 11's Options: the same worker function (lesson 05's sync SGD, 2 workers) on the
+   course runtime, torchrun, Spark's TorchDistributor and Ray Train's TorchTrainer: each
+   engine's own start, its job start-up and per-step time as ratios to the course runtime's,
+   median of ``--rounds`` rounds (Spark and Ray skipped, saying why, without the extra).
+   ``--engines-only`` runs this section alone.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import numpy as np
 from ddl_lab.data_parallel import engine as D
 from ddl_lab.runtime import Cluster
 from ddl_lab.scaling_out import ddp as P
+from ddl_lab.scaling_out import engines as G
 from ddl_lab.scaling_out.elastic import run_elastic
 from ddl_lab.scaling_out.hosts import VirtualHosts, unavailable
 from ddl_lab.scaling_out.launch import run_jobs, torchrun_command
@@ -95,14 +101,40 @@ def restart_cost(skip_unsafe: bool) -> None:
           f"{'was' if hint else 'was NOT'} printed; last error: {(errors or [''])[-1][:200]}")
 
 
+def engines(rounds: int, steps: int) -> None:
+    names = ["course runtime", "torchrun"] + [e for e in ("spark", "ray") if not G.missing(e)]
+    for e in ("spark", "ray"):
+        if G.missing(e):
+            print(f"  {e} skipped: {G.missing(e)}")
+    runs: dict[str, list[G.EngineRun]] = {n: [] for n in names}
+    for _ in range(rounds):                      # alternate, so a change of load hits all
+        for name, run in zip(names, G.compare(2, "digits-mlp", steps, 64, 0.3, engines=names)):
+            runs[name].append(run)
+    base = runs["course runtime"]
+    start0 = float(np.median([r.startup_s for r in base]))
+    step0 = float(np.median([r.step_s for r in base]))
+    for name, rs in runs.items():
+        start, step = (float(np.median([getattr(r, k) for r in rs])) for k in ("startup_s", "step_s"))
+        gap = max(float((r.params - b.params).abs().max()) for r, b in zip(rs, base))
+        print(f"  {rs[0].engine:<24} engine start {rs[0].engine_s:5.1f} s (first round); job "
+              f"start-up {start:5.1f} s = {start / start0:4.1f}x; per step {1e3 * step:6.2f} ms "
+              f"= {step / step0:4.2f}x; max |dtheta| vs course runtime {gap:.1e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-unsafe", action="store_true")
+    ap.add_argument("--engines-only", action="store_true")
     a = ap.parse_args()
     print(f"{os.cpu_count()} cores; load average before: {os.getloadavg()[0]:.1f}")
+    if a.engines_only:
+        print("4. one worker function on four engines (2 workers)")
+        engines(a.rounds, a.steps)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     print("1. DDP vs lesson 05's synchronous SGD, 4 workers (median of "
           f"{a.rounds} alternating runs of {a.steps} steps)")
     ddp_vs_ours(a.rounds, a.steps)
@@ -110,6 +142,8 @@ def main() -> None:
     two_hosts_vs_one(a.repeats)
     print("3. the time a restart costs (torchrun --max-restarts=1, 2 workers)")
     restart_cost(a.skip_unsafe)
+    print("4. one worker function on four engines (2 workers)")
+    engines(a.rounds, a.steps)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

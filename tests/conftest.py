@@ -54,3 +54,16 @@ def solution() -> Callable[[str, str], Callable]:
 def cluster4():
     with Cluster(4, timeout=20) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (local[2]) per test process; skips, saying how to install
+    what is missing, without the ``engines`` extra or Java 17+ (lessons 04 and 11)."""
+    from ddl_lab.runtime.engines import missing, spark_session
+    why = missing("spark")
+    if why:
+        pytest.skip(f"Spark tests skipped: {why}")
+    session = spark_session()
+    yield session
+    session.stop()

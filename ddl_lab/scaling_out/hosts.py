@@ -34,9 +34,11 @@ import torch.distributed as dist
 
 from .launch import Job, run_jobs, torchrun_command
 
-__all__ = ["Host", "VirtualHosts", "Layout", "unavailable", "setup_commands",
-           "teardown_commands", "run_with_env", "free_port", "where_am_i", "ENV_VARS"]
+__all__ = ["Host", "VirtualHosts", "LoopbackHosts", "two_hosts", "Layout", "unavailable",
+           "setup_commands", "teardown_commands", "run_with_env", "free_port", "where_am_i",
+           "ENV_VARS", "FORCE_LOOPBACK"]
 
+FORCE_LOOPBACK = "DDL_LAB_LOOPBACK_HOSTS"      # =1: take the no-root path even as root
 ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
             "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT")
 _PREFIX = "ddl-"
@@ -132,6 +134,12 @@ def _delete_orphans() -> None:
             _delete(m.group(1))
 
 
+class _LoopbackHost(Host):
+    @property
+    def prefix(self) -> list[str]:
+        return []                          # no namespace: the machine's own network
+
+
 class VirtualHosts:
     """Two network namespaces joined by a veth pair (lesson 11)::
 
@@ -201,6 +209,40 @@ class VirtualHosts:
                         prefixes=[h.prefix for h in self.hosts],
                         envs=[{"GLOO_SOCKET_IFNAME": h.veth, "DDL_LAB_HOST": h.label}
                               for h in self.hosts])
+
+
+class LoopbackHosts(VirtualHosts):
+    """Two "hosts" without root (lesson 11): two torchrun agents, ``--nnodes=2``, on distinct
+    loopback addresses (127.0.0.2 with the rendezvous store, 127.0.0.3; both 127.0.0.1 off
+    Linux, whose loopback has only that address). What it shows: two agents meeting at a
+    rendezvous, node ranks, every env:// variable. What it cannot: bytes on a cable (none is
+    counted: ``veth_bytes`` is None) or a shaped link — every byte goes through ``lo``."""
+
+    def __init__(self) -> None:
+        linux = sys.platform.startswith("linux")
+        lo = "lo" if linux else "lo0"
+        self.a, self.b = (_LoopbackHost(f"loopback-{x}", lo, addr if linux else "127.0.0.1", x)
+                          for x, addr in (("a", "127.0.0.2"), ("b", "127.0.0.3")))
+
+    def __enter__(self) -> "LoopbackHosts":
+        return self
+
+    def close(self) -> None:
+        """Nothing to delete: the agents stop with their jobs."""
+
+    def exists(self) -> bool:
+        return False
+
+    def veth_bytes(self) -> None:           # type: ignore[override]
+        return None
+
+
+def two_hosts() -> VirtualHosts:
+    """Namespaces joined by a veth pair where they can be made (root on Linux), else — or
+    with ``DDL_LAB_LOOPBACK_HOSTS=1`` — ``LoopbackHosts``: the same ``torchrun`` calls."""
+    if unavailable() is None and os.environ.get(FORCE_LOOPBACK, "") in ("", "0"):
+        return VirtualHosts()
+    return LoopbackHosts()
 
 
 @dataclass(frozen=True)

@@ -95,3 +95,29 @@ def test_namespaces_a_dead_process_left_behind_are_removed():
         assert name not in listed
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_two_hosts_falls_back_to_loopback_when_forced_or_without_root(monkeypatch):
+    monkeypatch.setenv(H.FORCE_LOOPBACK, "1")
+    assert isinstance(H.two_hosts(), H.LoopbackHosts)
+    monkeypatch.setenv(H.FORCE_LOOPBACK, "0")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert isinstance(H.two_hosts(), H.LoopbackHosts)
+
+
+def test_the_no_root_path_runs_two_torchrun_agents_on_127_0_0_2_and_3(monkeypatch):
+    """CI takes the path a learner without root takes (forced by the setting)."""
+    monkeypatch.setenv(H.FORCE_LOOPBACK, "1")
+    with H.two_hosts() as vh:
+        ca, cb = vh.commands("m:f", port=29400)
+        assert "--nnodes=2" in ca and "--rdzv-endpoint=127.0.0.2:29400" in cb
+        assert "--local-addr=127.0.0.2" in ca and "--local-addr=127.0.0.3" in cb
+        jobs = vh.torchrun("ddl_lab.scaling_out.hosts:where_am_i", nproc=1, timeout=90,
+                           port=H.free_port())
+        assert vh.veth_bytes() is None                       # no cable to count bytes on
+    assert all(j.ok for j in jobs), "\n".join(j.tail() for j in jobs)
+    ranks = jobs[0].results()
+    assert sorted(ranks) == [0, 1] and {r["sum_of_ranks"] for r in ranks.values()} == {1.0}
+    assert {r["env"]["MASTER_ADDR"] for r in ranks.values()} == {"127.0.0.2"}
+    assert [ranks[r]["env"]["GROUP_RANK"] for r in (0, 1)] == ["0", "1"]
+    assert ranks[0]["netns"] == ranks[1]["netns"]           # one network: the machine's own

@@ -1,0 +1,114 @@
+"""One worker function on four engines (lesson 11): the course runtime, torchrun, Spark's
+TorchDistributor, Ray Train's TorchTrainer — the same parameters, a worker's exception
+surfacing with its rank, and clear words when an engine's extra or Java is missing."""
+import os
+import stat
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddl_lab.runtime import engines as R
+from ddl_lab.scaling_out import engines as G
+
+ARGS = ("digits-mlp", 8, 64, 0.1)           # 8 steps of lesson 05's sync SGD, 2 workers
+
+
+def _boom(*args):
+    if dist.get_rank() == 1:
+        raise ValueError("planted on rank 1")
+    return {}
+
+
+def _without_the_extra(monkeypatch):
+    real = R.importlib.util.find_spec
+    monkeypatch.setattr(R.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyspark", "ray") else real(name, *a))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return G.run_course(2, *ARGS)
+
+
+@pytest.fixture(scope="module")
+def ray_up():
+    why = R.missing("ray")
+    if why:
+        pytest.skip(f"Ray tests skipped: {why}")
+    G.start_ray()
+    yield
+    import ray
+    ray.shutdown()
+
+
+def test_missing_extra_says_how_to_install(monkeypatch):
+    _without_the_extra(monkeypatch)
+    assert 'pip install -e ".[engines]"' in R.missing("ray")
+    with pytest.raises(RuntimeError, match=r"spark cannot run here: pyspark is not installed"):
+        R.spark_session()
+    said = []
+    assert G.compare(2, *ARGS, engines=("spark", "ray"), say=said.append) == []
+    assert [s.split(":")[0] for s in said] == ["spark", "ray"] and "make engines" in said[0]
+
+
+@pytest.mark.parametrize("version,ok", [('openjdk version "11.0.2" 2019-01-15', False),
+                                        ('java version "1.8.0_381"', False),
+                                        ('openjdk version "17.0.15" 2025-04-15', True),
+                                        ('openjdk version "21" 2023-09-19', True)])
+def test_java_older_than_17_is_refused_with_how_to_install(tmp_path, monkeypatch, version, ok):
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text(f"#!/bin/sh\necho '{version}' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    why = R.java_problem()
+    assert (why is None) == ok
+    if not ok:
+        assert "needs 17 or newer" in why and "openjdk-17-jre-headless" in why
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    assert "no Java runtime" in R.java_problem()
+
+
+def test_torchrun_takes_the_course_runtime_s_steps(reference):
+    run = G.run_torchrun(2, *ARGS)
+    assert torch.equal(run.params, reference.params) and run.summary["world_size"] == 2
+    assert run.summary["loss"] == reference.summary["loss"]
+
+
+def test_spark_torch_distributor_takes_the_same_steps(spark, reference):
+    run = G.run_spark(2, *ARGS)
+    assert torch.allclose(run.params, reference.params, atol=1e-6, rtol=0)
+    assert run.summary["pid"] != os.getpid() and run.startup_s > 0 and run.step_s > 0
+    with pytest.raises(G.WorkerFailed, match=r"(?s)rank 1 raised inside Spark.*"
+                       r"ValueError: planted on rank 1"):
+        G.run_spark(2, fn=_boom)
+
+
+def test_ray_torch_trainer_takes_the_same_steps(ray_up, reference):
+    run = G.run_ray(2, *ARGS)
+    assert torch.allclose(run.params, reference.params, atol=1e-6, rtol=0)
+    assert G.accuracy("digits-mlp", run.params) == G.accuracy("digits-mlp", reference.params)
+    with pytest.raises(G.WorkerFailed, match=r"(?s)rank 1 raised inside Ray.*"
+                       r"ValueError: planted on rank 1"):
+        G.run_ray(2, fn=_boom)
+
+
+def test_the_options_cell_runs_without_the_extra_and_says_how_to_install(monkeypatch, capsys):
+    """Lesson 11's Options cell, as the notebook has it, on a machine without Spark or Ray."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    import ipywidgets as widgets
+    nb = json.loads((Path(__file__).parents[2] / "lessons" / "10_scaling_out.ipynb").read_text())
+    source = next("".join(c["source"]) for c in nb["cells"] if "engines_go" in "".join(c["source"]))
+    _without_the_extra(monkeypatch)
+    ns = {"inspect": inspect, "G": G, "widgets": widgets}
+    exec(compile(source, "lesson 11, Options cell", "exec"), ns)
+    out = capsys.readouterr().out
+    assert 'spark: pyspark is not installed (the optional extra): pip install -e ".[engines]"' \
+        in out and "ray: ray is not installed" in out
+    assert ns["engines_go"].disabled
+    assert [r.engine for r in ns["options_runs"]] == ["course runtime", "torchrun"]
+    assert torch.equal(ns["options_runs"][0].params, ns["options_runs"][1].params)
