@@ -10,27 +10,26 @@
   two floats; None otherwise.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
-- ``call_plan(fn, args, name, where)``: a design task's plan for budgets it draws; a plan
-  that raises (a table's KeyError) or returns None for them fails, saying that a plan must be
-  a function of its inputs; ``constant(plans)``: the sentence for a plan that came back the
-  same for every budget (issue 26, "plans that ignore their inputs").
 - ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
-  drew; a table of the cases it was shown (a LookupError, or None for unseen budgets) is named; ``same_for_all(plans)``: the
-  sentence for a plan that returned the same answer whatever its budgets.
+  drew; for budgets the prompt never shows, a plan that raises (a table's KeyError) or
+  returns None fails, saying that a plan must be a function of its inputs (one sentence,
+  ``FUNCTION_OF_INPUTS``, for every design task); ``same_for_all(plans)``: the sentence for
+  a plan that came back the same whatever its budgets (issue 26, "plans that ignore their
+  inputs").
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ._diagnose import describe_value, returned_none
 
-__all__ = ["scalar", "whole", "pair", "plan", "call_plan", "constant", "plan_call", "same_for_all"]
+__all__ = ["scalar", "whole", "pair", "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
 
-FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs (computed from the budgets "
-                      "and targets it is given), not a table of the prompt's cases")
+FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
+                      "targets it is given, not looked up in a table of the prompt's cases")
 
 
 def scalar(x: Any) -> float | None:
@@ -76,64 +75,39 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
             f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
 
 
-def call_plan(fn: Any, args: tuple, name: str, where: str) -> Any:
-    """``fn(*args)`` for budgets the check drew (``where`` names them): a stub, an exception
-    or None fails, naming the budgets and that a plan must be a function of its inputs."""
+def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where: str,
+              unseen: bool = True) -> Any:
+    """Design tasks: ``fn(*args)`` (a mapping's values, in order) for budgets the check drew;
+    ``where`` names them (the case, or the call). The stub fails as not implemented. For
+    ``unseen`` budgets — ones the prompt never shows — a crash (the KeyError of a looked-up
+    table) or None fails, saying that a plan must be a function of its inputs; for shown
+    ones a LookupError is named so too, another crash fails as it is, and None is the
+    caller's to judge."""
     __tracebackhide__ = True
     from ._core import fail, stub_message
+    values = list(args.values()) if isinstance(args, Mapping) else list(args)
+    unshown = f" for {where} — budgets the prompt never showed: {FUNCTION_OF_INPUTS}."
     try:
-        out = fn(*args)
+        out = fn(*values)
     except NotImplementedError:
         message = stub_message(fn)
+    except LookupError as e:                    # a table's miss, wherever it happens
+        message = f"{name} raised {type(e).__name__}: {e}" + (
+            unshown if unseen else f" for {where}: {FUNCTION_OF_INPUTS}.")
     except Exception as e:
-        message = (f"{name} raised {type(e).__name__}: {e} for {where}, budgets the prompt "
-                   f"never showed: {FUNCTION_OF_INPUTS}.")
+        message = f"{name} raised {type(e).__name__}: {e}" + (unshown if unseen else
+                                                              f" for {where}.")
     else:
-        if out is not None:
-            return out
-        message = f"{name} returned None for {where}: {FUNCTION_OF_INPUTS}."
-    fail(message)
-
-
-def constant(plans: list[Any]) -> str:
-    """" It returned the same plan … for every budget: …" when all ``plans`` are equal (and
-    there are several), else ""."""
-    if len(plans) < 2 or any(repr(p) != repr(plans[0]) for p in plans[1:]):
-        return ""
-    return (f" It returned the same plan, {plans[0]}, for all {len(plans)} budgets it was "
-            f"given: {FUNCTION_OF_INPUTS}.")
-
-
-def plan_call(fn: Any, args: dict[str, Any], name: str, where: str = "",
-              unseen: bool = False) -> Any:
-    """Design tasks: the plan for budgets the check drew (``args``, in order). A plan that
-    raises a LookupError for them, or returns None for ``unseen`` ones (a table of the cases
-    it was shown), fails, saying that a plan must be a function of its inputs; the stub and
-    other crashes as ``call_local``."""
-    __tracebackhide__ = True
-    from ._core import fail, stub_message
-    shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in args.items())
-    looked_up = (" — for budgets it had not been shown. A plan must be a function of its "
-                 "inputs, computed from them, not looked up in a table of the cases it was "
-                 f"tried on{where}.")
-    try:
-        out = fn(*args.values())
         if out is not None or not unseen:
             return out
-        message = f"{name}({shown}) returned None{looked_up}"
-    except NotImplementedError:
-        message = stub_message(fn)
-    except LookupError as e:
-        message = f"{name}({shown}) raised {type(e).__name__}: {e}{looked_up}"
-    except Exception as e:
-        message = f"{name} raised {type(e).__name__}: {e}{where}"
+        message = f"{name} returned None" + unshown
     fail(message)
 
 
-def same_for_all(plans: list[Any], what: str = "plan") -> str:
-    """The sentence naming a plan that ignores its inputs ('' if the plans differ)."""
-    if len(plans) < 2 or any(p != plans[0] for p in plans[1:]):
+def same_for_all(plans: list[Any], what: str = "plan", cases: str = "budgets") -> str:
+    """The sentence naming a plan that ignores its inputs: the same answer for all ``plans``
+    (several) — '' if they differ."""
+    if len(plans) < 2 or any(repr(p) != repr(plans[0]) for p in plans[1:]):
         return ""
-    return (f" It returned the same {what}, {plans[0]!r}, for all {len(plans)} budgets it was "
-            "given: a plan must be a function of its inputs.")
+    return (f" It returned the same {what}, {plans[0]!r:.60}, for all {len(plans)} {cases} it "
+            f"was given: {FUNCTION_OF_INPUTS}.")

@@ -1,15 +1,15 @@
 """Reasoning tasks whose answer is one number, a function of the problem's parameters
 (lessons 04–06): several seeded cases per call, the learner's value against the right one,
-and the likely mistake named by the formula that gives the learner's value. And the rule of
-the design tasks of lessons 04–06: a plan is also asked for budgets the prompt never shows
-(``unseen_call``), and a plan that answers them all alike is named (``same_for_all``)."""
+and the likely mistake named by the formula that gives the learner's value. The design tasks
+of lessons 04–06 ask their plans for budgets the prompt never shows with ``_answers``'s
+``plan_call`` and ``same_for_all``, as every design task does."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Sequence
 
 from . import _answers as answers
-from ._core import CheckFailed, call_local, fail
+from ._core import call_local, fail
 from ._diagnose import Cases, describe_value, only_right_for, returned_none, tolerance
 
 Formula = Callable[..., Any]
@@ -56,26 +56,3 @@ def _show(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs — a table of the prompt's "
-                      "cases, or one answer for every case, does not do")
-
-
-def unseen_call(fn: Callable, values: Sequence[Any], call: str) -> Any:
-    """``fn(*values)`` for a budget the prompt does not show; a crash (a KeyError of a
-    looked-up table, say) fails with the message that a plan is a function of its inputs."""
-    __tracebackhide__ = True
-    try:
-        return call_local(fn, *values)
-    except CheckFailed as e:
-        error = str(e)
-    fail(f"{error} — for {call}, a case the prompt does not show: {FUNCTION_OF_INPUTS}.")
-
-
-def same_for_all(name: str, answers: list[Any], what: str = "budget") -> str:
-    """' <name> returned X for every budget so far: …' if it did (and there were several),
-    else ''."""
-    shown = {repr(a) for a in answers}
-    if len(answers) < 2 or len(shown) > 1:
-        return ""
-    return (f" {name} returned {shown.pop():.60} for every {what} so far: the answer must "
-            f"follow the {what}.")

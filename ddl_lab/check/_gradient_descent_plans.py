@@ -193,7 +193,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     for case in cases:                      # every plan first: a table fails before training
         where = f"max_examples = {case.params['max_examples']:,}, max_steps = " \
                 f"{case.params['max_steps']}"
-        plans.append(_valid_plan(name, answers.call_plan(
+        plans.append(_valid_plan(name, answers.plan_call(
             fn, (case.params["max_examples"], case.params["max_steps"]), name, where), m, where))
     for case, (batch, lr) in zip(cases, plans):
         max_examples, max_steps = case.params["max_examples"], case.params["max_steps"]
@@ -208,7 +208,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
                  f"{[s + 10 * seed for s in SGD_SEEDS]} (from {start:.3g} at θ = 0; target "
                  f"≤ {SGD_TARGET:g}) — "
                  f"{_plan_fault(batch, lr, steps, used, worst, max_examples)}."
-                 f"{answers.constant(plans)} [{case}]")
+                 f"{answers.same_for_all(plans)} [{case}]")
         report.append(f"({max_examples:,}, {max_steps}): batch {batch}, γ = {lr:.3g} → "
                       f"{steps} steps, J − J* ≤ {max(gaps):.2g}")
     passed("sgd_plan", f"the lesson's mini-batch SGD, trained for real on 3 shuffles for each "

@@ -198,7 +198,7 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
         args = (p["examples"], p["max_updates_per_worker"], p["max_workers"])
         where = (f"examples = {args[0]:,}, max_updates_per_worker = {args[1]:,}, "
                  f"max_workers = {args[2]}")
-        out = call_local(fn, *args) if k == 0 else answers.call_plan(fn, args, name, where)
+        out = call_local(fn, *args) if k == 0 else answers.plan_call(fn, args, name, where)
         plans.append(_valid_plan(name, out, case, plans))
         if k >= real:
             continue
@@ -210,7 +210,7 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
                 f"with training loss {', '.join(f'{x:.4f}' for x in losses)} (shuffles {seeds})")
         if not all(x <= PLAN_TARGET for x in losses):
             fail(f"{what}, target ≤ {PLAN_TARGET} — {_plan_fault(epochs, lr)}."
-                 f"{answers.constant(plans)} [{case}]")
+                 f"{answers.same_for_all(plans)} [{case}]")
         reports.append(f"{what} (each worker ≤ {p['max_updates_per_worker']:,} updates)")
     passed("hogwild_plan", "lock-free on real processes sharing θ — " + "; ".join(reports)
            + f"; within the budgets of {len(cases) - real} more drawn far from the prompt's")
@@ -229,7 +229,7 @@ def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, in
                            answers.scalar(plan["lr"]))
     if lr is None or not math.isfinite(lr) or lr <= 0:
         fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0 [{case}].")
-    same = answers.constant([*before, (workers, epochs, lr)])
+    same = answers.same_for_all([*before, (workers, epochs, lr)])
     if workers > p["max_workers"]:
         lends = ("this check's machine lends you" if p["max_workers"] == PROCESSES else
                  "these budgets allow")

@@ -150,7 +150,7 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     name = getattr(my_memory_plan, "__name__", "your function")
     cases = list(Cases("memory_plan", seed, FIXED, draws=6, draw=_draws()))
     plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       f" ({c})", c.index >= len(FIXED)), name, c)
+                                       str(c), c.index >= len(FIXED)), name, c)
              for c in cases]
     for case, plan in zip(cases, plans):
         kept, sent = footprint(case.params, *plan)

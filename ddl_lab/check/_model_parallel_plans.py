@@ -126,7 +126,7 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     name = getattr(my_pipeline_plan, "__name__", "your function")
     cases = list(Cases("pipeline_plan", seed, FIXED, draws=DRAWN, draw=_draws()))
     plans = [_choice(answers.plan_call(my_pipeline_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       f" ({c})", c.index >= len(FIXED)), name, c)
+                                       str(c), c.index >= len(FIXED)), name, c)
              for c in cases]
     for case, (schedule, m) in zip(cases, plans):
         p, batch = case.params["p"], case.params["batch"]

@@ -215,10 +215,10 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     cases = _chunk_cases(seed)
     outs = [call_local(fn, costs.copy(), c.params["threads"], c.params["max_claims"],
                        c.params["max_imbalance"]) if k < len(CHUNK_CASES) else
-            answers.call_plan(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
+            answers.plan_call(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
                                    c.params["max_imbalance"]), name, _loop_words(c))
             for k, (c, costs) in enumerate(cases)]
-    same = answers.constant([answers.whole(o) for o in outs])
+    same = answers.same_for_all([answers.whole(o) for o in outs])
     report = []
     for k, ((case, costs), got) in enumerate(zip(cases, outs)):
         p = case.params

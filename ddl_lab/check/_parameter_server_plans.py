@@ -183,19 +183,8 @@ def _ask(fn: Callable, name: str, case: Any, shown: bool) -> Any:
     """The learner's plan for one case; a plan that fails only for a budget the prompt does
     not show is named as a table of the prompt's budgets."""
     __tracebackhide__ = True
-    steps, budget = case.params["steps"], case.params["budget"]
-    try:
-        out = fn(steps, budget)
-    except Exception as e:                         # noqa: BLE001 — worded below or by call_local
-        if shown or not isinstance(e, LookupError):
-            return call_local(fn, steps, budget)
-        out = e
-    if not shown and (out is None or isinstance(out, LookupError)):
-        what = "returned None" if out is None else f"raised {type(out).__name__}: {out}"
-        fail(f"{name}({steps}, {budget}) {what} — for a budget the prompt does not show. The "
-             "plan must be a function of its inputs (steps, budget), not a table of the "
-             f"prompt's budgets: the check draws others. ({case})")
-    return out
+    args = (case.params["steps"], case.params["budget"])
+    return call_local(fn, *args) if shown else answers.plan_call(fn, args, name, str(case))
 
 
 def _downpour(_: Callable, steps: int, n_fetch: int, n_push: int, lr: float) -> tuple:
@@ -244,17 +233,12 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
         if not loss <= PLAN_TARGET:
             fail(f"{chose}: the training loss ended at {loss:.3g}, above the target "
                  f"{PLAN_TARGET:g}. " + _loss_hint(loss, lr, n_push)
-                 + (f" {_CONSTANT}" if len(set(plans)) == 1 else "") + f" ({case})")
+                 + answers.same_for_all(plans) + f" ({case})")
         done.append(f"{steps} steps, {budget} messages: {pulls + pushes:g} sent, loss {loss:.2f}")
     steps = sorted({c.params["steps"] for c in cases})
     passed("downpour_plan", f"within budget on {len(cases)} (steps, budget) pairs ({steps[0]} to "
            f"{steps[-1]} steps, budgets of steps/8 to 2·steps messages); on real shards and 4 "
            f"replicas — {'; '.join(done)}")
-
-
-_CONSTANT = ("Your function returned the same plan for every steps and budget the check drew: "
-             "the plan must be a function of its inputs, its intervals growing as the budget "
-             "per step shrinks.")
 
 
 def _chose(name: str, case: Any, n_fetch: int, n_push: int, lr: float) -> str:
@@ -281,7 +265,7 @@ def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int,
                 "steps/n_fetch + steps/n_push messages.")
     else:
         hint = "" if constant else "Choose larger intervals."
-    return " ".join(h for h in (hint, _CONSTANT if constant else "") if h)
+    return hint + answers.same_for_all(plans)
 
 
 def _loss_hint(loss: float, lr: float, n_push: int) -> str:

@@ -82,7 +82,7 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     __tracebackhide__ = True
     name = getattr(my_fedavg_plan, "__name__", "your function")
     cases = list(Cases("fedavg_plan", seed, FIXED, draws=DRAWN, draw=_draws()))
-    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, f" ({c})",
+    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
                                        c.index >= len(FIXED)), name, c) for c in cases]
     for case, (E, C) in zip(cases, plans):
         _budgets(name, case, E, C, plans)

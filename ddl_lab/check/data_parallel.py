@@ -23,7 +23,8 @@ from ._data_parallel_batches import noise_scale
 from ._core import CheckFailed, call_local, fail, passed, run_cases, task
 from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
                         only_right_for, same)
-from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
+from ._answers import FUNCTION_OF_INPUTS, plan_call, same_for_all
+from ._formula import formula_cases
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
 
@@ -481,14 +482,14 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
         T, N = case["steps"], case["max_allreduces"]
         call = f"{name}(steps={T}, max_allreduces={N})"
         unseen = i >= len(plans.PLAN_CASES)
-        got = unseen_call(my_sync_plan, (T, N), call) if unseen else \
+        got = plan_call(my_sync_plan, (T, N), name, call) if unseen else \
             call_local(my_sync_plan, T, N)
         try:
             chosen.append(plans.plan_of(got, call, T, N))
         except CheckFailed as e:
             raise CheckFailed(f"{e}" + (f" That budget is not one the prompt shows: "
                                         f"{FUNCTION_OF_INPUTS}." if unseen else "")
-                              + same_for_all(name, [*chosen, got])) from None
+                              + same_for_all([*chosen, got])) from None
     trained = len(plans.PLAN_CASES) + plans.TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
     missing = plans.missing_references(cases[len(plans.PLAN_CASES):trained])
@@ -505,7 +506,7 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
         good, text = plans.judge_plan(case, plan, outcome.results)
         if not good:
-            fail(text + same_for_all(name, chosen))
+            fail(text + same_for_all(chosen))
         shown.append(text)
     passed("sync_plan", "non-IID digits on 4 real workers: " + "; ".join(shown)
            + f"; and {len(cases) - len(plans.PLAN_CASES) - plans.TRAINED} more unseen budgets "

@@ -21,7 +21,8 @@ from . import _message_passing_tree as tree
 from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
 from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
                         returned_none)
-from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
+from ._answers import FUNCTION_OF_INPUTS, plan_call, same_for_all
+from ._formula import formula_cases
 from ddl_lab.message_passing.comm import comm_main
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
@@ -477,7 +478,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
         call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
         unseen = case.index >= fixed
-        got = (unseen_call(my_pipeline_chunks, (n, S, a, b), call) if unseen
+        got = (plan_call(my_pipeline_chunks, (n, S, a, b), name, call) if unseen
                else call_local(my_pipeline_chunks, n, S, a, b))
         k = costs.pieces_of(got, name, call, S // 8)
         answers.append(k)
@@ -495,7 +496,8 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
         if not good:
             note = (f" — a machine the prompt does not show: {FUNCTION_OF_INPUTS}."
                     if unseen else "")
-            fail(f"{call}: {text} ({case}){note}" + same_for_all(name, answers, "machine"))
+            fail(f"{call}: {text} ({case}){note}" + same_for_all(answers, "number of pieces",
+                                                                  "machines"))
         if not unseen:
             shown.append(text)
     passed("pipeline_chunks", "; ".join(shown) + f"; and {costs.DRAWS} machines the prompt "

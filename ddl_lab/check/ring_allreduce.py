@@ -32,7 +32,7 @@ from . import _ring_allreduce_design as design
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
 from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
                         returned_none, tolerance)
-from ._formula import FUNCTION_OF_INPUTS, formula_cases, same_for_all, unseen_call
+from ._formula import formula_cases
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]
@@ -375,7 +375,7 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
         call = f"{name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, compute={c:g})"
         args = (list(grads), n, a, b, c)
         got = call_local(my_bucket_bytes, *args) if i < fixed else \
-            unseen_call(my_bucket_bytes, args, call)
+            answers.plan_call(my_bucket_bytes, args, name, call)
         chosen.append(design.bucket_bytes_of(got, call))
     real = [i for i, c in enumerate(cases) if i < fixed or c["n"] <= MAX_WORLD]
     real = real[:fixed + design.REAL_DRAWS]
@@ -397,11 +397,11 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
         if not good:
             p = case
             unseen = (" — a network and machine the prompt does not show: "
-                      f"{FUNCTION_OF_INPUTS}" if i >= fixed else "")
+                      f"{answers.FUNCTION_OF_INPUTS}" if i >= fixed else "")
             fail(f"a {len(p['widths']) - 1}-layer network on {p['n']} ranks (α = {p['alpha']:g} "
                  f"s, β = {p['beta']:g} s/byte, backward {p['compute']:g} s/byte): "
                  f"{text.rstrip('.')}{unseen}."
-                 + same_for_all(name, chosen[:i + 1], "network and machine"))
+                 + answers.same_for_all(chosen[:i + 1], "bucket size", "networks and machines"))
         shown.append(text)
     passed("bucket_bytes", "; ".join(shown[:fixed]) + f"; and {len(cases) - fixed} networks "
            f"and machines the prompt does not show ({len(real) - fixed} run for real) — within "
@@ -480,14 +480,14 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
         call = (f"{name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
                 f"beta={args[3]:.3g})")
         got = call_local(my_allreduce_choice, *args) if i < fixed else \
-            unseen_call(my_allreduce_choice, args, call)
+            answers.plan_call(my_allreduce_choice, args, name, call)
         chosen.append(got)
         fault, _ = beyond.judge_choice(got, case)
         if fault:
-            unseen = f" — a case the prompt does not show: {FUNCTION_OF_INPUTS}" \
+            unseen = f" — a case the prompt does not show: {answers.FUNCTION_OF_INPUTS}" \
                 if i >= fixed else ""
             fail(f"{call} {fault}{unseen}."
-                 + same_for_all(name, chosen, "message size and machine"))
+                 + answers.same_for_all(chosen, "choice", "message sizes and machines"))
     real = beyond.REAL_CASE
     got = call_local(my_allreduce_choice, *(real[k] for k in ("n", "nbytes", "alpha", "beta")))
     fault, line = beyond.judge_choice(got, real)

@@ -467,7 +467,7 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     got = []
     for case in cases:
         n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
-                              f" [{case}]", case.index >= len(fixed))
+                              str(case), case.index >= len(fixed))
         if answers.whole(n) is None:
             fail(f"{name} returned {describe_value(n)}: return the number of workers, an int "
                  f"(a whole number, not the time per step). [{case}]")

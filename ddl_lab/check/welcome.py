@@ -274,10 +274,10 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     everything = list(Cases("pi_plan", seed, fixed, draws=6, draw=lambda rng: next(kinds)(rng)))
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
-    outs = [call_local(my_pi_plan, *args) if k < len(fixed) else answers.call_plan(
+    outs = [call_local(my_pi_plan, *args) if k < len(fixed) else answers.plan_call(
         my_pi_plan, args, name, f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, budget = "
         f"{args[2]:,}") for k, args in enumerate(limits)]
-    same = answers.constant(outs)          # every plan first: one for all budgets is named
+    same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
     per_rank = run_on_workers(in_worlds, PI_WORKERS, _pi_runs,
                               [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],

@@ -38,8 +38,9 @@ def torchrun_command(target: str, *args: Any, nnodes: int | str = 1, nproc: int 
     """The ``torchrun … -m ddl_lab.torchrun module:function args`` command (lesson 11).
 
     ``endpoint`` (host:port of the c10d rendezvous store) None means ``--standalone`` (one
-    machine, a private store). On several hosts the store's host passes ``is_host`` (torchrun
-    would otherwise compare its *hostname* with the endpoint) and every host its own
+    machine, a private store). On several hosts each says whether it holds the store
+    (``is_host``: torchrun would otherwise guess from the endpoint's address, and on
+    127.0.0.2 every agent guesses yes — whichever binds first holds it) and its own
     ``local_addr`` (else its workers are told MASTER_ADDR=localhost). ``rdzv_conf`` adds
     rendezvous settings, e.g. ``last_call_timeout`` (seconds to wait for more nodes once
     ``--nnodes=min:max`` has its minimum).
@@ -49,9 +50,8 @@ def torchrun_command(target: str, *args: Any, nnodes: int | str = 1, nproc: int 
         cmd.append("--standalone")
     else:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}"]
-        conf = {**({"is_host": 1} if is_host else {}), **(rdzv_conf or {})}
-        if conf:
-            cmd.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
+        conf = {"is_host": int(is_host), **(rdzv_conf or {})}
+        cmd.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
     if local_addr:
         cmd.append(f"--local-addr={local_addr}")
     if max_restarts:

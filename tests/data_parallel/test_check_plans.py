@@ -108,10 +108,10 @@ def test_sync_plan_right_answers_pass(solution, capsys):
     (lambda T, N: 1, "averages 96 times.*the budget is 8"),
     (lambda T, N: 2 * T // N, "used 4 of the 8 allreduces"),
     (lambda T, N: [T * i // N for i in range(N)], "counted from 1"),
-    (plan_looked_up, r"raised KeyError.*a case the prompt does not show: a plan must be a "
+    (plan_looked_up, r"raised KeyError.*budgets the prompt never showed: a plan must be a "
                      r"function of its inputs"),
-    (lambda T, N: 20, r"averages \d+ times in \d+ steps.*not one the prompt shows.*returned 20 "
-                      r"for every budget so far"),
+    (lambda T, N: 20, r"averages \d+ times in \d+ steps.*not one the prompt shows.*the same plan, "
+                      r"20, for all \d+ budgets"),
     (lambda T, N: [12, 24, 36, 48, 60, 72, 84, 96][:N],
      r"step 96 does not exist.*not one the prompt shows: a plan must be a function"),
     (lambda T, N: LOOKED_UP.get((T, N), 12), r"averages \d+ times in \d+ steps.*budget is \d+ "

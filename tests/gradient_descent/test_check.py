@@ -409,7 +409,7 @@ LOOKED_UP = {(8192, 256): {"batch_size": 64, "lr": 0.5}, (16384, 64): {"batch_si
                      "must be a function of its inputs"),
     (plan(256, 0.8), r"the same plan, \(256, 0.8\), for all 6 budgets"),
     (lambda e, s: LOOKED_UP[(e, s)], r"raised KeyError: \(20480, 20\) for max_examples = "
-                                     "20,480, max_steps = 20, budgets the prompt never showed"),
+                                     "20,480, max_steps = 20 — budgets the prompt never showed"),
     (lambda e, s: LOOKED_UP.get((e, s)), "returned None for max_examples = 20,480"),
 ])
 def test_sgd_plan_wrong_answers_are_explained(wrong, hint):

@@ -93,12 +93,12 @@ def test_pipeline_chunks_right_answers_pass(solution, capsys):
 @pytest.mark.parametrize("wrong, fault", [
     (stub, "not implemented yet"),
     (lambda n, S, a, b: 1, "in one piece each rank must receive the whole message"),
-    (lambda n, S, a, b: 16, r"too many pieces.*returned 16 for every machine"),
+    (lambda n, S, a, b: 16, r"too many pieces.*the same number of pieces, 16, for all \d+ machines"),
     (lambda n, S, a, b: n, "too few pieces"),
     (lambda n, S, a, b: math.sqrt((n - 2) * S * b / a), "whole number"),
     (lambda n, S, a, b: S // 8, "not run: the α–β model alone rules it out"),
     (lambda n, S, a, b: S, "has only"),
-    (pieces_looked_up, r"raised KeyError.*a case the prompt does not show: a plan must be a "
+    (pieces_looked_up, r"raised KeyError.*budgets the prompt never showed: a plan must be a "
                        r"function of its inputs"),
     (lambda n, S, a, b: PROMPT_MACHINES.get((n, S), 13),
      r"a machine the prompt does not show: a plan must be a function of its inputs"),

@@ -206,8 +206,8 @@ def best_constant(params, batch, per_example, alpha, beta, max_workers):
 
 
 def test_best_workers_that_ignore_their_inputs_are_named():
-    with pytest.raises(CheckFailed, match=r"raised KeyError: .* — for budgets it had not been "
-                                          "shown. A plan must be a function of its inputs"):
+    with pytest.raises(CheckFailed, match=r"raised KeyError: .*: a plan must be a "
+                                          "function of its inputs"):
         check.best_workers(best_looked_up)
     with pytest.raises(CheckFailed, match="chose n = 23 .*It returned the same n, 23, for all "
                                           "12 budgets it was given"):

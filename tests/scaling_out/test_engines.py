@@ -101,7 +101,7 @@ def test_the_options_cell_runs_without_the_extra_and_says_how_to_install(monkeyp
     from pathlib import Path
 
     import ipywidgets as widgets
-    nb = json.loads((Path(__file__).parents[2] / "lessons" / "10_scaling_out.ipynb").read_text())
+    nb = json.loads((Path(__file__).parents[2] / "lessons" / "11_scaling_out.ipynb").read_text())
     source = next("".join(c["source"]) for c in nb["cells"] if "engines_go" in "".join(c["source"]))
     _without_the_extra(monkeypatch)
     ns = {"inspect": inspect, "G": G, "widgets": widgets}

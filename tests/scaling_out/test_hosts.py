@@ -33,7 +33,7 @@ def test_torchrun_commands_name_the_endpoint_and_their_own_address():
     vh = H.VirtualHosts()
     ca, cb = vh.commands("m:f", nproc=2, port=29400)
     assert "--rdzv-endpoint=10.200.0.1:29400" in ca and "--rdzv-endpoint=10.200.0.1:29400" in cb
-    assert "--rdzv-conf=is_host=1" in ca and not any("is_host" in x for x in cb)
+    assert "--rdzv-conf=is_host=1" in ca and "--rdzv-conf=is_host=0" in cb
     assert "--local-addr=10.200.0.1" in ca and "--local-addr=10.200.0.2" in cb
     assert torchrun_command("m:f", nproc=3)[:4] == ["torchrun", "--nnodes=1",
                                                     "--nproc-per-node=3", "--standalone"]
