@@ -65,15 +65,15 @@ java: setup                     ## a Java 17+ runtime for PySpark (Debian's head
 		     "Install it with: sudo apt-get install openjdk-17-jre-headless (Debian/Ubuntu)"; \
 	fi
 
-# The reliability phase (tests/reliability: faults, soak, scale, properties, bad input,
-# loopback) runs on its own after the main suite, bounded; DDL_SOAK_SCALE=20 soaks longer.
-# The site phase (tests/site) builds the website from the lessons the main suite's browser
-# tests ran and saved into build/lessons/, then browses it: no lesson is executed twice.
+# After the main suite, one bounded phase runs the reliability tests (tests/reliability:
+# faults, soak, scale, properties, bad input, loopback; DDL_SOAK_SCALE=20 soaks longer)
+# beside the site tests (tests/site: the website built from the lessons the main suite's
+# browser tests ran and saved into build/lessons/, then browsed — no lesson runs twice).
 test: setup engines | browser   ## the whole test suite: notebooks, browser, engines, site
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
-	$(PY) -m pytest -n 0 -m site tests/site
-	$(PY) -m pytest -n 2 --dist loadscope -m reliability --timeout=300 tests/reliability
+	$(PY) -m pytest -n 2 --dist loadscope -m "reliability or site" --timeout=300 \
+		tests/reliability tests/site
 
 lint: setup                     ## ruff (configured in pyproject.toml); make test runs it first
 	$(VENV)/bin/ruff check .
