@@ -10,6 +10,7 @@ fp32 Adam keeps 4 + 4 + 8 = 16 bytes per parameter; mixed-precision Adam 2 + 2 +
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from contextlib import contextmanager
@@ -155,8 +156,13 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     """``fn()`` under the profiler with memory events: (its result, the most bytes allocated
     at once beyond what was there before, the bytes it left allocated), on the CPU."""
     from torch.profiler import ProfilerActivity, profile
-    with _quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
+    gc.collect()            # earlier work's garbage, freed inside the window, would count
+    gc.disable()            # against the step's own bytes: none is collected during it
+    try:
+        with _quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = fn()
+    finally:
+        gc.enable()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     live = peak = 0
     for e in sorted(events, key=lambda e: e.start_ns()):

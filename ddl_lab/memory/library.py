@@ -6,16 +6,13 @@ bytes kept per rank, bytes sent per step, seconds per step.
 """
 from __future__ import annotations
 
-import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddl_lab.memory.anatomy import Memory, make_optimizer, state_tensors, tensor_bytes
-from ddl_lab.memory.zero import ZeroResult, _batches
-from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.memory.anatomy import make_optimizer
+from ddl_lab.memory.zero import ZeroResult, library_steps
 from ddl_lab.model_parallel.stages import build_layers
 from ddl_lab.runtime.backends import device
 
@@ -87,27 +84,6 @@ def library_run(kind: str, hidden: int = 64, depth: int = 4, batch: int = 32, st
     if kind not in LIBRARIES:
         raise ValueError(f"kind must be one of {LIBRARIES}, got {kind!r}")
     layers = build_layers("mlp", hidden, seed, depth).to(device())
-    n, losses, times = dist.get_world_size(), [], []
-    fsdp = kind == "FSDP2"
-    with (_Counted() if fsdp else Wiretap()) as tap:     # DDP talks to the tapped group
+    with (_Counted() if kind == "FSDP2" else Wiretap()) as tap:   # DDP talks to the tapped group
         model, opt = _wrap(kind, layers, optimizer, lr)
-        tap.sent = 0.0                                     # setting up is not a step
-        for X, y in _batches(batch, steps, seed, torch.float32):
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            meter = ActivationMeter()
-            meter.resident(X, y, *layers.parameters())
-            with meter.recording():           # both average the gradients over the ranks
-                loss = nn.functional.cross_entropy(model(X), y, reduction="sum") / batch * n
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-            losses.append(float(loss.detach()) / n)
-        sent = tap.sent
-    ps = list(layers.parameters())
-    memory = Memory(kind, dist.get_rank(), tensor_bytes(ps), tensor_bytes(p.grad for p in ps),
-                    tensor_bytes(state_tensors(opt)), meter.peak)
-    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in ps]
-    flat = torch.cat([p.detach().reshape(-1) for p in full]).double().cpu().numpy()
-    return ZeroResult(0, "fp32", False, dist.get_rank(), n, flat.size, losses, flat, memory,
-                      sent / steps, float(np.median(times[1:] or times)))
+        return library_steps(kind, model, layers, opt, tap, batch, steps, seed)

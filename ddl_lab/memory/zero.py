@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from ddl_lab.ring_allreduce.engine import chunk_bounds
 from ddl_lab.runtime.backends import device
 
 __all__ = ["STAGES", "ring_reduce_scatter", "ring_all_gather", "ring_chunk", "ZeroResult",
-           "zero_run", "ddp_run"]
+           "zero_run", "ddp_run", "library_steps"]
 
 STAGES = (0, 1, 2, 3)
 
@@ -332,26 +332,34 @@ def ddp_run(hidden: int = 64, depth: int = 4, batch: int = 32, steps: int = 3,
 
     from ddl_lab.runtime.wiretap import Wiretap
     layers = build_layers("mlp", hidden, seed, depth).to(device())
-    n, losses, times = dist.get_world_size(), [], []
     with Wiretap() as tap:                    # DDP's reducer talks to the tapped group
         model = DDP(layers, gradient_as_bucket_view=True)
         opt = make_optimizer(optimizer, lr)(list(model.parameters()))
-        tap.sent = 0.0                        # DDP's start-up broadcast is not a step
-        for X, y in _batches(batch, steps, seed, torch.float32):
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            meter = ActivationMeter()
-            meter.resident(X, y, *layers.parameters())
-            with meter.recording():
-                loss = nn.functional.cross_entropy(model(X), y, reduction="sum") / batch * n
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-            losses.append(float(loss.detach()) / n)
-        sent = tap.sent
+        return library_steps("DDP", model, layers, opt, tap, batch, steps, seed)
+
+
+def library_steps(kind: str, model: nn.Module, layers: nn.Module, opt: torch.optim.Optimizer,
+                  tap: Any, batch: int, steps: int, seed: int) -> ZeroResult:
+    """``steps`` of a model a library wraps (DDP, FSDP2, ZeroRedundancyOptimizer; fp32) while
+    ``tap`` counts the bytes sent: what this rank measured (lesson 10)."""
+    n, losses, times = dist.get_world_size(), [], []
+    tap.sent = 0.0                            # setting up (a start-up broadcast) is not a step
+    for X, y in _batches(batch, steps, seed, torch.float32):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        meter = ActivationMeter()
+        meter.resident(X, y, *layers.parameters())
+        with meter.recording():               # the libraries average gradients over ranks
+            loss = nn.functional.cross_entropy(model(X), y, reduction="sum") / batch * n
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()) / n)
+    sent = tap.sent
     ps = list(layers.parameters())
-    memory = Memory("DDP", dist.get_rank(), tensor_bytes(ps), tensor_bytes(p.grad for p in ps),
+    memory = Memory(kind, dist.get_rank(), tensor_bytes(ps), tensor_bytes(p.grad for p in ps),
                     tensor_bytes(state_tensors(opt)), meter.peak)
-    flat = torch.cat([p.detach().reshape(-1) for p in ps]).double().cpu().numpy()
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in ps]   # FSDP2's shards
+    flat = torch.cat([p.detach().reshape(-1) for p in full]).double().cpu().numpy()
     return ZeroResult(0, "fp32", False, dist.get_rank(), n, flat.size, losses, flat, memory,
                       sent / steps, float(np.median(times[1:] or times)))
