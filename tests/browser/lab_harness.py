@@ -312,12 +312,23 @@ class NotebookPage:
     def save_copy(self, dest: Path) -> Path:
         """Save the notebook as the page shows it (outputs, and the widgets' state: the
         harness's JupyterLab saves it) and copy it into ``dest``; return the copy."""
-        file = self.lab.root / self.path
+        file, copy = self.lab.root / self.path, dest / (self.lab.root / self.path).name
         before = file.stat().st_mtime_ns
         self.menu("File", "Save Notebook")
-        wait_until(lambda: file.stat().st_mtime_ns != before, 30, f"{self.path} to be saved")
         dest.mkdir(parents=True, exist_ok=True)
-        return Path(shutil.copy(file, dest / file.name))
+
+        def copied_whole() -> bool:
+            # Jupyter writes the file in place: a copy taken as the write starts is empty.
+            if file.stat().st_mtime_ns == before:
+                return False
+            shutil.copy(file, copy)
+            try:
+                json.loads(copy.read_text())
+            except ValueError:
+                return False
+            return True
+        wait_until(copied_whole, 30, f"{self.path} to be saved whole")
+        return copy
 
     def screenshot(self, name: str, focus: "Locator | None" = None) -> Path:
         """Save the page as artifacts/browser/<name>.png, ``focus`` scrolled into view."""
