@@ -37,8 +37,10 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
     button = widgets.Button(description=run_label, button_style="primary",
                             layout=widgets.Layout(width="auto"))
     status = widgets.HTML()
+    runs = [0]
 
     def run(_: Any = None, first: bool = False) -> None:
+        runs[0] += 1              # numbered: a quick run shows it happened, even unchanged
         values = {name: c.value for name, c in controls.items()}
         button.disabled, status.value = True, "<i>running…</i>"
         t0, err = time.perf_counter(), None
@@ -56,8 +58,8 @@ def experiment(update: Callable[..., Any], *, title: str = "", live: bool = Fals
                 plt.close("all")
                 button.disabled = False
         took = time.perf_counter() - t0
-        status.value = (f"<span style='color:#b00'>failed after {took:.1f} s</span>" if err
-                        else f"done in {took:.2f} s")
+        status.value = (f"<span style='color:#b00'>run {runs[0]} failed after {took:.1f} s"
+                        "</span>" if err else f"run {runs[0]} done in {took:.2f} s")
         if err is not None and first:
             raise err
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import statistics
+import threading
 import tempfile
 import time
 import traceback
@@ -180,7 +182,7 @@ def run_ray(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 0.
                                                              "errdir": errdir},
                                scaling_config=ScalingConfig(num_workers=n, use_gpu=False),
                                run_config=RunConfig(storage_path=errdir, name="sgd"))
-        result = trainer.fit()
+        result = _keeping_ctrl_c(trainer.fit)
         with result.checkpoint.as_directory() as folder:
             summary = torch.load(Path(folder, "summary.pt"))
     except Exception as e:
@@ -188,6 +190,19 @@ def run_ray(n: int, *args: Any, fn: Callable = sgd_summary, engine_s: float = 0.
     finally:
         shutil.rmtree(errdir, ignore_errors=True)
     return _finish("Ray Train TorchTrainer", called, summary, engine_s)
+
+
+def _keeping_ctrl_c(fit: Callable[[], Any]) -> Any:
+    """``fit()``, then the SIGINT handler that was there before: Ray Train's ``fit`` leaves
+    one behind that swallows Ctrl-C (it asks the finished run to abort), so an interrupted
+    cell, and an interrupted ``Cluster.run``, would no longer stop."""
+    if threading.current_thread() is not threading.main_thread():
+        return fit()
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        return fit()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _timed_start(start: Callable[[], Any]) -> float:

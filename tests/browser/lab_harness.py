@@ -59,7 +59,7 @@ _ERROR_JS = r"""
                 text: text});
   }
   for (const el of root.querySelectorAll('.widget-html-content')) {
-    if (/^failed after/.test(el.textContent.trim())) {
+    if (/^(run \d+ )?failed after/.test(el.textContent.trim())) {
       const cells = [...root.querySelectorAll('.jp-Notebook .jp-Cell')];
       found.push({cell: cells.indexOf(el.closest('.jp-Cell')), inWidget: true,
                   text: 'experiment panel: ' + el.textContent.trim()});
@@ -395,7 +395,7 @@ class NotebookPage:
         return Snapshot.of(panel.locator(".widget-output").first.evaluate(_SNAPSHOT_JS))
 
     def panel_status(self, panel: "Locator") -> str:
-        """The panel's status line(s): 'running…', 'done in 0.52 s', 'failed after …'."""
+        """The panel's status line(s): 'running…', 'run 2 done in 0.52 s', 'run 3 failed after …'."""
         return " | ".join(panel.locator(".widget-html-content").evaluate_all(
             "es => es.map(e => e.textContent)"))
 

@@ -8,6 +8,7 @@ function run as notebook cells, with the controls set small so that a run takes 
 of a second. ``DDL_SOAK_SCALE`` multiplies the number of re-runs.
 """
 import os
+import re
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -49,7 +50,7 @@ class Panel:
 
     def press(self) -> None:
         self.button.click()
-        assert self.status.value.startswith("done in"), self.status.value
+        assert re.fullmatch(r"run \d+ done in [\d.]+ s", self.status.value), self.status.value
 
 
 def shm_held() -> set[str]:

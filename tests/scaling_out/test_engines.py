@@ -2,6 +2,7 @@
 TorchDistributor, Ray Train's TorchTrainer — the same parameters, a worker's exception
 surfacing with its rank, and clear words when an engine's extra or Java is missing."""
 import os
+import signal
 import stat
 
 import pytest
@@ -86,12 +87,15 @@ def test_spark_torch_distributor_takes_the_same_steps(spark, reference):
 
 
 def test_ray_torch_trainer_takes_the_same_steps(ray_up, reference):
+    ctrl_c = signal.getsignal(signal.SIGINT)
     run = G.run_ray(2, *ARGS)
     assert torch.allclose(run.params, reference.params, atol=1e-6, rtol=0)
     assert G.accuracy("digits-mlp", run.params) == G.accuracy("digits-mlp", reference.params)
     with pytest.raises(G.WorkerFailed, match=r"(?s)rank 1 raised inside Ray.*"
                        r"ValueError: planted on rank 1"):
         G.run_ray(2, fn=_boom)
+    # Ray Train's fit leaves a SIGINT handler that swallows Ctrl-C: the notebook's is back
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
 
 
 def test_the_options_cell_runs_without_the_extra_and_says_how_to_install(monkeypatch, capsys):
