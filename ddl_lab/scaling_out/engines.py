@@ -16,8 +16,8 @@ import os
 import shutil
 import signal
 import statistics
-import threading
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
