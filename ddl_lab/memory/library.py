@@ -63,7 +63,7 @@ def _wrap(kind: str, layers: nn.Sequential, optimizer: str, lr: float):
         from torch.distributed.fsdp import fully_shard
 
         from ddl_lab.model_parallel.tensor_parallel import device_mesh
-        mesh = device_mesh()
+        mesh = device_mesh(device().type)          # its GPU under nccl
         for layer in layers:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, mesh=mesh)

@@ -33,7 +33,7 @@ __all__ = ["shard", "column_parallel", "gather_columns", "row_parallel", "split_
            "ColumnParallelLinear", "RowParallelLinear", "megatron_mlp", "tp_run",
            "device_mesh", "library_tp"]
 
-_MESH: dict[int, Any] = {}
+_MESH: dict[tuple[int, str], Any] = {}
 
 
 def shard(t: torch.Tensor, dim: int, rank: int, n: int) -> torch.Tensor:
@@ -148,13 +148,15 @@ def split_layer(d_in: int = 7, d_out: int = 8, batch: int = 3, seed: int = 0
 
 # ------------------------------------------------------------------ the worker
 
-def device_mesh():
-    """A 1-D CPU device mesh over every rank, made once per worker."""
+def device_mesh(kind: str = "cpu"):
+    """A 1-D device mesh over every rank, made once per worker: on the CPU (the tensor
+    parallelism of lesson 09 keeps its tensors there), or ``kind="cuda"`` where the
+    model's tensors sit on this rank's GPU (FSDP2 under nccl, lesson 10)."""
     from torch.distributed.device_mesh import init_device_mesh
-    n = dist.get_world_size()
-    if n not in _MESH:
-        _MESH[n] = init_device_mesh("cpu", (n,))
-    return _MESH[n]
+    key = (dist.get_world_size(), kind)
+    if key not in _MESH:
+        _MESH[key] = init_device_mesh(kind, (key[0],))
+    return _MESH[key]
 
 
 def library_tp(layers: nn.Sequential) -> nn.Sequential:
