@@ -49,13 +49,14 @@ from .errors import caused_by
 from .pickling import dumps, loads
 
 __all__ = ["CONTEXT", "PRELOAD", "Child", "ByValue", "Raised", "answer", "join_all",
-           "stop_all", "exit_text", "start_method", "use_start_method"]
+           "stop_all", "exit_text", "start_method", "use_start_method", "start_server"]
 
 SETTING = "DDL_LAB_START_METHOD"
 START_METHODS = ("forkserver", "spawn")
 # imported once by the forkserver: what every worker imports and nothing that starts a
 # thread pool or runs a torch op at import (the server must never run a parallel op)
-PRELOAD = ["torch", "torch.distributed", "dill", "threadpoolctl", "ddl_lab.runtime.worker"]
+PRELOAD = ["torch", "torch.distributed", "dill", "threadpoolctl", "ddl_lab.runtime.worker",
+           "ddl_lab.runtime.serverside"]
 _POLL_S = 0.5
 
 
@@ -86,6 +87,14 @@ def context() -> Any:
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def start_server() -> None:
+    """Start the forkserver now if it is not running (under spawn: nothing), so that the
+    next start does not wait for it to import torch."""
+    if context().get_start_method() == "forkserver":
+        from multiprocess import forkserver
+        forkserver.ensure_running()
 
 
 class _Context:
