@@ -174,6 +174,20 @@ def _parent_pid(conn):
     time.sleep(120)
 
 
+def test_the_forkserver_has_one_thread_and_forks_the_callers_children(monkeypatch):
+    """What makes it safe where fork is not: nothing it preloads started a thread (an
+    OpenMP pool, a watcher) that a fork would leave half-copied."""
+    monkeypatch.setenv(SETTING, "forkserver")
+    child = Child.start(_parent_pid)
+    try:
+        server = _reply(child)
+        assert server != os.getpid()
+        assert psutil.Process(server).ppid() == os.getpid()
+        assert psutil.Process(server).num_threads() == 1
+    finally:
+        child.stop()
+
+
 def test_a_server_that_died_is_started_again_and_its_children_end(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
