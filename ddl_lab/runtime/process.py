@@ -19,12 +19,13 @@ safe where ``fork`` is not. ``fork`` copies the *caller* — a notebook kernel w
 threads (Jupyter's, gloo's, torch's OpenMP pool) of which only the forking one lives on in
 the child, so a lock another held stays held and the first parallel op can hang. The
 kernel's threads are never forked here: the server only imports modules (no parallel torch
-op, no CUDA, no process group ever runs in it) and forks from its single Python thread;
-each child sets its own torch threads. What a fork cannot take from the caller, each start
+op, no CUDA, no process group ever runs in it) and has one thread (tests/runtime hold it
+to that); each child sets its own torch threads. Children run the runtime's modules as the
+server imported them: restart the kernel after editing ``ddl_lab.runtime`` itself. What a fork cannot take from the caller, each start
 sends: its environment (``_Environment``), sys.path, working directory and key
 (``multiprocess``'s preparation data, as for spawn). The server ends when the caller and
-every child it forked have ended (each holds the end of its "alive" pipe); one that died is
-started again by the next start.
+every child it forked have ended (each holds the end of its "alive" pipe), removing its
+socket (``serverside``); one that died is started again by the next start.
 
 ``DDL_LAB_START_METHOD=spawn`` (or ``use_start_method("spawn")``) is the one setting that
 starts every course process as a fresh interpreter instead, as before.
