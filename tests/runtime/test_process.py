@@ -188,6 +188,16 @@ def test_the_forkserver_has_one_thread_and_forks_the_callers_children(monkeypatc
         child.stop()
 
 
+def test_a_child_refuses_to_run_another_ddl_lab_than_its_callers():
+    """A server started before sys.path changed may have imported another copy."""
+    from ddl_lab.runtime import process
+    env = dict(os.environ)
+    with pytest.raises(ImportError, match=f"set {SETTING}=spawn"):
+        process._become({}, "/elsewhere/ddl_lab/runtime/process.py")
+    assert dict(os.environ) == env                 # refused before touching anything
+    assert process._become(env, process.__file__) == env
+
+
 def test_a_server_that_died_is_started_again_and_its_children_end(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
