@@ -205,9 +205,9 @@ class _Environment(dict):
     *server's* environment, taken when the server started, so a test's or notebook's
     ``os.environ[...] = ...`` since then reaches workers only this way (under spawn it is
     the same environment twice). Variables read once as the server imported ``PRELOAD``
-    keep the server's value: OMP_NUM_THREADS and MKL_NUM_THREADS (the thread pools read
-    them as torch loads; ``_follow_thread_limits`` applies a changed one), the TORCH_*
-    flags torch reads at import, PYTHONHASHSEED, PYTHONPATH (sys.path is sent anyway),
+    keep the server's value: OMP_NUM_THREADS (read as torch loads;
+    ``_follow_thread_limits`` applies a changed one), MKL_NUM_THREADS, the TORCH_* flags
+    torch reads at import, PYTHONHASHSEED, PYTHONPATH (sys.path is sent anyway),
     LD_PRELOAD and LD_LIBRARY_PATH. It also checks that the child runs the caller's
     ddl_lab (a server started before sys.path changed may have imported another)."""
 
