@@ -50,7 +50,8 @@ from .errors import caused_by
 from .pickling import dumps, loads
 
 __all__ = ["CONTEXT", "PRELOAD", "Child", "ByValue", "Raised", "answer", "join_all",
-           "stop_all", "exit_text", "start_method", "use_start_method", "start_server"]
+           "stop_all", "exit_text", "start_method", "use_start_method", "start_server",
+           "server_socket"]
 
 SETTING = "DDL_LAB_START_METHOD"
 START_METHODS = ("forkserver", "spawn")
@@ -96,6 +97,15 @@ def start_server() -> None:
     if context().get_start_method() == "forkserver":
         from multiprocess import forkserver
         forkserver.ensure_running()
+
+
+def server_socket() -> str | None:
+    """The socket file the forkserver this process started listens on (in a folder that
+    ``multiprocess`` made in the temporary folder, removed as the kernel ends), or None."""
+    from multiprocess import forkserver
+    server = forkserver._forkserver                     # noqa: SLF001 (no public reader)
+    path = server._forkserver_address
+    return path if server._forkserver_pid is not None and isinstance(path, str) else None
 
 
 class _Context:
