@@ -1,21 +1,28 @@
 """Benchmark for lesson 00's runtime, measured side by side in one run.
 
-- cold start of a 4-rank Cluster vs the floor: spawning 4 bare processes that import torch
-  (target <= 1.5x);
+- cold start of a 4-rank Cluster, started by spawn and from the forkserver that preloads
+  torch (``runtime.process``), vs the floor: a bare ``os.fork`` of this process (torch
+  imported) 4 times (forkserver target <= 3x the floor and <= 0.5 s); spawn is also
+  compared with spawning 4 bare processes that import torch (target <= 1.5x);
+- a check's verdict (``check.ring_allreduce`` on lesson 06's solution) in a fresh kernel,
+  cold (its first call: the warm cluster starts) and warm (the second), spawn vs forkserver;
 - median round trip of a no-op ``run`` on 4 ranks (target <= 20 ms);
 - PyTorch's mnist_hogwild example (a small CNN, ``model.share_memory()``, 2 processes) on
   sklearn's bundled digits, launched through the course runtime vs through
   ``torch.multiprocessing``'s own ``Process``: test accuracy and wall time;
 - how long after a deadlocked run's timeout the per-rank report arrives (target <= 2 s).
 
-    python benchmarks/runtime_bench.py [--repeats 3] [--epochs 4]
+    python benchmarks/runtime_bench.py [--repeats 3] [--epochs 4] [--verdict-repeats 2]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import multiprocess as mp
 import torch
@@ -24,6 +31,9 @@ import torch.multiprocessing as tmp
 import torch.nn.functional as F
 
 from ddl_lab import Cluster, WorkerTimeout
+from ddl_lab.runtime.process import Child, start_method, stop_all, use_start_method
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _import_torch(conn) -> None:
@@ -49,12 +59,85 @@ def bare_spawn(n: int) -> float:
     return took
 
 
-def cluster_start(n: int) -> float:
+def bare_fork(n: int) -> float:
+    """The floor: seconds to ``os.fork`` this process (torch imported) n times, each child
+    reporting back through a pipe."""
     t0 = time.perf_counter()
-    c = Cluster(n)
+    pids, reads = [], []
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                     # the child runs no torch op: it reports and exits
+            os.write(w, b"r")
+            os._exit(0)
+        os.close(w)
+        pids.append(pid)
+        reads.append(r)
+    for r in reads:
+        os.read(r, 1)
+        os.close(r)
     took = time.perf_counter() - t0
-    c.shutdown()
+    for pid in pids:
+        os.waitpid(pid, 0)
     return took
+
+
+def _ready(conn) -> None:
+    conn.send("ready")
+
+
+def children_start(n: int) -> float:
+    """Seconds until n course processes (``process.Child``) answer: no process group."""
+    t0 = time.perf_counter()
+    children = [Child.start(_ready) for _ in range(n)]
+    for c in children:
+        if not c.conn.poll(120):
+            raise TimeoutError("a course process did not start within 120 s")
+        c.conn.recv()
+    took = time.perf_counter() - t0
+    stop_all(children)
+    return took
+
+
+def cluster_start(n: int, method: str | None = None) -> float:
+    """Seconds until ``Cluster(n)`` is ready, its processes started by ``method``."""
+    before = start_method()
+    use_start_method(method or before)
+    try:
+        t0 = time.perf_counter()
+        c = Cluster(n)
+        took = time.perf_counter() - t0
+        c.shutdown()
+    finally:
+        use_start_method(before)
+    return took
+
+
+VERDICT = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.conftest import load_solution
+from ddl_lab import check
+fn = load_solution("06_ring_allreduce", "my_ring_allreduce")
+times = []
+for _ in range(2):
+    t0 = time.perf_counter()
+    check.ring_allreduce(fn)
+    times.append(time.perf_counter() - t0)
+print("SECONDS", *times)
+"""
+
+
+def verdict(method: str) -> tuple[float, float]:
+    """A fresh kernel's cold and warm ``check.ring_allreduce`` on the solution (seconds)."""
+    out = subprocess.run([sys.executable, "-c", VERDICT.format(root=str(ROOT))], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "DDL_LAB_START_METHOD": method})
+    said = [ln for ln in out.stdout.splitlines() if ln.startswith("SECONDS")]
+    if out.returncode or not said:
+        raise RuntimeError(f"the check did not pass under {method}:\n{out.stderr[-3000:]}")
+    cold, warm = map(float, said[0].split()[1:])
+    return cold, warm
 
 
 def round_trip(n: int, runs: int = 200) -> float:
@@ -169,19 +252,49 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--verdict-repeats", type=int, default=2)
     a = ap.parse_args()
     n = a.world_size
-    floors, starts = [], []
-    for _ in range(a.repeats):            # interleaved, so both see the same machine load
-        floors.append(bare_spawn(n))
-        starts.append(cluster_start(n))
-    floor, start = statistics.median(floors), statistics.median(starts)
+    print(f"machine load (1/5/15 min): {_load()} on {os.cpu_count()} cores")
+    use_start_method("forkserver")
+    server = children_start(1)            # the first start in this process starts the server
+    starts: dict[str, list[float]] = {"floor": [], "bare": [], "children": [], "spawn": [],
+                                      "forkserver": []}
+    for _ in range(a.repeats):            # interleaved, so all see the same machine load
+        starts["floor"].append(bare_fork(n))
+        starts["bare"].append(bare_spawn(n))
+        starts["children"].append(children_start(n))
+        starts["spawn"].append(cluster_start(n, "spawn"))
+        starts["forkserver"].append(cluster_start(n, "forkserver"))
+    m = {k: statistics.median(v) for k, v in starts.items()}
+    floor = m["floor"]
     rt = round_trip(n)
     print(f"cold start, {n} ranks (median of {a.repeats}):")
-    print(f"  bare spawn + import torch : {floor:6.2f} s")
-    print(f"  Cluster({n}) ready         : {start:6.2f} s")
-    print(f"  ratio                     : {start / floor:6.2f}x   (target <= 1.5x)")
+    print(f"  floor: os.fork x{n} of this process (torch imported) : {floor * 1e3:8.1f} ms")
+    print(f"  bare spawn + import torch, x{n}                       : {m['bare']:8.2f} s")
+    print(f"  {n} course processes from the forkserver, no group    : {m['children']:8.2f} s"
+          f"   ({m['children'] / floor:.1f}x floor)")
+    print(f"  Cluster({n}) ready, spawn                             : {m['spawn']:8.2f} s"
+          f"   ({m['spawn'] / m['bare']:.2f}x bare spawn; target <= 1.5x)")
+    print(f"  Cluster({n}) ready, forkserver                        : {m['forkserver']:8.2f} s"
+          f"   ({m['forkserver'] / floor:.1f}x floor; target <= 3x and <= 0.5 s)")
+    print(f"  spawn / forkserver                                  : "
+          f"{m['spawn'] / m['forkserver']:8.1f}x")
+    print(f"  the forkserver's own start (once per kernel)        : {server:8.2f} s")
     print(f"no-op run() round trip, {n} ranks, median of 200: {rt * 1e3:.2f} ms (target <= 20 ms)")
+
+    verdicts: dict[str, list[tuple[float, float]]] = {"spawn": [], "forkserver": []}
+    for _ in range(a.verdict_repeats):    # interleaved
+        for method, runs in verdicts.items():
+            runs.append(verdict(method))
+    print(f"\ncheck.ring_allreduce on the solution in a fresh kernel (median of "
+          f"{a.verdict_repeats}; load now {_load()}):")
+    cold = {k: statistics.median(c for c, _ in v) for k, v in verdicts.items()}
+    warm = {k: statistics.median(w for _, w in v) for k, v in verdicts.items()}
+    for method in verdicts:
+        print(f"  {method:10s}: cold {cold[method]:6.2f} s   warm {warm[method]:6.2f} s")
+    print(f"  spawn / forkserver: cold {cold['spawn'] / cold['forkserver']:.2f}x   "
+          f"warm {warm['spawn'] / warm['forkserver']:.2f}x")
 
     data = digits()
     print(f"\nmnist_hogwild on sklearn digits, 2 processes, {a.epochs} epochs "
@@ -202,8 +315,11 @@ def main() -> None:
         lags = [timeout_report(warm) for _ in range(a.repeats)]
     print(f"\ntimeout -> per-rank report (deadlock, 2 ranks): median "
           f"{statistics.median(lags):.2f} s, max {max(lags):.2f} s (target <= 2 s)")
-    print("machine load (1/5/15 min): " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" on {os.cpu_count()} cores")
+    print(f"machine load (1/5/15 min): {_load()} on {os.cpu_count()} cores")
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ddl_lab.parallel_models.processes import SPAWN, run_processes, wait_barrier
+from ddl_lab.parallel_models.processes import CONTEXT, run_processes, wait_barrier
 from ddl_lab.parallel_models.shared_memory import CountingLock, SharedArray
 
 __all__ = ["MODES", "Problem", "sparse_problem", "dense_problem", "sparse_step", "sgd_update",
@@ -263,7 +263,7 @@ def run(problem: Problem, mode: str = "lock-free", processes: int = 2, epochs: i
     lr = problem.lr if lr is None else lr
     rows = deal_rows(len(problem), processes, epochs, seed)
     eval_every = max(1, len(rows[0]) // snapshots)
-    lock, barrier = CountingLock(), SPAWN.Barrier(processes)
+    lock, barrier = CountingLock(), CONTEXT.Barrier(processes)
     try:
         with SharedArray(problem.d, np.float64) as theta:
             outs = run_processes(hogwild_loop, processes, theta.handle, problem, rows, lr,
@@ -386,7 +386,7 @@ def contention(sizes: Sequence[int] = (100, 1000, 10_000), processes: int = 2,
     rows = []
     with SharedArray(sizes[0]) as theta:                          # warm up the cores
         run_processes(_dense_writer, processes, theta.handle, sizes[0], 2000, False,
-                      SPAWN.Barrier(processes), timeout=120)
+                      CONTEXT.Barrier(processes), timeout=120)
     for d in sizes:
         updates = max(100, int(work / (1 + d / 500)))
         times = {}
@@ -394,7 +394,7 @@ def contention(sizes: Sequence[int] = (100, 1000, 10_000), processes: int = 2,
                                  ("private", processes, False)):
             with SharedArray(d) as theta:
                 times[label] = max(run_processes(_dense_writer, n, theta.handle, d, updates,
-                                                 shared, SPAWN.Barrier(n), timeout=120))
+                                                 shared, CONTEXT.Barrier(n), timeout=120))
         rows.append({"d": d, "us_per_update": 1e6 * times["one"] / updates,
                      "shared": times["shared"] / (processes * times["one"]),
                      "private": times["private"] / (processes * times["one"])})
@@ -436,7 +436,7 @@ def run_learner_worker(worker: Callable, problem: Problem, processes: int = 2,
     """
     lr = problem.lr if lr is None else lr
     rows = deal_rows(len(problem), processes, epochs, seed)
-    lock, barrier = CountingLock(), SPAWN.Barrier(processes)
+    lock, barrier = CountingLock(), CONTEXT.Barrier(processes)
     try:
         with SharedArray(problem.d, np.float64) as theta:
             secs = run_processes(_learner_worker, processes, worker, theta.handle, problem,

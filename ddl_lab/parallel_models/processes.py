@@ -1,7 +1,7 @@
-"""Fresh spawn processes for one experiment (lessons 02 and 03).
+"""Fresh processes for one experiment (lessons 02 and 03).
 
 ``run_processes(fn, n, *args)`` runs ``fn(rank, *args)`` in ``n`` new processes: locks,
-barriers and shared values made with ``SPAWN`` are handed to them at start (the only way
+barriers and shared values made with ``CONTEXT`` are handed to them at start (the only way
 a lock can be shared), ``fn`` may come from a notebook cell (it travels by value, as the
 runtime's tasks do), every wait has a timeout, and no process is left behind (each is a
 ``runtime.process.Child``).
@@ -15,9 +15,9 @@ from multiprocess.connection import wait
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout
 from ddl_lab.runtime.pickling import loads
-from ddl_lab.runtime.process import SPAWN, ByValue, Child, Raised, answer, stop_all
+from ddl_lab.runtime.process import CONTEXT, ByValue, Child, Raised, answer, stop_all
 
-__all__ = ["SPAWN", "run_processes", "wait_barrier"]
+__all__ = ["CONTEXT", "run_processes", "wait_barrier"]
 
 _GRACE_S = 2.0                       # after one process fails, how long the others get
 
@@ -34,11 +34,11 @@ def wait_barrier(barrier: Any, timeout: float = 30.0) -> float:
 
 def run_processes(fn: Callable, n: int, *args: Any, timeout: float = 60.0,
                   **kwargs: Any) -> list:
-    """Run ``fn(rank, *args, **kwargs)`` in ``n`` fresh spawn processes (lessons 02, 03).
+    """Run ``fn(rank, *args, **kwargs)`` in ``n`` fresh processes (lessons 02, 03).
 
     Returns the results in rank order. ``fn`` may be defined in a notebook cell (it is
     pickled by value, as the runtime pickles tasks). Locks, barriers and shared values
-    made with ``SPAWN`` may be passed in ``args``. A process that raises, dies, or is
+    made with ``CONTEXT`` may be passed in ``args``. A process that raises, dies, or is
     still running after ``timeout`` seconds raises ``WorkerError`` naming it; every
     process is gone when this returns.
     """

@@ -4,7 +4,7 @@ Lesson 03's Hogwild! runs on the same pieces:
 
 - ``SharedArray``: a numpy array in a named shared-memory segment; worker processes
   attach to it *by name*, so every process reads and writes the same bytes.
-- ``processes.run_processes``: fresh *spawn* processes for one experiment.
+- ``processes.run_processes``: fresh processes for one experiment.
 - ``atomic_add``: the CPU's indivisible fetch-and-add (``lock xadd`` on x86), called
   through libatomic.
 - ``count_race``: several processes increment one shared counter with
@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from multiprocess import shared_memory as _shm
 
-from ddl_lab.parallel_models.processes import SPAWN, run_processes, wait_barrier
+from ddl_lab.parallel_models.processes import CONTEXT, run_processes, wait_barrier
 
 __all__ = ["SharedArray", "CountingLock", "atomic_add", "HARDWARE_ATOMICS", "METHODS",
            "RaceResult", "increment", "count_race", "compare_fixes", "claim_all",
@@ -147,8 +147,8 @@ class CountingLock:
     """
 
     def __init__(self, timeout: float = 30.0):
-        self._lock = SPAWN.Lock()
-        self._count = SPAWN.RawValue("q", 0)
+        self._lock = CONTEXT.Lock()
+        self._count = CONTEXT.RawValue("q", 0)
         self.timeout = timeout
 
     @property
@@ -247,7 +247,7 @@ def count_race(processes: int = 2, increments: int = 200_000, method: str = "non
         raise ValueError(f"unknown method {method!r}: use one of {METHODS}")
     if processes < 1 or increments < 1:
         raise ValueError("processes and increments must be positive")
-    lock, barrier = SPAWN.Lock(), SPAWN.Barrier(processes)
+    lock, barrier = CONTEXT.Lock(), CONTEXT.Barrier(processes)
     try:
         with SharedArray(1 + processes, np.int64) as counter:
             times = run_processes(increment, processes, counter.handle, increments, method,
@@ -303,7 +303,7 @@ def claim_all(next_chunk: Callable, stop: int, chunk: int = 1, processes: int = 
     processes on one shared int64 counter, each spending ``busy_us`` microseconds per
     claimed iteration. Returns each process's claimed (start, stop) pairs.
     """
-    lock, barrier = SPAWN.Lock(), SPAWN.Barrier(processes)
+    lock, barrier = CONTEXT.Lock(), CONTEXT.Barrier(processes)
     try:
         with SharedArray(1, np.int64) as counter:
             return run_processes(_claim_worker, processes, next_chunk, counter.handle, lock,

@@ -1,7 +1,7 @@
 """The processes of a parameter-server run (lesson 07): each plays a *role* — a shard, a
 replica, a throughput client — handed to it by the driver.
 
-Every process comes from a small pool of the runtime's spawn processes kept warm between
+Every process comes from a small pool of the runtime's processes kept warm between
 runs (``Roles``); every wait has a timeout, and every process of a failed run is killed.
 """
 from __future__ import annotations

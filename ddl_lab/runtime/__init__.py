@@ -1,6 +1,6 @@
 """The notebook-safe worker runtime (lesson 00; every later lesson runs on it).
 
-``Cluster`` starts ``world_size`` real worker processes (``multiprocess``, spawn) with
+``Cluster`` starts ``world_size`` real worker processes (``multiprocess``, forkserver) with
 the default ``torch.distributed`` process group initialised, and runs a function on
 every rank::
 

@@ -1,6 +1,6 @@
 """``Cluster``: worker processes started from a notebook cell (lesson 00).
 
-``Cluster(world_size)`` starts real worker processes (``multiprocess``, spawn) with the
+``Cluster(world_size)`` starts real worker processes (``multiprocess``, forkserver) with the
 default ``torch.distributed`` process group initialised and runs a function on every
 rank::
 
@@ -31,7 +31,7 @@ from .backends import check_port, choose_backend, free_port
 from .errors import Failure, RunInterrupted, WorkerError, death_hint, run_error
 from .memory import check_fits
 from .pickling import loads, pickle_task
-from .process import SPAWN, Child, exit_text, join_all, stop_all
+from .process import CONTEXT, Child, exit_text, join_all, stop_all
 from .progress import SINKS
 from .stacks import Where
 from .worker import worker_main
@@ -112,7 +112,7 @@ class Cluster:
         # a worker whose parent dies removes the store, which the parent can no longer do
         cleanup = partial(shutil.rmtree, self._tmpdir, ignore_errors=True)
         for rank in range(self.world_size):
-            ctl, their_ctl = SPAWN.Pipe(duplex=True)
+            ctl, their_ctl = CONTEXT.Pipe(duplex=True)
             p = Child.start(worker_main, (rank, their_ctl, cfg), name=f"ddl_lab-rank{rank}",
                             at_parent_exit=cleanup)
             their_ctl.close()

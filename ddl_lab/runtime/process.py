@@ -1,20 +1,41 @@
-"""The processes the course starts (lessons 00, 02, 07): one spawn context, one way to end
+"""The processes the course starts (lessons 00, 02, 07): one start method, one way to end
 with the parent, one way to stop, one wording for how a process ended, one reply for an
 exception.
 
 The runtime's workers, lesson 02's processes and lesson 07's parameter-server roles are
-each a ``Child``: a spawned process (never the platform's default start method) that
-runs ``target(conn, *args)`` with ``conn`` its end of a duplex pipe, leaves Ctrl-C to the
-parent and ends when the parent does, so a killed kernel leaves none of them behind.
-``stop_all`` ends a group of them within a bound (terminate, join, kill, join). A child
-that runs a task answers with ``answer``: ``("ok", result)`` or ``("err", Raised)``.
+each a ``Child``: a process started from ``CONTEXT`` (never the platform's default start
+method) that runs ``target(conn, *args)`` with ``conn`` its end of a duplex pipe, leaves
+Ctrl-C to the parent and ends when the parent does, so a killed kernel leaves none of them
+behind. ``stop_all`` ends a group of them within a bound (terminate, join, kill, join). A
+child that runs a task answers with ``answer``: ``("ok", result)`` or ``("err", Raised)``.
 Everything that travels by value (tasks, results) is pickled by ``runtime.pickling``.
+Locks, barriers and shared values handed to children are made with ``CONTEXT`` too.
+
+**How processes start.** From a *forkserver* (``multiprocess``'s): the first start in a
+process launches a server, a fresh interpreter that imports ``PRELOAD`` (torch,
+torch.distributed, the runtime's worker modules) once and waits on a socket; every start
+is then a fork of that server (a few milliseconds, not 1-3 s of importing torch). This is
+safe where ``fork`` is not. ``fork`` copies the *caller* — a notebook kernel with its
+threads (Jupyter's, gloo's, torch's OpenMP pool) of which only the forking one lives on in
+the child, so a lock another held stays held and the first parallel op can hang. The
+kernel's threads are never forked here: the server only imports modules (no parallel torch
+op, no CUDA, no process group ever runs in it) and has one thread (tests/runtime hold it
+to that); each child sets its own torch threads. Children run the runtime's modules as the
+server imported them: restart the kernel after editing ``ddl_lab.runtime`` itself. What a fork cannot take from the caller, each start
+sends: its environment (``_Environment``), sys.path, working directory and key
+(``multiprocess``'s preparation data, as for spawn). The server ends when the caller and
+every child it forked have ended (each holds the end of its "alive" pipe), removing its
+socket (``serverside``); one that died is started again by the next start.
+
+``DDL_LAB_START_METHOD=spawn`` (or ``use_start_method("spawn")``) is the one setting that
+starts every course process as a fresh interpreter instead, as before.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -28,11 +49,77 @@ from multiprocess.connection import Connection
 from .errors import caused_by
 from .pickling import dumps, loads
 
-__all__ = ["SPAWN", "Child", "ByValue", "Raised", "answer", "join_all", "stop_all",
-           "exit_text"]
+__all__ = ["CONTEXT", "PRELOAD", "Child", "ByValue", "Raised", "answer", "join_all",
+           "stop_all", "exit_text", "start_method", "use_start_method", "start_server",
+           "server_socket"]
 
-SPAWN = mp.get_context("spawn")     # never the platform's default start method
+SETTING = "DDL_LAB_START_METHOD"
+START_METHODS = ("forkserver", "spawn")
+# imported once by the forkserver: what every worker imports and nothing that starts a
+# thread pool or runs a torch op at import (the server must never run a parallel op)
+PRELOAD = ["torch", "torch.distributed", "dill", "threadpoolctl", "ddl_lab.runtime.worker",
+           "ddl_lab.runtime.serverside"]
 _POLL_S = 0.5
+
+
+def start_method() -> str:
+    """How the course's processes start: ``DDL_LAB_START_METHOD`` ('forkserver', the
+    default, or 'spawn'); spawn where the platform has no forkserver (Windows)."""
+    method = os.environ.get(SETTING, "forkserver")
+    if method not in START_METHODS:
+        raise ValueError(f"{SETTING} must be one of {', '.join(START_METHODS)}; "
+                         f"got {method!r}")
+    if method == "forkserver" and method not in mp.get_all_start_methods():
+        return "spawn"
+    return method
+
+
+def use_start_method(method: str) -> None:
+    """Start the course's processes by ``method`` ('forkserver' or 'spawn') from now on:
+    sets ``DDL_LAB_START_METHOD``, the one setting (processes already running stay)."""
+    if method not in START_METHODS:
+        raise ValueError(f"method must be one of {', '.join(START_METHODS)}; got {method!r}")
+    os.environ[SETTING] = method
+
+
+def context() -> Any:
+    """The ``multiprocess`` context of ``start_method()``, the forkserver's preload set."""
+    method = start_method()
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def start_server() -> None:
+    """Start the forkserver now if it is not running (under spawn: nothing), so that the
+    next start does not wait for it to import torch."""
+    if context().get_start_method() == "forkserver":
+        from multiprocess import forkserver
+        forkserver.ensure_running()
+
+
+def server_socket() -> str | None:
+    """The socket file the forkserver this process started listens on (in a folder that
+    ``multiprocess`` made in the temporary folder, removed as the kernel ends), or None."""
+    from multiprocess import forkserver
+    server = forkserver._forkserver                     # noqa: SLF001 (no public reader)
+    path = server._forkserver_address
+    return path if server._forkserver_pid is not None and isinstance(path, str) else None
+
+
+class _Context:
+    """``CONTEXT.Pipe()``, ``CONTEXT.Lock()``, ``CONTEXT.Barrier(n)``...: from the context
+    the next ``Child`` starts from (read from the setting at each call)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(context(), name)
+
+    def __repr__(self) -> str:
+        return f"<ddl_lab process context: {start_method()}>"
+
+
+CONTEXT: Any = _Context()
 
 
 def exit_text(code: int | None) -> str:
@@ -45,11 +132,14 @@ def exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _end_with_parent(parent: int, lifeline: Connection,
+def _end_with_parent(lifeline: Connection,
                      cleanup: Callable[[], None] | None = None) -> None:
-    """Start a daemon thread that ends this process (after ``cleanup``) once ``parent``
-    is gone, seen at once as the end of ``lifeline`` (a pipe only the parent writes to,
-    and never does): a notebook kernel that is killed leaves no process behind."""
+    """Start a daemon thread that ends this process (after ``cleanup``) once the caller is
+    gone, seen at once as the end of ``lifeline`` (a pipe only the caller writes to, and
+    never does; the forkserver closes its copy as it forks), or once the process that
+    started this one (the caller, or the forkserver) is: a notebook kernel that is killed
+    leaves no process behind."""
+    parent = os.getppid()           # under a forkserver: the server, not the caller
     def watch() -> None:
         while os.getppid() == parent and not lifeline.poll(_POLL_S):
             pass
@@ -93,7 +183,7 @@ class ByValue:
     @staticmethod
     def functions(obj: Any) -> Any:
         """``obj`` as a ``ByValue`` if it is a function, else as it is (it travels with
-        the spawn: locks, barriers and shared values can only travel that way)."""
+        the start: locks, barriers and shared values can only travel that way)."""
         return ByValue(obj) if isinstance(obj, FunctionType) else obj
 
     def load(self) -> Any:
@@ -118,22 +208,65 @@ def answer(fn: Any, *first: Any, args: Any = (), kwargs: Any = None) -> tuple:
         return ("err", Raised.of(e))
 
 
-def _child_main(parent: int, lifeline: Connection, authkey: bytes, threads: int | None,
-                at_parent_exit: Callable[[], None] | None, target: Callable,
-                conn: Connection, args: tuple, kwargs: dict) -> None:
+class _Environment(dict):
+    """The caller's ``os.environ`` as a start sends it. Loading it in the child (the first
+    argument, so before the target and the other arguments are loaded) makes it the
+    child's environment and gives back the one the child had: a forked child inherits the
+    *server's* environment, taken when the server started, so a test's or notebook's
+    ``os.environ[...] = ...`` since then reaches workers only this way (under spawn it is
+    the same environment twice). Variables read once as the server imported ``PRELOAD``
+    keep the server's value: OMP_NUM_THREADS (read as torch loads;
+    ``_follow_thread_limits`` applies a changed one), MKL_NUM_THREADS, the TORCH_* flags
+    torch reads at import, PYTHONHASHSEED, PYTHONPATH (sys.path is sent anyway),
+    LD_PRELOAD and LD_LIBRARY_PATH. It also checks that the child runs the caller's
+    ddl_lab (a server started before sys.path changed may have imported another)."""
+
+    def __reduce__(self) -> tuple:
+        return (_become, (dict(self), __file__))
+
+
+def _become(env: dict[str, str], caller: str) -> dict[str, str]:
+    if os.path.realpath(caller) != os.path.realpath(__file__):
+        raise ImportError(f"this process runs {__file__}, its caller {caller}: the forkserver "
+                          "imported ddl_lab before sys.path changed. Restart the kernel, or "
+                          f"set {SETTING}=spawn")
+    before = dict(os.environ)
+    for name in set(before) - set(env):
+        del os.environ[name]
+    os.environ.update(env)
+    if "tempfile" in sys.modules:          # its folder was cached from the server's TMPDIR
+        sys.modules["tempfile"].tempdir = None
+    return before
+
+
+def _follow_thread_limits(before: dict[str, str], threads: int | None) -> None:
+    """Torch's threads in a new child: ``threads`` if asked, else as OMP_NUM_THREADS says
+    when the caller's differs from the one torch read at import (in the server)."""
+    if threads is None:
+        asked = os.environ.get("OMP_NUM_THREADS", "")
+        if asked == before.get("OMP_NUM_THREADS", "") or not asked.isdigit() or asked == "0":
+            return
+        threads = int(asked)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(threads)
+    except ImportError:
+        pass
+
+
+def _child_main(before: dict[str, str], lifeline: Connection, authkey: bytes,
+                threads: int | None, at_parent_exit: Callable[[], None] | None,
+                target: Callable, conn: Connection, args: tuple, kwargs: dict) -> None:
     """What a course process does first: leave Ctrl-C to the parent, end with the parent,
     take the parent's key (torch.multiprocessing hands shared memory over a socket that
-    checks it), and, if asked, use ``threads`` BLAS threads (several processes share the
-    laptop's cores)."""
+    checks it), and set its threads (several processes share the laptop's cores).
+    ``before``: the environment it had before the caller's replaced it (``_Environment``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     multiprocessing.current_process().authkey = authkey
-    _end_with_parent(parent, lifeline, at_parent_exit)
-    if threads is not None:
-        try:
-            from threadpoolctl import threadpool_limits
-            threadpool_limits(threads)
-        except ImportError:
-            pass
+    _end_with_parent(lifeline, at_parent_exit)
+    _follow_thread_limits(before, threads)
     try:
         target(conn, *args, **kwargs)
     finally:                        # it may have ended first, seeing its pipe close
@@ -142,7 +275,8 @@ def _child_main(parent: int, lifeline: Connection, authkey: bytes, threads: int 
 
 
 class Child:
-    """One spawned process of the course and the parent's end of its pipe."""
+    """One process of the course (started from ``CONTEXT``) and the parent's end of its
+    pipe."""
 
     def __init__(self, process: Any, conn: Connection, lifeline: Connection):
         self.process, self.conn, self._lifeline = process, conn, lifeline
@@ -151,15 +285,18 @@ class Child:
     def start(cls, target: Callable, args: tuple = (), kwargs: dict | None = None, *,
               name: str = "ddl_lab-child", threads: int | None = None,
               at_parent_exit: Callable[[], None] | None = None) -> "Child":
-        """Spawn a process that runs ``target(conn, *args, **kwargs)``; ``target`` and the
-        arguments travel with the spawn. ``at_parent_exit`` runs in the child if the
+        """Start a process that runs ``target(conn, *args, **kwargs)``; ``target`` and the
+        arguments travel with the start, with this process's environment. ``threads``:
+        torch and BLAS threads in the child. ``at_parent_exit`` runs in the child if the
         parent dies first (it must pickle)."""
-        mine, theirs = SPAWN.Pipe(duplex=True)
-        life_end, lifeline = SPAWN.Pipe(duplex=False)      # the child reads, the parent holds
+        ctx = context()
+        mine, theirs = ctx.Pipe(duplex=True)
+        life_end, lifeline = ctx.Pipe(duplex=False)      # the child reads, the parent holds
         key = bytes(multiprocessing.current_process().authkey)
-        process = SPAWN.Process(target=_child_main, daemon=True, name=name,
-                                args=(os.getpid(), life_end, key, threads, at_parent_exit,
-                                      target, theirs, tuple(args), dict(kwargs or {})))
+        process = ctx.Process(target=_child_main, daemon=True, name=name,
+                              args=(_Environment(os.environ), life_end, key, threads,
+                                    at_parent_exit, target, theirs, tuple(args),
+                                    dict(kwargs or {})))
         process.start()
         theirs.close()
         life_end.close()

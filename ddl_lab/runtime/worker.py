@@ -1,6 +1,6 @@
 """Inside a worker process (lesson 00): join the group, run tasks, answer "where are you?".
 
-Each worker is a spawned process with ``torch.distributed`` initialised, one torch
+Each worker is a process (``process.Child``) with ``torch.distributed`` initialised, one torch
 thread by default, stdout/stderr sent to the notebook line by line, and the
 environment ``torchrun`` would give it (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``, ...), so ``torch.distributed.rpc.init_rpc`` works as written.

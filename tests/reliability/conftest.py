@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ddl_lab.runtime import cluster as runtime_cluster
+from ddl_lab.runtime.process import server_socket
 
 from .system import files_under, leaked_shm_segments, shm_segments
 
@@ -50,8 +51,11 @@ def private_tmp(tmp_path_factory):
 
 
 def live_cluster_dirs() -> set[str]:
-    """The private folders (file stores) of the clusters alive in this process."""
-    return {Path(c._tmpdir).name for c in list(runtime_cluster._LIVE) if c._tmpdir}
+    """The private folders (file stores) of the clusters alive in this process, and the
+    folder of the live forkserver's socket (both go as this process ends)."""
+    socket = server_socket()
+    return ({Path(c._tmpdir).name for c in list(runtime_cluster._LIVE) if c._tmpdir}
+            | ({Path(socket).parent.name} if socket else set()))
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from ddl_lab.parameter_server.errors import ShardDied
 from ddl_lab.ring_allreduce.engine import allreduce
 from ddl_lab.ring_allreduce.shm import shm_allreduce
 from ddl_lab.runtime import on_progress
+from ddl_lab.runtime.process import start_method, start_server
 
 from .system import descendants, gone, listening, survivors, wait_until
 
@@ -131,6 +132,7 @@ def test_a_shard_killed_while_replicas_push(leftovers, tmp_path):
         client.push = counted
         return D.downpour_replica(client, problem, setup, rid, tl)
 
+    start_server()                  # a process of this session, not of the run
     before = descendants()
     outcome = {}
 
@@ -252,6 +254,7 @@ def kernel(tmp_path, *flags):
 
 def test_ctrl_c_during_a_run_stops_the_workers_and_the_next_run_works(tmp_path, leftovers):
     with kernel(tmp_path) as (p, pids):
+        family = descendants(p.pid)              # the forkserver too
         sent = time.time()
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=120)
@@ -261,7 +264,7 @@ def test_ctrl_c_during_a_run_stops_the_workers_and_the_next_run_works(tmp_path, 
     assert "the workers were stopped; the next run starts fresh ones" in lines["INTERRUPTED"]
     assert seconds < 15.0
     assert lines["NEXT"] == "0 1 2 3" and p.returncode == 0
-    assert gone(pids)
+    assert gone(family), f"outlived their kernel: {survivors(family)}"
     assert leftovers() == []
 
 
@@ -269,6 +272,8 @@ def test_the_kernel_killed_with_a_cluster_and_shards_up_leaves_nothing(tmp_path,
     with kernel(tmp_path, "--ps") as (p, pids):
         family = descendants(p.pid)
         assert set(pids) < family and len(family) >= 6        # 4 ranks, 2 shards
+        server = {psutil.Process(pid).ppid() for pid in pids} - {p.pid}   # the forkserver
+        assert len(server) == (start_method() == "forkserver") and server < family
         p.kill()
         killed = time.monotonic()
         p.wait(10)

@@ -1,5 +1,6 @@
-"""The process layer (lesson 00): spawn, error replies, bounded stops, ending with the
-parent, and one pickling policy for what travels by value."""
+"""The process layer (lesson 00): one start method (a forkserver, or spawn by one setting),
+error replies, bounded stops, ending with the parent (the server too), the caller's
+environment, and one pickling policy for what travels by value."""
 import os
 import signal
 import subprocess
@@ -8,11 +9,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ddl_lab.runtime import pickling
-from ddl_lab.runtime.process import (SPAWN, ByValue, Child, Raised, answer, exit_text,
-                                     stop_all)
+from ddl_lab.runtime.process import (CONTEXT, SETTING, ByValue, Child, Raised, answer,
+                                     exit_text, start_method, stop_all, use_start_method)
 
 from .notebook import Notebook
 
@@ -42,8 +44,54 @@ def _reply(child: Child, timeout: float = 60.0) -> tuple:
     return child.conn.recv()
 
 
-def test_the_spawn_context_is_spawn():
-    assert SPAWN.get_start_method() == "spawn"
+def test_the_start_method_is_one_setting_and_never_the_platform_default(monkeypatch):
+    monkeypatch.delenv(SETTING, raising=False)
+    assert start_method() == CONTEXT.get_start_method() == "forkserver"
+    use_start_method("spawn")
+    assert os.environ[SETTING] == "spawn"
+    assert start_method() == CONTEXT.get_start_method() == "spawn"
+    monkeypatch.setenv(SETTING, "fork")
+    with pytest.raises(ValueError, match="forkserver, spawn"):
+        start_method()
+    with pytest.raises(ValueError, match="forkserver, spawn"):
+        use_start_method("fork")
+
+
+def _environment(conn, names):
+    import torch
+    conn.send(({n: os.environ.get(n) for n in names}, os.getcwd(), torch.get_num_threads()))
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_child_gets_the_callers_environment_as_it_is_now(monkeypatch, tmp_path, method):
+    monkeypatch.setenv(SETTING, method)
+    Child.start(_sleeper).stop()                   # the server (if any) is up before the change
+    monkeypatch.setenv("DDL_TEST_SET", "now")
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")     # read at torch's import: followed by hand
+    monkeypatch.chdir(tmp_path)
+    child = Child.start(_environment, (["DDL_TEST_SET", "HOME"],))
+    try:
+        env, cwd, threads = _reply(child)
+    finally:
+        child.stop()
+    assert env == {"DDL_TEST_SET": "now", "HOME": None}
+    assert (cwd, threads) == (str(tmp_path), 1)
+
+
+def _parallel_op(conn):
+    import torch
+    a = torch.randn(256, 256)
+    conn.send((torch.get_num_threads(), float((a @ a).sum().isfinite())))
+
+
+def test_a_child_runs_a_parallel_op_on_the_threads_it_asked_for():
+    """The server never ran one, so the child's thread pool starts afresh (no hang)."""
+    child = Child.start(_parallel_op, threads=2)
+    try:
+        assert _reply(child) == (2, 1.0)
+    finally:
+        child.stop()
 
 
 def test_a_child_that_raises_answers_with_type_message_and_traceback():
@@ -89,7 +137,9 @@ def test_a_child_that_ends_on_sigterm_is_not_killed():
     assert exit_text(child.exitcode) == "exit code -15 (SIGTERM)"
 
 
-def test_a_child_ends_when_its_parent_dies_and_cleans_up(tmp_path):
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_child_ends_when_its_parent_dies_and_cleans_up(tmp_path, method):
+    """The forkserver too: a killed kernel leaves no process of the course behind."""
     left = tmp_path / "store"
     left.mkdir()
     script = textwrap.dedent(f"""
@@ -101,17 +151,80 @@ def test_a_child_ends_when_its_parent_dies_and_cleans_up(tmp_path):
         print("PID", c.pid, flush=True)
         time.sleep(120)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, SETTING: method})
+    family = []
     try:
         line = parent.stdout.readline()
         assert line.startswith("PID"), line
         pid = int(line.split()[1])
         assert _alive(pid)
+        family = [p.pid for p in psutil.Process(parent.pid).children(recursive=True)]
+        assert pid in family
     finally:
         parent.kill()
         parent.wait(10)
     assert _within(5.0, lambda: not _alive(pid)), "the child outlived its parent"
     assert _within(5.0, lambda: not left.exists()), "the child did not clean up"
+    assert _within(5.0, lambda: not any(map(_alive, family))), "a server outlived the parent"
+
+
+def _parent_pid(conn):
+    conn.send(os.getppid())
+    time.sleep(120)
+
+
+def test_the_forkserver_has_one_thread_and_forks_the_callers_children(monkeypatch):
+    """What makes it safe where fork is not: nothing it preloads started a thread (an
+    OpenMP pool, a watcher) that a fork would leave half-copied."""
+    monkeypatch.setenv(SETTING, "forkserver")
+    child = Child.start(_parent_pid)
+    try:
+        server = _reply(child)
+        assert server != os.getpid()
+        assert psutil.Process(server).ppid() == os.getpid()
+        assert psutil.Process(server).num_threads() == 1
+    finally:
+        child.stop()
+
+
+def test_a_child_refuses_to_run_another_ddl_lab_than_its_callers():
+    """A server started before sys.path changed may have imported another copy."""
+    from ddl_lab.runtime import process
+    env = dict(os.environ)
+    with pytest.raises(ImportError, match=f"set {SETTING}=spawn"):
+        process._become({}, "/elsewhere/ddl_lab/runtime/process.py")
+    assert dict(os.environ) == env                 # refused before touching anything
+    assert process._become(env, process.__file__) == env
+
+
+def test_a_server_that_died_is_started_again_and_its_children_end(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from ddl_lab.runtime.process import Child
+        from tests.runtime.test_process import _alive, _parent_pid
+        first = Child.start(_parent_pid)
+        server = first.conn.recv()
+        print("SERVER", server, first.pid, flush=True)
+        os.kill(server, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while _alive(first.pid) and time.monotonic() < deadline:   # its watch ends it
+            time.sleep(0.05)
+        print("ENDED", not _alive(first.pid), flush=True)
+        second = Child.start(_parent_pid)
+        print("AGAIN", second.conn.recv(), os.getpid(), flush=True)
+        second.stop()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, SETTING: "forkserver"})
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert "AGAIN" in lines, out.stderr[-2000:]
+    server, first = map(int, lines["SERVER"].split())
+    again, parent = map(int, lines["AGAIN"].split())
+    assert server != parent and again not in (server, parent)       # a new server
+    assert lines["ENDED"] == "True", "a child outlived its server"
+    assert out.returncode == 0
 
 
 def test_a_notebook_cells_function_travels_by_value_through_the_one_policy():
@@ -160,6 +273,6 @@ def _within(seconds: float, ok) -> bool:
 
 @pytest.fixture(autouse=True)
 def _no_child_left():
-    before = set(SPAWN.active_children())         # warm pools of other tests may be up
+    before = set(CONTEXT.active_children())         # warm pools of other tests may be up
     yield
-    assert not set(SPAWN.active_children()) - before, "a test left a child running"
+    assert not set(CONTEXT.active_children()) - before, "a test left a child running"
