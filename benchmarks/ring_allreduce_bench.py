@@ -2,7 +2,7 @@
 ``dist.all_reduce`` (gloo), and the shared-memory allreduce against gloo and against the
 machine's memory bandwidth.
 
-    .venv/bin/python benchmarks/collectives_bench.py            # 64 MiB float32, 2 and 4 ranks
+    .venv/bin/python benchmarks/ring_allreduce_bench.py         # 64 MiB float32, 2 and 4 ranks
 
 Each figure: the best of ``--repeats`` runs timed on the slowest rank, then the median
 over ``--rounds`` rounds in which every method takes its turn (so a change in the

@@ -31,12 +31,11 @@ from typing import Any, Callable, Iterator
 
 from torch._C import _distributed_c10d as c10d_cpp
 
-from ddl_lab.runtime.wiretap import METHODS, Wiretap
+from ddl_lab.runtime.wiretap import METHODS, forwarding
 
 __all__ = ["Touch", "sealed", "CLOSED"]
 
 CLOSED = ("the capstone closes every channel the meter cannot count: ")
-_ROUTE = Wiretap._route.__code__          # the one caller a raw group still answers
 _GROUP_TOO = ("split_group", "merge_remote_group")
 _STORE = ("set", "compare_set", "get", "add", "check", "delete_key", "num_keys", "wait",
           "append", "multi_get", "multi_set", "queue_push", "queue_pop", "queue_len",
@@ -72,7 +71,7 @@ def _refuse(what: str) -> Callable:
 
 def _raw_only_from_the_tap(name: str, method: Callable) -> Callable:
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if sys._getframe(1).f_code is not _ROUTE:
+        if not forwarding():                   # the one caller a raw group still answers
             raise RuntimeError(_group_message(name))
         return method(self, *args, **kwargs)
     guarded.__name__ = name

@@ -40,7 +40,7 @@ from ddl_lab.capstone.wire import Wire, metered, metered_server
 from ddl_lab.ml.data import Dataset, digits, shard
 from ddl_lab.ml.models import SmallCNN, flat_params
 from ddl_lab.ml.training import evaluate_accuracy
-from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["Batches", "WorkerReport", "Result", "PlanFailed", "measure", "scaling_table",

@@ -5,7 +5,7 @@ While a plan runs, the worker listens with the runtime's ``Wiretap`` (``runtime.
 its group *is* the default group, so every ``torch.distributed`` call — from the plan, from
 ``data_parallel.average_params``, from lesson 08's ``all_gather_bytes``, even from DDP's
 C++ reducer and its communication hooks — goes through it and is charged what it puts on
-the wire, counted as lesson 06 counts a ring (``ring_allreduce.cost.sent_bytes``; S: this
+the wire, counted as lesson 06 counts a ring (``runtime.costs.sent_bytes``; S: this
 rank's tensor, n ranks):
 
 - all_reduce: 2(n−1)/n · S (the ring's share-reduce, then share-only);

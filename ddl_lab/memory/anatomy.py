@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.model_parallel.stages import build_layers, digits_batches
 
 __all__ = ["MiB", "OPTIMIZERS", "PRECISIONS", "Memory", "tensor_bytes", "state_tensors",

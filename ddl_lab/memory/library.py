@@ -6,9 +6,7 @@ bytes kept per rank, bytes sent per step, seconds per step.
 """
 from __future__ import annotations
 
-
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ddl_lab.memory.anatomy import make_optimizer
@@ -19,42 +17,6 @@ from ddl_lab.runtime.backends import device
 __all__ = ["LIBRARIES", "library_run"]
 
 LIBRARIES = ("FSDP2", "ZeroRedundancyOptimizer")
-
-
-class _Counted:
-    """FSDP2's collectives (it talks to its mesh's group, past the wiretap) counted by lesson
-    06's ring model, as the wiretap counts a collective: the bytes this rank puts on the
-    wire. torch ≥ 2.8 names them ``*_single``, earlier ones ``*_tensor``; a call that goes
-    through another counted function is counted once, at the outermost."""
-
-    NAMES = {"all_gather_single": "all_gather", "reduce_scatter_single": "reduce_scatter",
-             "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
-
-    def __init__(self) -> None:
-        self.sent, self._saved, self._depth = 0.0, {}, 0
-
-    def __enter__(self) -> "_Counted":
-        from ddl_lab.ring_allreduce.cost import sent_bytes
-        for name, op in self.NAMES.items():
-            if not hasattr(dist, name):
-                continue
-            fn = self._saved[name] = getattr(dist, name)
-
-            def counted(output, input, *args, _fn=fn, _op=op, **kwargs):
-                if not self._depth:
-                    n = dist.get_world_size(kwargs.get("group"))
-                    self.sent += sent_bytes(_op, n, input.numel() * input.element_size())
-                self._depth += 1
-                try:
-                    return _fn(output, input, *args, **kwargs)
-                finally:
-                    self._depth -= 1
-            setattr(dist, name, counted)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for name, fn in self._saved.items():
-            setattr(dist, name, fn)
 
 
 def _wrap(kind: str, layers: nn.Sequential, optimizer: str, lr: float):
@@ -84,6 +46,6 @@ def library_run(kind: str, hidden: int = 64, depth: int = 4, batch: int = 32, st
     if kind not in LIBRARIES:
         raise ValueError(f"kind must be one of {LIBRARIES}, got {kind!r}")
     layers = build_layers("mlp", hidden, seed, depth).to(device())
-    with (_Counted() if kind == "FSDP2" else Wiretap()) as tap:   # DDP talks to the tapped group
+    with Wiretap(every_group=True) as tap:    # DDP talks to the tapped group, FSDP2 to its mesh's
         model, opt = _wrap(kind, layers, optimizer, lr)
         return library_steps(kind, model, layers, opt, tap, batch, steps, seed)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.model_parallel.stages import build_layers, digits_batches
 
 __all__ = ["MODES", "Precision", "precision_run", "test_accuracy", "step_times",

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ddl_lab.memory.anatomy import profiled
-from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.ring_allreduce.engine import chunk_bounds
 
 __all__ = ["segments_for", "forward_blocks", "Recompute", "recompute_run"]

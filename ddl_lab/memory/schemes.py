@@ -23,8 +23,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ddl_lab.memory.anatomy import MiB, Memory, state_tensors, tensor_bytes
-from ddl_lab.model_parallel.pipeline import (ActivationMeter, gpipe_order, input_shape,
-                                             one_f_one_b_order, run_schedule)
+from ddl_lab.ml.activations import ActivationMeter
+from ddl_lab.model_parallel.pipeline import (gpipe_order, input_shape, one_f_one_b_order,
+                                             run_schedule)
 from ddl_lab.model_parallel.stages import (build_layers, cut, digits_batches, microbatches,
                                            neighbours)
 from ddl_lab.model_parallel.tensor_parallel import device_mesh, library_tp

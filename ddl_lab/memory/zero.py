@@ -33,10 +33,11 @@ from torch import nn
 from ddl_lab.memory.anatomy import (Memory, MixedPrecision, make_optimizer, state_tensors,
                                     tensor_bytes)
 from ddl_lab.memory.recompute import forward_blocks, segments_for
-from ddl_lab.model_parallel.pipeline import ActivationMeter
+from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.model_parallel.stages import build_layers, digits_batches
 from ddl_lab.ring_allreduce.engine import chunk_bounds
 from ddl_lab.runtime.backends import device
+from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
 
 __all__ = ["STAGES", "ring_reduce_scatter", "ring_all_gather", "ring_chunk", "ZeroResult",
            "zero_run", "ddp_run", "library_steps"]
@@ -91,7 +92,7 @@ def _padded(flat: torch.Tensor) -> tuple[list[tuple[int, int]], int]:
 
 
 def _reduce_scatter(flat: torch.Tensor) -> torch.Tensor:
-    """``ring_reduce_scatter``, or the same with ``dist.reduce_scatter_tensor`` on chunks
+    """``ring_reduce_scatter``, or the same with ``dist.reduce_scatter_single`` on chunks
     padded to equal length (``builtin``)."""
     if not _BUILTIN[0]:
         return ring_reduce_scatter(flat)
@@ -100,20 +101,20 @@ def _reduce_scatter(flat: torch.Tensor) -> torch.Tensor:
     for i, (a, b) in enumerate(bounds):
         padded[i * c:i * c + b - a] = flat[a:b]
     out = flat.new_empty(c)
-    dist.reduce_scatter_tensor(out, padded)
+    reduce_scatter_single(out, padded)
     mine = ring_chunk(flat)
     return mine.copy_(out[:mine.numel()])
 
 
 def _all_gather(flat: torch.Tensor) -> torch.Tensor:
-    """``ring_all_gather``, or ``dist.all_gather_into_tensor`` on padded chunks."""
+    """``ring_all_gather``, or ``dist.all_gather_single`` on padded chunks."""
     if not _BUILTIN[0]:
         return ring_all_gather(flat)
     bounds, c = _padded(flat)
     mine = flat.new_zeros(c)
     mine[:ring_chunk(flat).numel()] = ring_chunk(flat)
     out = flat.new_empty(len(bounds) * c)
-    dist.all_gather_into_tensor(out, mine)
+    all_gather_single(out, mine)
     for i, (a, b) in enumerate(bounds):
         flat[a:b] = out[i * c:i * c + b - a]
     return flat

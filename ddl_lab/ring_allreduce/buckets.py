@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
+from ddl_lab.ml.workloads import build
 from ddl_lab.runtime import device
 
 __all__ = ["bucket_indices", "GradientBuckets", "overlap_backward"]

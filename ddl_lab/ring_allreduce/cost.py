@@ -1,4 +1,7 @@
-"""The α–β(–γ) cost model of an allreduce, and α, β, γ measured here (lesson 06)."""
+"""The α–β(–γ) cost model of an allreduce, and α, β, γ measured here (lesson 06).
+
+The ring, the tree and the star, and the bytes of each operation (``sent_bytes``), are the
+shared ``runtime.costs``: several lessons and the wiretap count with them."""
 from __future__ import annotations
 
 import math
@@ -10,31 +13,10 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab.runtime import device
+from ddl_lab.runtime.costs import ring_time, sent_bytes, star_time, tree_time
 
 __all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model",
            "model_counts", "best_chunks", "MODELLED", "shared_cores"]
-
-
-def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
-    """Bytes one of ``world_size`` ranks puts on the wire for ``op`` of the ``nbytes`` it
-    hands in, in the ring model (lesson 06; lesson 12's meter charges exactly this).
-
-    all_reduce 2(n−1)/n·S (share-reduce, then share-only); all_gather (n−1)·S (its S to
-    each of the others); broadcast, reduce, reduce_scatter, all_to_all, scatter (n−1)/n·S
-    (its share of the (n−1)·S moved); gather S from a non-root, 0 at the ``root``; send S;
-    recv and barrier nothing.
-    """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    n = world_size
-    share = (n - 1) / n
-    factors = {"all_reduce": 2 * (n - 1) / n, "all_gather": n - 1, "broadcast": share,
-               "reduce": share, "reduce_scatter": share, "all_to_all": share,
-               "scatter": share, "gather": 0 if root else 1, "send": 1, "recv": 0,
-               "barrier": 0}
-    if op not in factors:
-        raise ValueError(f"no ring-model bytes for {op!r}: use one of {sorted(factors)}")
-    return factors[op] * nbytes
 
 
 def ping_pong(sizes: Sequence[int], repeats: int = 5) -> list[float]:
@@ -101,14 +83,9 @@ def cost_model(algorithm: str, n: int, nbytes: float, alpha: float, beta: float,
     if n == 1:
         return 0.0
     S = float(nbytes)
-    if algorithm == "ring":
-        return (2 * (n - 1) * alpha + sent_bytes("all_reduce", n, S) * beta
-                + (n - 1) / n * S * gamma)          # γ: the (n−1)/n·S bytes each rank adds
-    if algorithm == "tree":
-        rounds = math.ceil(math.log2(n))
-        return 2 * rounds * (alpha + S * beta) + rounds * S * gamma
-    if algorithm == "reduce_broadcast":
-        return 2 * (n - 1) * (alpha + S * beta) + (n - 1) * S * gamma
+    simple = {"ring": ring_time, "tree": tree_time, "reduce_broadcast": star_time}
+    if algorithm in simple:
+        return simple[algorithm](n, S, alpha, beta, gamma)
     if algorithm in MODELLED:
         return _beyond_ring(algorithm, n, S, alpha, beta, gamma, **options)
     raise ValueError(f"no cost model for {algorithm!r}: use one of "

@@ -22,7 +22,6 @@ these; the α–β model is ``cost.py``; DDP-style gradient buckets ``buckets.py
 pictures ``plots.py``.
 """
 from __future__ import annotations
-from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
@@ -32,8 +31,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddl_lab.ring_allreduce.cost import sent_bytes
 from ddl_lab.runtime import device
+from ddl_lab.runtime.costs import sent_bytes
 
 __all__ = ["chunk_bounds", "Step", "Recorder", "tree_allreduce", "reduce_broadcast_allreduce",
            "builtin_allreduce", "ALGORITHMS", "allreduce", "ring_bytes", "time_allreduce",

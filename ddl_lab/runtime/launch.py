@@ -46,16 +46,20 @@ def _release(c: Cluster) -> None:
     # freed here (its workers killed) unless a learner's variable still holds it
 
 
+def shared_clusters() -> list[Cluster]:
+    """Every cluster ``shared_cluster`` started that is still running, the ones a learner
+    holds too (the grading judge asks each what changed on its workers)."""
+    return [c for c in list(_SHARED.values()) if c.alive]
+
+
 def close_shared() -> int:
     """Shut down every cluster ``shared_cluster`` keeps (a lesson's last cell), the ones a
     learner still holds too; how many. A later ``shared_cluster`` call starts it again."""
-    closed = 0
     _POOL.clear()
-    for c in list(_SHARED.values()):
-        if c.alive:
-            c.shutdown()
-            closed += 1
-    return closed
+    running = shared_clusters()
+    for c in running:
+        c.shutdown()
+    return len(running)
 
 
 def launch(fn: Callable, world_size: int, *args: Any, **kwargs: Any) -> list:

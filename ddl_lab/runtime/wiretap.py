@@ -12,44 +12,79 @@ was imported, and the calls DDP's C++ reducer makes, pass through it::
                        # payload bytes, group size, ranks) of a collective
     tap.sent           # bytes this rank put on the wire, by lesson 06's ring model
 
+``Wiretap(every_group=True)`` records too what this rank hands to any other process group
+(a device mesh's, FSDP2's): every ``ProcessGroup``'s methods record while inside.
+
 A call that torch itself refused before it reached the group (``dist.send(t, None)``, a
 rank outside the group, a None tensor) is reported to the hook as it leaves, marked
 ``refused``. The wiretap proves itself as it starts: a canary ``isend``/``irecv``/
 ``all_reduce`` of known size goes through ``torch.distributed`` to it (and no further);
 if the records do not show it exactly, it raises instead of ever reporting 0.
+
+``METHODS`` is the one table of the ``ProcessGroup`` methods that move data: the operation,
+the argument with this rank's payload, the ``torch.distributed`` function a caller uses.
+``forwarding(frame)`` says whether a frame is a tap handing a recorded call on to the raw
+group (lesson 12 closes the raw groups to every other caller).
 """
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d_cpp
 from torch.distributed import distributed_c10d as c10d
 
-__all__ = ["Op", "Wiretap", "tensor_bytes"]
+from .costs import sent_bytes
 
-# ProcessGroup method -> (the operation, which argument holds this rank's payload)
-METHODS: dict[str, tuple[str, int | None]] = {
-    "allreduce": ("all_reduce", 0), "allreduce_coalesced": ("all_reduce", 0),
-    "broadcast": ("broadcast", 0), "reduce": ("reduce", 0),
-    "allgather": ("all_gather", 1), "all_gather_single": ("all_gather", 1),
-    "_allgather_base": ("all_gather", 1), "allgather_coalesced": ("all_gather", 1),
-    "all_gather_single_coalesced": ("all_gather", 1),
-    "allgather_into_tensor_coalesced": ("all_gather", 1),
-    "reduce_scatter": ("reduce_scatter", 1), "reduce_scatter_single": ("reduce_scatter", 1),
-    "_reduce_scatter_base": ("reduce_scatter", 1),
-    "reduce_scatter_single_coalesced": ("reduce_scatter", 1),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1),
-    "alltoall": ("all_to_all", 1), "alltoall_base": ("all_to_all", 1),
-    "all_to_all_single": ("all_to_all", 1), "gather": ("gather", 1), "scatter": ("scatter", 1),
-    "send": ("send", 0), "recv": ("recv", 0), "recv_anysource": ("recv", 0),
-    "barrier": ("barrier", None), "monitored_barrier": ("barrier", None),
-}
+__all__ = ["Method", "METHODS", "Op", "Wiretap", "forwarding", "tensor_bytes"]
+
+
+class Method(NamedTuple):
+    """What a ``ProcessGroup`` method does: ``op`` the operation, ``payload`` which argument
+    holds this rank's payload (None: nothing), ``function`` the ``torch.distributed``
+    function a caller would have called for it."""
+
+    op: str
+    payload: int | None
+    function: str
+
+    @property
+    def collective(self) -> bool:
+        """A built-in collective that moves data (not a message, not a barrier)."""
+        return self.op not in ("send", "recv", "barrier")
+
+
+METHODS: dict[str, Method] = {m: Method(*spec) for m, spec in {
+    "allreduce": ("all_reduce", 0, "all_reduce"),
+    "allreduce_coalesced": ("all_reduce", 0, "all_reduce_coalesced"),
+    "broadcast": ("broadcast", 0, "broadcast"), "reduce": ("reduce", 0, "reduce"),
+    "allgather": ("all_gather", 1, "all_gather"),
+    "all_gather_single": ("all_gather", 1, "all_gather_into_tensor"),
+    "_allgather_base": ("all_gather", 1, "all_gather_into_tensor"),
+    "allgather_coalesced": ("all_gather", 1, "all_gather_coalesced"),
+    "all_gather_single_coalesced": ("all_gather", 1, "all_gather_into_tensor"),
+    "allgather_into_tensor_coalesced": ("all_gather", 1, "all_gather_into_tensor"),
+    "reduce_scatter": ("reduce_scatter", 1, "reduce_scatter"),
+    "reduce_scatter_single": ("reduce_scatter", 1, "reduce_scatter_tensor"),
+    "_reduce_scatter_base": ("reduce_scatter", 1, "reduce_scatter_tensor"),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1, "reduce_scatter_tensor"),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1, "reduce_scatter_tensor"),
+    "alltoall": ("all_to_all", 1, "all_to_all"),
+    "alltoall_base": ("all_to_all", 1, "all_to_all_single"),
+    "all_to_all_single": ("all_to_all", 1, "all_to_all_single"),
+    "gather": ("gather", 1, "gather"), "scatter": ("scatter", 1, "scatter"),
+    "send": ("send", 0, "send"), "recv": ("recv", 0, "recv"),
+    "recv_anysource": ("recv", 0, "recv"),
+    "barrier": ("barrier", None, "barrier"),
+    "monitored_barrier": ("barrier", None, "monitored_barrier"),
+}.items()}
 _P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
 _C10D = c10d.__file__
 _DIST = os.path.dirname(_C10D) + os.sep
@@ -101,6 +136,12 @@ class _Tapped(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return "wiretap"
 
+    @property
+    def group_name(self) -> str:
+        """The raw group's name (a device mesh made inside the tap resolves it to the raw
+        group, which ``every_group`` watches)."""
+        return self.inner.group_name
+
 
 def _method(name: str) -> Callable:
     def forward(self: _Tapped, *args: Any, **kwargs: Any) -> Any:
@@ -111,6 +152,33 @@ def _method(name: str) -> Callable:
 
 for _name in METHODS:
     setattr(_Tapped, _name, _method(_name))
+
+_LOCAL = threading.local()
+
+
+def forwarding() -> bool:
+    """Whether this thread is inside a wiretap handing a call it has recorded on to the
+    process group behind it (lesson 12's sealed plans: a raw group answers only this)."""
+    return getattr(_LOCAL, "depth", 0) > 0
+
+
+def _forward(group: dist.ProcessGroup, name: str, args: tuple) -> Any:
+    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
+    try:
+        return getattr(group, name)(*args)
+    finally:
+        _LOCAL.depth -= 1
+
+
+def _watched(tap: "Wiretap", name: str, method: Callable) -> Callable:
+    """``ProcessGroup.name`` recording through ``tap`` (``every_group``), except the call a
+    wiretap forwards (recorded already)."""
+    def watched(group: dist.ProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        if forwarding():
+            return method(group, *args, **kwargs)
+        return tap._route(group, name, args + tuple(kwargs.values()))
+    watched.__name__ = watched.__qualname__ = name
+    return watched
 
 
 def _outermost_call(frame: FrameType | None) -> FrameType | None:
@@ -131,11 +199,15 @@ class Wiretap:
     module's docstring). ``on_op(op, args)`` runs before each operation is forwarded, with
     the method's own arguments (``args[0]``: the tensors of a send, recv or allreduce); it
     may raise to refuse the call. ``refuse_new_group``: if given, ``dist.new_group`` raises
-    a RuntimeError with this text while inside (a new group would talk past the tap)."""
+    a RuntimeError with this text while inside (a new group would talk past the tap).
+    ``every_group``: record what this rank hands to every other process group too (FSDP2's
+    device mesh, lesson 10), with that group's size and ranks."""
 
     def __init__(self, on_op: Callable[[Op, tuple], None] | None = None,
-                 refuse_new_group: str | None = None):
+                 refuse_new_group: str | None = None, every_group: bool = False):
         self.on_op, self.refuse_new_group = on_op, refuse_new_group
+        self.every_group = every_group
+        self._patched: list[tuple[str, Any]] = []
         self.ops: list[Op] = []
         self.payload: Counter = Counter()     # operation -> bytes handed in
         self.by_op: Counter = Counter()       # operation -> bytes put on the wire (ring model)
@@ -166,11 +238,18 @@ class Wiretap:
         self._record(Op(op, "", "", nbytes, float(nbytes), self.rank, None, self.size,
                         self._ranks))
 
-    def _op(self, name: str, args: tuple, call: str) -> Op:
-        from ddl_lab.ring_allreduce.cost import sent_bytes
-        op, at = METHODS[name]
+    def _ranks_of(self, group: dist.ProcessGroup) -> tuple[int, ...]:
+        if group is self._inner:
+            return self._ranks
+        try:
+            return tuple(c10d.get_process_group_ranks(group))
+        except Exception:                     # a group c10d's tables do not know
+            return tuple(range(group.size()))
+
+    def _op(self, group: dist.ProcessGroup, name: str, args: tuple, call: str) -> Op:
+        op, at, _ = METHODS[name]
         nbytes = 0 if at is None else tensor_bytes(args[at])
-        me, n = self._inner.rank(), self._inner.size()
+        me, n = group.rank(), group.size()
         src = dst = None
         if op == "send":
             src, dst = me, int(args[1])
@@ -178,12 +257,12 @@ class Wiretap:
             src, dst = (int(args[1]) if name == "recv" else None), me
         root = op == "gather" and me == getattr(args[-1], "rootRank", 0)
         return Op(op, name, call, nbytes, sent_bytes(op, n, nbytes, root=root), src, dst, n,
-                  self._ranks)
+                  self._ranks_of(group))
 
-    def _route(self, inner: dist.ProcessGroup, name: str, args: tuple) -> Any:
-        """Record the call ``inner.name(*args)``, let ``on_op`` see it, then forward it."""
+    def _route(self, group: dist.ProcessGroup, name: str, args: tuple) -> Any:
+        """Record the call ``group.name(*args)``, let ``on_op`` see it, then forward it."""
         frame = _outermost_call(sys._getframe(1))
-        op = self._op(name, args, frame.f_code.co_name if frame is not None else "")
+        op = self._op(group, name, args, frame.f_code.co_name if frame is not None else "")
         if self._canary is not None:          # proving the tap: record, send nothing
             self._canary.append(op)
             return None
@@ -193,7 +272,7 @@ class Wiretap:
             self.on_op(op, args)
         if args and args[-1] is None:         # options left out: the method's defaults
             args = args[:-1]
-        return getattr(inner, name)(*args)
+        return _forward(group, name, args)
 
     # ------------------------------------------------------------------ refused calls
 
@@ -232,6 +311,8 @@ class Wiretap:
         c10d._update_default_pg(self._group)
         if self.refuse_new_group is not None:
             dist.new_group = c10d.new_group = self._no_new_group
+        if self.every_group:
+            self._watch_every_group()
         try:
             self._prove()
         except BaseException:
@@ -242,27 +323,42 @@ class Wiretap:
     def _no_new_group(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(self.refuse_new_group)
 
+    def _watch_every_group(self) -> None:
+        """Every ``ProcessGroup``'s data-moving methods record through this tap (the ones
+        this torch has)."""
+        pg = c10d_cpp.ProcessGroup
+        self._patched = [(m, vars(pg)[m]) for m in METHODS if m in vars(pg)]
+        for m, method in self._patched:
+            setattr(pg, m, _watched(self, m, method))
+
     def _prove(self) -> None:
         """A canary isend, irecv and all_reduce of known size through torch.distributed:
         the records must show exactly them, or the tap is deaf on this torch."""
         self._canary = []
         t, me = torch.zeros(_CANARY_NUMEL), self._group.rank()
+        ops = ["send", "recv", "all_reduce"] + ["all_reduce"] * self.every_group
         try:
             dist.isend(t, group_dst=me, tag=_CANARY_TAG)
             dist.irecv(t, group_src=me, tag=_CANARY_TAG)
             dist.all_reduce(t)
+            if self.every_group:              # another group: the raw one behind the tap
+                dist.all_reduce(t, group=self._inner)
         finally:
             seen, self._canary = [(o.op, o.nbytes) for o in self._canary], None
-        want = [(op, tensor_bytes(t)) for op in ("send", "recv", "all_reduce")]
+        want = [(op, tensor_bytes(t)) for op in ops]
+        also = " (the default group's, then another's)" if self.every_group else ""
         if seen != want:
             raise RuntimeError(
                 f"the wiretap is deaf on torch {torch.__version__}: a canary dist.isend, "
-                f"dist.irecv and dist.all_reduce of {tensor_bytes(t)} bytes each reached it as "
-                f"{seen or 'nothing'}, expected {want}. This torch no longer routes "
+                f"dist.irecv and dist.all_reduce{also} of {tensor_bytes(t)} bytes each "
+                f"reached it as {seen or 'nothing'}, expected {want}. This torch no longer routes "
                 "torch.distributed calls through the default process group's methods, so "
                 "every byte count would read 0: ddl_lab.runtime.wiretap needs updating.")
 
     def _restore(self) -> None:
+        for m, method in reversed(self._patched):
+            setattr(c10d_cpp.ProcessGroup, m, method)
+        self._patched = []
         if self.refuse_new_group is not None:
             dist.new_group = c10d.new_group = self._new_group
         c10d._update_default_pg(self._inner)

@@ -47,9 +47,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads
-from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.ml.workloads import build
+from ddl_lab.runtime.costs import ring_time
 
 __all__ = ["Fit", "step_time", "buckets", "bucket_trade", "assumptions", "measure", "fit", "overlap_fraction",
            "dense_flops", "cost", "cost_modelled", "seed_fit", "seed_case", "SEED_PARAMS",
@@ -117,9 +117,7 @@ class Fit:
 
 def _ring(n: int, nbytes: float, f: Fit, messages: int = 1) -> float:
     """Seconds of ``messages`` ring allreduces of ``nbytes`` bytes in all among n ranks."""
-    if n == 1:
-        return 0.0
-    return 2 * (n - 1) * messages * f.alpha + sent_bytes("all_reduce", n, nbytes) * f.beta
+    return ring_time(n, nbytes, f.alpha, f.beta, pieces=messages)
 
 
 def buckets(f: Fit) -> int:
@@ -131,7 +129,7 @@ def bucket_trade(n: int, batch: int, f: Fit) -> tuple[float, float]:
     """(what one bucket's allreduce pays in latency, 2(n−1)·α; its share of backward, s·w/k):
     the first below the second, full overlap is never slower than none."""
     work = f.per_example * batch / n * max(1.0, n / f.cores)
-    return 2 * (n - 1) * f.alpha, f.backward_share * work / buckets(f)
+    return ring_time(n, 0.0, f.alpha, f.beta), f.backward_share * work / buckets(f)
 
 
 def step_time(n: int, batch: int, f: Fit) -> dict[str, float]:

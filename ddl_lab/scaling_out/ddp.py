@@ -23,9 +23,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddl_lab.data_parallel.workloads import Run, batch_indices, build
+from ddl_lab.data_parallel.workloads import Run, batch_indices
 from ddl_lab.ml.data import shard
 from ddl_lab.ml.models import flat_params
+from ddl_lab.ml.workloads import build
 from ddl_lab.runtime import device
 
 __all__ = ["ddp_step", "accumulate_step", "ddp_train", "DDPRun", "bucket_sizes"]

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ddl_lab.data_parallel.workloads import build
 from ddl_lab.ml.models import flat_grads, flat_params
+from ddl_lab.ml.workloads import build
 from ddl_lab.runtime import device
 
 from .launch import Job, run_jobs, torchrun_command

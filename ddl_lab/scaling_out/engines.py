@@ -69,7 +69,7 @@ def sgd_summary(workload: str = "digits-mlp", steps: int = 30, batch: int = 64,
 
 def accuracy(workload: str, params: torch.Tensor, seed: int = 0) -> float:
     """Test-set accuracy of ``workload``'s model with these flat parameters."""
-    from ddl_lab.data_parallel.workloads import build
+    from ddl_lab.ml.workloads import build
     from ddl_lab.ml.models import set_flat_params
     from ddl_lab.ml.training import evaluate_accuracy
     model, _, test, _ = build(workload, seed)

@@ -17,6 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ddl_lab.ring_allreduce.engine import best_of, time_allreduce
+from ddl_lab.runtime.costs import ring_time
 from .hosts import VirtualHosts, run_with_env
 
 __all__ = ["tbf_commands", "flat_vs_two_level", "model", "run_shaped"]
@@ -53,10 +54,9 @@ def model(nbytes: float, hosts: int, per_host: int, alpha: float, beta: float,
     then 2(H−1) steps between them in which the g owners of a host send S/(gH) each over
     the one shared link: 2(H−1)·(α' + S/H·β')."""
     n, S = hosts * per_host, float(nbytes)
-    flat = 2 * (n - 1) * (alpha_link + S / n * beta_link)
-    inside = 2 * (per_host - 1) * (alpha + S / per_host * beta)
-    between = 2 * (hosts - 1) * (alpha_link + S / hosts * beta_link)
-    return {"ring": flat, "two_level": inside + between}
+    inside = ring_time(per_host, S, alpha, beta)
+    between = ring_time(hosts, S, alpha_link, beta_link)     # g owners × S/(gH) a step
+    return {"ring": ring_time(n, S, alpha_link, beta_link), "two_level": inside + between}
 
 
 def run_shaped(nbytes: int = 1 << 20, rate_mbit: float = 200.0, alpha_link: float = 1e-4,

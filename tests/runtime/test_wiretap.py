@@ -1,14 +1,17 @@
 """The wiretap (runtime): on 2–4 real ranks it records every message and collective with the
 bytes lesson 06's ring model says; it refuses to start deaf (the canary); it composes with
-the sub-world guard and with itself; the default group comes back even after an error."""
+the sub-world guard and with itself; the default group comes back even after an error;
+``every_group`` records the other groups too (FSDP2's mesh, lesson 10)."""
 import pytest
 import torch
 import torch.distributed as dist
 
-from ddl_lab.runtime.worlds import run_cases
-from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.ring_allreduce import cost
 from ddl_lab.ring_allreduce.engine import ring_bytes
-from ddl_lab.runtime.wiretap import Wiretap
+from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
+from ddl_lab.runtime.costs import ring_time, sent_bytes, star_time, tree_time
+from ddl_lab.runtime.wiretap import METHODS, Wiretap, forwarding
+from ddl_lab.runtime.worlds import run_cases
 
 
 def talk() -> dict:
@@ -21,7 +24,7 @@ def talk() -> dict:
         dist.all_reduce(torch.ones(100))
         dist.broadcast(torch.ones(50, dtype=torch.float64), 0)
         dist.all_gather([torch.zeros(25) for _ in range(n)], torch.ones(25))
-        dist.all_gather_into_tensor(torch.zeros(25 * n), torch.ones(25))
+        all_gather_single(torch.zeros(25 * n), torch.ones(25))
         dist.barrier()
     return {"ops": [(o.op, o.call, o.nbytes, o.sent, o.src, o.dst, o.size, o.ranks)
                     for o in tap.ops], "sent": tap.sent, "by_op": dict(tap.by_op)}
@@ -40,8 +43,8 @@ def test_counts_on_two_to_four_ranks_equal_the_ring_model():
                 ("all_reduce", "all_reduce", 400, ring_bytes(n, 400), None, None, n, ranks),
                 ("broadcast", "broadcast", 400, (n - 1) / n * 400, None, None, n, ranks),
                 ("all_gather", "all_gather", 100, (n - 1) * 100.0, None, None, n, ranks),
-                ("all_gather", "all_gather_into_tensor", 100, (n - 1) * 100.0, None, None, n,
-                 ranks),
+                ("all_gather", all_gather_single.__name__, 100, (n - 1) * 100.0, None, None,
+                 n, ranks),
                 ("barrier", "barrier", 0, 0.0, None, None, n, ranks)]
             assert got["sent"] == pytest.approx(40 + ring_bytes(n, 400) + (n - 1) / n * 400
                                                 + 2 * (n - 1) * 100)
@@ -50,6 +53,7 @@ def test_counts_on_two_to_four_ranks_equal_the_ring_model():
 
 def test_the_ring_model_has_one_source():
     n, S = 4, 1000
+    assert cost.sent_bytes is sent_bytes                  # lesson 06's name, the shared one
     assert ring_bytes(n, S) == sent_bytes("all_reduce", n, S) == 1500
     assert sent_bytes("all_gather", n, S) == 3000
     assert sent_bytes("reduce_scatter", n, S) == sent_bytes("broadcast", n, S) == 750
@@ -57,6 +61,28 @@ def test_the_ring_model_has_one_source():
     assert sent_bytes("send", 1, S) == S and sent_bytes("all_reduce", 1, S) == 0
     with pytest.raises(ValueError, match="no ring-model bytes"):
         sent_bytes("allreduce", n, S)
+
+
+def test_the_alpha_beta_times_have_one_source():
+    n, S, a, b, g = 4, 1000.0, 1e-5, 1e-9, 1e-10
+    assert ring_time(n, S, a, b) == pytest.approx(6 * a + 1500 * b)
+    assert ring_time(n, S, a, b, pieces=3) == pytest.approx(18 * a + 1500 * b)
+    assert ring_time(n, S, a, b, g) == pytest.approx(6 * a + 1500 * b + 750 * g)
+    assert tree_time(5, S, a, b, g) == pytest.approx(6 * (a + S * b) + 3 * S * g)
+    assert star_time(n, S, a, b, g) == pytest.approx(6 * (a + S * b) + 3 * S * g)
+    assert ring_time(1, S, a, b) == tree_time(1, S, a, b) == star_time(1, S, a, b) == 0
+    for algorithm, model in (("ring", ring_time), ("tree", tree_time),
+                             ("reduce_broadcast", star_time)):   # lesson 06 counts with them
+        assert cost.cost_model(algorithm, n, S, a, b, g) == model(n, S, a, b, g)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        ring_time(0, S, a, b)
+
+
+def test_one_table_names_each_method_and_its_function():
+    assert METHODS["allreduce"] == ("all_reduce", 0, "all_reduce")
+    assert METHODS["_reduce_scatter_base"].function == "reduce_scatter_tensor"
+    assert METHODS["allgather"].collective and not METHODS["send"].collective
+    assert not METHODS["barrier"].collective and METHODS["barrier"].payload is None
 
 
 def deaf() -> dict:
@@ -130,3 +156,36 @@ def test_state_is_restored_after_an_exception():
     for out in run_cases(failing, [(2, ())], fn=failing)[0].results:
         assert out == {"said": "no new groups here", "default": True, "new_group": True,
                        "tables": True}
+
+
+def every_group() -> dict:
+    """Worker: calls on the default group and, by name, on the raw group behind the tap."""
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+    n, raw, before = dist.get_world_size(), c10d._get_default_group(), dict(vars(ProcessGroup))
+    with Wiretap(every_group=True) as tap:
+        inside = forwarding()
+        named = c10d._get_default_group().group_name == raw.group_name   # a mesh finds it
+        dist.all_reduce(torch.ones(100))
+        all_gather_single(torch.zeros(25 * n), torch.ones(25), group=raw)
+        reduce_scatter_single(torch.zeros(25), torch.ones(25 * n), group=raw)
+    with Wiretap() as default_only:
+        dist.all_reduce(torch.ones(4), group=raw)
+    after = dict(vars(ProcessGroup))
+    return {"ops": [(o.op, o.nbytes, o.sent, o.size) for o in tap.ops], "inside": inside,
+            "named": named, "default_only": default_only.ops,
+            "restored": all(after[m] is before[m] for m in METHODS if m in before)}
+
+
+def test_every_group_records_the_other_groups_too():
+    for outcome in run_cases(every_group, [(2, ()), (3, ())], fn=every_group):
+        n = outcome.n
+        assert outcome.failure is None, outcome.failure
+        for out in outcome.results:
+            assert out["ops"] == [                       # each once: the tap's own forward
+                ("all_reduce", 400, ring_bytes(n, 400), n),            # is not recorded again
+                ("all_gather", 100, (n - 1) * 100.0, n),
+                ("reduce_scatter", 100 * n, (n - 1) * 100.0, n)]
+            assert out["default_only"] == []             # without it, the raw group is unseen
+            assert out["named"] and not out["inside"] and out["restored"]
+

@@ -50,12 +50,10 @@ def graph() -> dict[str, set[str]]:
 
 # ------------------------------------------------------------------ the course's order
 
-# Code that several lessons share; none of it imports a lesson package.
+# Code that several lessons share; none of it imports a lesson package, not even inside a
+# function (what two lessons need moves down into a shared layer, CONTRIBUTING.md).
 SHARED = ("ddl_lab/runtime/", "ddl_lab/ml/", "ddl_lab/timeline.py", "ddl_lab/widgets.py",
           "ddl_lab/active.py", "ddl_lab/torchrun.py")
-# (file, lesson module) the one shared file that reads a lesson, inside a function: the
-# ring's bytes per operation for the wire tap.
-SHARED_READS_LESSON = {("ddl_lab/runtime/wiretap.py", "ddl_lab.ring_allreduce.cost")}
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,6 @@ class Use:
     line: int
     module: str
     name: str | None
-    in_function: bool
 
     @property
     def path(self) -> list[str]:
@@ -74,11 +71,6 @@ class Use:
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
-
-
-def _allowed(rel: str, what: str, allowed: set[tuple[str, str]]) -> bool:
-    """Whether ``what`` (a dotted path) is, or is inside, a module ``allowed`` to ``rel``."""
-    return any(rel == f and (what == m or what.startswith(m + ".")) for f, m in allowed)
 
 
 def _import_base(node: ast.ImportFrom, package: list[str]) -> str:
@@ -105,23 +97,16 @@ def uses_of(path: Path, root: Path) -> list[Use]:
             base = _import_base(node, package)
             bound.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names})
     found: list[Use] = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        in_function = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                       ast.Lambda))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.extend(Use(node.lineno, a.name, None, in_function) for a in node.names)
+            found.extend(Use(node.lineno, a.name, None) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = _import_base(node, package)
-            found.extend(Use(node.lineno, base, a.name, in_function) for a in node.names)
+            found.extend(Use(node.lineno, base, a.name) for a in node.names)
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             dotted = _dotted(node.value, bound)
             if dotted:
-                found.append(Use(node.lineno, dotted, node.attr, in_function))
-        for child in ast.iter_child_nodes(node):
-            visit(child, in_function)
-
-    visit(tree, False)
+                found.append(Use(node.lineno, dotted, node.attr))
     return [u for u in found if u.path[0] == "ddl_lab"]
 
 
@@ -151,8 +136,7 @@ def layer_violations(root: Path, order: dict[str, int]) -> list[str]:
                 out.append(at + f"rule (a): lesson {order[mine]:02d} ({mine}) imports {what}, from "
                            f"lesson {order[target]:02d}; move the code to the lesson that first "
                            "teaches it, or to a shared layer")
-            if rel.startswith(SHARED) and target in order \
-                    and not (u.in_function and _allowed(rel, what, SHARED_READS_LESSON)):
+            if rel.startswith(SHARED) and target in order:
                 out.append(at + f"rule (b): shared code imports the lesson package {what}")
             if mine in order and target in ("check", "tools"):
                 out.append(at + f"rule (c): the lesson package {mine} imports {what}; lessons "
@@ -258,8 +242,8 @@ PLANTED = {  # a small tree of lessons "early" (00), "late" (01), "ring_allreduc
     "ddl_lab/runtime/core.py": "from ddl_lab.early import engine\n",               # (b) 1
     "ddl_lab/runtime/wiretap.py": "from ddl_lab.ring_allreduce.cost import FACTOR\n"  # (b) 1
                                   "def factor():\n"
-                                  "    from ddl_lab.ring_allreduce.cost import FACTOR\n"
-                                  "    from ddl_lab.ring_allreduce import cost\n"
+                                  "    from ddl_lab.ring_allreduce.cost import FACTOR\n"  # (b) 3
+                                  "    from ddl_lab.ring_allreduce import cost\n"  # (b) 4
                                   "    from ddl_lab.ring_allreduce import engine\n",  # (b) 5
     "ddl_lab/timeline.py": "import ddl_lab.late.engine as late\n",                # (b) 1
     "ddl_lab/check/early.py": "from ddl_lab.early.engine import _rows, public\n"   # (d) 1
@@ -286,6 +270,7 @@ def test_the_order_rules_catch_planted_breaches(tmp_path):
         ("ddl_lab/early/engine.py:1", "a"), ("ddl_lab/early/engine.py:3", "a"),
         ("ddl_lab/late/engine.py:2", "c"), ("ddl_lab/late/engine.py:4", "c"),
         ("ddl_lab/runtime/core.py:1", "b"), ("ddl_lab/runtime/wiretap.py:1", "b"),
+        ("ddl_lab/runtime/wiretap.py:3", "b"), ("ddl_lab/runtime/wiretap.py:4", "b"),
         ("ddl_lab/runtime/wiretap.py:5", "b"),
         ("ddl_lab/timeline.py:1", "b")]), "\n".join(found)
     assert any("ddl_lab/early/engine.py:1: rule (a): lesson 00 (early) imports "

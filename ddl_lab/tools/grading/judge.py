@@ -255,12 +255,10 @@ def _learner_threads(thread_frames: dict[int, Any], before: set[int]) -> list[st
 def _worker_changes(base: dict[str, str]) -> list[str]:
     """What changed on the workers of every cluster the checks started in this judge (one
     that cannot answer is shut down, so that nothing it holds is used again)."""
-    from ddl_lab.runtime.launch import _SHARED
+    from ddl_lab.runtime.launch import shared_clusters
     from .fingerprint import changes, on_worker
     said = []
-    for cluster in list(_SHARED.values()):
-        if not cluster.alive:
-            continue
+    for cluster in shared_clusters():
         try:
             prints = cluster.run_with(on_worker, timeout=30)
         except Exception:                  # a cluster the learner's code broke: nothing
