@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab.runtime import device
-from ddl_lab.runtime.costs import ring_time, sent_bytes, star_time, tree_time
+from ddl_lab.runtime.costs import message_time, ring_time, sent_bytes, star_time, tree_time
 
 __all__ = ["sent_bytes", "ping_pong", "fit_alpha_beta", "reduce_cost", "cost_model",
            "model_counts", "best_chunks", "MODELLED", "shared_cores"]
@@ -120,18 +120,17 @@ def _beyond_ring(algorithm: str, n: int, S: float, alpha: float, beta: float, ga
     if algorithm == "halving_doubling":
         p, r = _fold(n)
         rounds, moved = 2 * (p.bit_length() - 1), 2 * (p - 1) / p * S
-        fold = 2 * (alpha + S * beta) + S * gamma if r else 0.0
+        fold = 2 * message_time(S, alpha, beta) + S * gamma if r else 0.0
         return rounds * alpha + moved * beta + (p - 1) / p * S * gamma + fold
     if algorithm == "pipelined_tree":
         m = chunks or best_chunks(n, S, alpha, beta)
         depth, kids = _tree_shape(n)
-        return 2 * (depth + m - 1) * kids * (alpha + S / m * beta) + kids * S * gamma
+        return 2 * (depth + m - 1) * kids * message_time(S / m, alpha, beta) + kids * S * gamma
     g = min(per_host, n)                            # two_level, hosts of g ranks
     hosts = -(-n // g)
     a2, b2 = inter if inter is not None else (alpha, beta)
-    inside = 2 * (g - 1) * (alpha + S / g * beta) + (g - 1) / g * S * gamma
-    between = 2 * (hosts - 1) * a2 + 2 * (hosts - 1) / hosts * S / g * b2
-    return inside + between + (hosts - 1) / hosts * S / g * gamma
+    # a ring inside each host, then one between the hosts over each owner's S/g
+    return ring_time(g, S, alpha, beta, gamma) + ring_time(hosts, S / g, a2, b2, gamma)
 
 
 def model_counts(algorithm: str, n: int, nbytes: int, chunks: int = 8,

@@ -1,5 +1,5 @@
 """The wiretap: every operation a worker hands to its process group, recorded (lessons 00,
-06, 08, 09, 11 — their checks and meters all listen here).
+06, 08, 09, 10, 11, 12 — their checks and meters all listen here).
 
 ``Wiretap`` is a context manager used on a worker. While inside, a process group that
 forwards every call to the current default group — and records it first — *is* the
@@ -23,8 +23,8 @@ if the records do not show it exactly, it raises instead of ever reporting 0.
 
 ``METHODS`` is the one table of the ``ProcessGroup`` methods that move data: the operation,
 the argument with this rank's payload, the ``torch.distributed`` function a caller uses.
-``forwarding(frame)`` says whether a frame is a tap handing a recorded call on to the raw
-group (lesson 12 closes the raw groups to every other caller).
+``forwarding()`` says whether this thread is inside a tap handing a recorded call on to
+the raw group (lesson 12 closes the raw groups to every other caller).
 """
 from __future__ import annotations
 
