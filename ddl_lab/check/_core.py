@@ -16,11 +16,8 @@ Check = TypeVar("Check", bound=Callable[..., None])
 
 
 class CheckFailed(AssertionError):
-    """A graded check did not pass; the message says what is wrong and where."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        _record.failed(str(self))                   # for `ddl-lab grade`; no-op otherwise
+    """A graded check did not pass; the message says what is wrong and where. Raising it
+    records nothing: the declared check (``task``) records its verdict, once."""
 
     def _render_traceback_(self) -> list[str]:      # IPython: show the message, not a wall
         return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
@@ -126,23 +123,6 @@ def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
         raise WorldFailed(worded(e.failure, fn)) from None
 
 
-def first_difference(expected: Any, got: Any, rtol: float = 1e-5,
-                     atol: float = 1e-6) -> str | None:
-    """Describe the first element where two arrays differ, or None if they match."""
-    import numpy as np
-    e = np.asarray(expected, dtype=float)
-    g = np.asarray(got, dtype=float)
-    if e.shape != g.shape:
-        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
-    bad = ~np.isclose(g, e, rtol=rtol, atol=atol)
-    if not bad.any():
-        return None
-    idx = tuple(int(i) for i in np.argwhere(bad)[0])
-    where = idx[0] if len(idx) == 1 else idx
-    return (f"element {where} is {g[idx]:.6g}, expected {e[idx]:.6g} "
-            f"({int(bad.sum())} of {bad.size} elements differ)")
-
-
 @dataclass(frozen=True)
 class Task:
     """A graded task as its check declares it: the task's name (the check's), the lesson's
@@ -159,8 +139,9 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
     """Declare a graded check (CONTRIBUTING.md, "Checks"): ``@task("ring_allreduce",
     refuses=("ddl_lab.ring_allreduce", "ring_allreduce"))`` above ``def ring_allreduce``.
 
-    While it runs, its verdicts are recorded under its name and lesson; every function the
-    learner hands it is first refused if it is, or calls, one of the named implementations."""
+    While it runs, its verdicts are recorded under its name and lesson (a failure once, as it
+    leaves the outermost check); every function the learner hands it is first refused if it
+    is, or calls, one of the named implementations."""
     def declare(check: Check) -> Check:
         spec = Task(check.__name__, lesson, tuple(refuses))
         if spec.name in TASKS:
@@ -174,6 +155,10 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
             try:
                 _refuse_answers(spec, [*args, *kwargs.values()])
                 return check(*args, **kwargs)
+            except CheckFailed as e:            # the verdict: recorded by the outermost check
+                if token is not None:
+                    _record.failed(str(e))
+                raise
             finally:
                 _record.leave(token)
         run.task = spec                             # type: ignore[attr-defined]
