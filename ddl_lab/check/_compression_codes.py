@@ -16,7 +16,6 @@ _PACKAGE = "ddl_lab.compression"
 
 def _parts(out: Any, names: tuple[str, ...], fn: Callable) -> list[np.ndarray]:
     """The learner's tuple of arrays, or a CheckFailed saying what came back instead."""
-    __tracebackhide__ = True
     arrays = returned_arrays(out, names, getattr(fn, "__name__", "your function"))
     if isinstance(arrays, str):
         fail(arrays)
@@ -32,7 +31,6 @@ def _inputs(case: Case, count: int, scale: float = 1.0) -> list[torch.Tensor]:
 
 def _changed(snap: Snapshot, name: str, case: Case, allowed: tuple[str, ...] = ()) -> None:
     """Fail if the learner changed an input it was not allowed to."""
-    __tracebackhide__ = True
     message = snap.changed(name, allowed)
     if message:
         fail(f"{message} ({case})")
@@ -75,7 +73,6 @@ def _qsgd_ref(v: np.ndarray, s: int, u: np.ndarray, norm: float | None = None) -
 def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 3: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
     with r = |v|/‖v‖₂·s, level = ⌊r⌋ + 1 if u < r − ⌊r⌋ else ⌊r⌋, times sign(v)."""
-    __tracebackhide__ = True
     fn = my_qsgd_rounding
     cases = list(Cases("qsgd_rounding", seed, [
         {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
@@ -101,7 +98,6 @@ def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
 
 
 def _levels(fn: Callable, v: torch.Tensor, s: int, u: torch.Tensor, case: Case) -> np.ndarray:
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "your function")
     raw = call_local(fn, v.clone(), s, u.clone())
     out = as_array(raw)
@@ -158,7 +154,6 @@ def _levels_fault(fn: Callable, got: np.ndarray, want: np.ndarray, v: np.ndarray
 def _bias(fn: Callable, v: torch.Tensor, s: int, case: Case | None, strict: bool = True) -> float:
     """Largest |mean of ‖v‖/s·level over DRAWS draws − v|, in standard errors of the exact
     QSGD rounding (p(1−p) per entry); with ``strict`` a biased one fails."""
-    __tracebackhide__ = True
     g = torch.Generator().manual_seed(17)
     v = v.double()
     norm = float(v.norm())
@@ -205,7 +200,6 @@ def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 4: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
     index itself, then i_k − i_{k−1}) in LEB128 varints: low 7 bits first, high bit set on
     every byte but a number's last."""
-    __tracebackhide__ = True
     fn, name = my_index_coding, getattr(my_index_coding, "__name__", "your function")
     fixed = [{"indices": i, "dtype": "int64"} for i in _INDEX_FIXED]
     fixed.append({"count": 400, "span": 60_000, "first": 137, "dtype": "int64"})

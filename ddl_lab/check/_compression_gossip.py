@@ -146,7 +146,6 @@ def _value_fault(got: np.ndarray, x0: np.ndarray, n: int, rtol: float) -> str | 
 
 def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
     """Fail with the named fault; else the consensus distance's mean factor per step."""
-    __tracebackhide__ = True
     n, length = case.params["n"], case.params["length"]
     rtol = 2e-5 if case.params["dtype"] == "float32" else 1e-10
     if fault := _structure_fault(got, n):
@@ -185,7 +184,6 @@ def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) 
     """Lesson 08, task 7: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
-    __tracebackhide__ = True
     name = getattr(my_gossip_step, "__name__", "your function")
     cases = list(Cases("gossip_step", seed, _FIXED, draws=3, draw=_draw))
     starts = [_start(c.params["n"], c.params["length"], int(c.rng.integers(1 << 30)))

@@ -85,7 +85,6 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
     for k sent entries of a d-entry vector, at 0, g, …, (k − 1)g with g = d // k: the count k
     as a varint, ⌈k/8⌉ bytes of sign bits, then the first index and the k − 1 gaps g, each
     an LEB128 varint. The lesson's encoder, run on the same entries, agrees."""
-    __tracebackhide__ = True
     name = getattr(my_strom_bytes, "__name__", "your function")
     cases = list(Cases("strom_bytes", seed, _SIZE_FIXED, draws=3, draw=_size_draw))
     got = []
@@ -169,7 +168,6 @@ _SHOWN = [{"scale": 1.0}, {"scale": 16.0}]          # the scales the prompt name
 def _ask(fn: Callable, base: torch.Tensor, case: Any, name: str) -> Any:
     """The learner's plan for the sample gradient at this case's scale; a plan that fails only
     at a scale the prompt does not name is named as a table of the prompt's scales."""
-    __tracebackhide__ = True
     c = case.params["scale"]
     try:
         out = fn((base * c).clone())
@@ -186,7 +184,6 @@ def _ask(fn: Callable, base: torch.Tensor, case: Any, name: str) -> Any:
 
 
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
-    __tracebackhide__ = True
     if problem := answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
         fail(problem)
     tau, ef = out["tau"], out["error_feedback"]
@@ -208,7 +205,6 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     bytes than fp32 and ends within one point of fp32's test accuracy — for gradients of
     several scales: the loss multiplied by c, the rate divided by c. A threshold τ on
     gradients c× larger sends exactly what τ/c sends on the lesson's, so that is what trains."""
-    __tracebackhide__ = True
     name = getattr(my_strom_plan, "__name__", "your function")
     cases = list(Cases("strom_plan", seed, _SHOWN, draws=3, draw=_scale_draw))
     base = sample_gradient()

@@ -145,7 +145,6 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
     unbiased (N − 1) per-coordinate variance summed and |G|² = |ḡ|² − tr(Σ)/N; B_max the
     largest batch B at which doubling B still divides the steps S(B) = S_min(1 + B_noise/B)
     by at least ``factor``."""
-    __tracebackhide__ = True
     name = getattr(my_noise_scale, "__name__", "your function")
     cases = list(Cases("noise_scale", seed, _FIXED, draws=3, draw=_draw))
     shown = []

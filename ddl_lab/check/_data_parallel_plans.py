@@ -122,7 +122,6 @@ def even_spread(steps: int, budget: int) -> list[int]:
 def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
     """The learner's plan as a period H or a sorted list of steps, or a failure (also for a
     plan that averages more often than the budget allows: no need to train to see it)."""
-    __tracebackhide__ = True
     if isinstance(got, (bool, np.bool_)) or got is None:
         fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
              "number) or the steps after which to average (a list of step numbers).")
@@ -148,7 +147,6 @@ def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
 
 
 def _within(plan: int | list[int], call: str, steps: int, budget: int) -> int | list[int]:
-    __tracebackhide__ = True
     count = len(sync_steps(plan, steps))
     if count > budget:
         fail(f"{call} returned a plan that averages {count} times in {steps} steps (after "

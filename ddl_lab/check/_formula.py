@@ -28,7 +28,6 @@ def formula_cases(fn: Callable, cases: Cases, args: Sequence[str], want: Formula
     making it would write; None where it does not apply) that gives the learner's value, or
     else ``hint`` and the cases that were right for another ``vary``. ``what`` names the
     answer (for a function that returns something else). Returns how many cases passed."""
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "your function")
     right: list[str] = []
     for case in cases:

@@ -39,7 +39,6 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
     XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
     minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
-    __tracebackhide__ = True
     fn = my_best_step
     name = getattr(fn, "__name__", "my_best_step")
     fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
@@ -182,7 +181,6 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     each of three shuffles — for the prompt's budgets (8192, 256) and (16384, 64), 20 steps
     of 20,480 examples, and three budgets drawn per call, so that the plan must be computed
     from its budgets (issue 26)."""
-    __tracebackhide__ = True
     fn = my_sgd_plan
     name = getattr(fn, "__name__", "my_sgd_plan")
     _, y, J_star, J_zero, _ = lesson_data()
@@ -216,7 +214,6 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
 
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
-    __tracebackhide__ = True
     if problem := answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
         fail(problem)
     b, lr = answers.whole(plan["batch_size"]), answers.scalar(plan["lr"])

@@ -52,7 +52,6 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
     of examples that use feature j — returns how many coordinates an in-flight update expects
     to share with the other workers − 1 in-flight updates, on independent examples:
     (workers − 1)·Σ_j freq[j]²."""
-    __tracebackhide__ = True
     fn = my_expected_overlap
     name = getattr(fn, "__name__", "my_expected_overlap")
     fixed = [{"freq": "uniform", "d": 1000, "nnz": 10, "workers": 2},
@@ -187,7 +186,6 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     workers) and one drawn budget, run for real; and no worker over its budget of updates,
     no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
     20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
-    __tracebackhide__ = True
     fn = my_hogwild_plan
     name = getattr(fn, "__name__", "my_hogwild_plan")
     cases, real = _plan_budgets(seed), 2          # the first two run for real
@@ -218,7 +216,6 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
 
 def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, int, float]:
     """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
-    __tracebackhide__ = True
     p = case.params
     if problem := answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
         fail(f"{problem} [{case}]")

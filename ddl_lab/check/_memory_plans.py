@@ -111,7 +111,6 @@ FIXED = _fixed()
 
 
 def _choice(out: Any, name: str, case: Case) -> tuple[int, str, bool]:
-    __tracebackhide__ = True
     if problem := answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
                                            "recompute": "True or False"}, f" ({case})"):
         fail(problem)
@@ -146,7 +145,6 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     gradients, optimizer state, activations) or sends more than ``max_sent`` bytes a step,
     and the loss stays within 2 % of fp32 data parallelism's. Three plans run on real
     workers (the fixed models and one drawn); the others are judged by the accounting."""
-    __tracebackhide__ = True
     name = getattr(my_memory_plan, "__name__", "your function")
     cases = list(Cases("memory_plan", seed, FIXED, draws=6, draw=_draws()))
     plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
@@ -175,7 +173,6 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
 def _judge(name: str, case: Case, plan: tuple[int, str, bool], kept: float, sent: float,
            losses: tuple[float, float] | None, plans: list) -> None:
     """Fails if the plan breaks the case's memory budget, its bytes-sent limit or the loss."""
-    __tracebackhide__ = True
     p = case.params
     stage, precision, recompute = plan
     chose = (f"{name}({', '.join(f'{k}={p[k]:,}' for k in _KEYS)}) chose stage {stage}, "

@@ -126,7 +126,6 @@ def fastest(n: int, numel: int, a: float, b: float, header: int) -> tuple[int, f
 
 def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
     """The learner's answer as a whole number of pieces, or a failure saying what it was."""
-    __tracebackhide__ = True
     value = answers.scalar(got)
     if value is None:
         fail(f"{call} returned {describe_value(got)}; return the number of pieces, a whole "

@@ -133,7 +133,6 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
 
 def judge_tree(name: str, sends: list, n: int) -> None:
     """Fail with the named shape if the gather was not the binomial tree."""
-    __tracebackhide__ = True
     fault = shape_fault(sends)
     if fault:
         fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
@@ -207,7 +206,6 @@ def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
 
 def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
     """Fail with the named fault if the chain broadcast's results or shape are wrong."""
-    __tracebackhide__ = True
     want = np.arange(numel, dtype=np.float64) * 0.5
     fault = chain_fault(logs, pieces)
     if fault:

@@ -57,7 +57,6 @@ def _kept(p: int, batch: int, schedule: str, m: int) -> int:
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
-    __tracebackhide__ = True
     if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
                              f" ({case})"):
         fail(problem)
@@ -122,7 +121,6 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     by the schedules' arithmetic — the fixed ones and budgets drawn per call, far from them —
     and two (the first fixed, the first drawn) run on p real workers: the bubble counted in
     slots, the memory measured."""
-    __tracebackhide__ = True
     name = getattr(my_pipeline_plan, "__name__", "your function")
     cases = list(Cases("pipeline_plan", seed, FIXED, draws=DRAWN, draw=_draws()))
     plans = [_choice(answers.plan_call(my_pipeline_plan, {k: c.params[k] for k in _KEYS}, name,
@@ -149,7 +147,6 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
 def _judge(name: str, case: Any, schedule: str, m: int, slots: float, clock: float | None,
            held: float, stage: int, plans: list) -> None:
     """Fails if the plan breaks the case's bubble target or memory budget, saying which."""
-    __tracebackhide__ = True
     p, batch = case.params["p"], case.params["batch"]
     target, budget = case.params["max_bubble"], case.params["max_examples"]
     chose = (f"{name}(p={p}, batch={batch}, max_bubble={target:g}, max_examples={budget}) "

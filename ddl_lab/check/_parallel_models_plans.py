@@ -37,7 +37,6 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
     """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
     workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
     Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
-    __tracebackhide__ = True
     fn = my_amdahl_bound
     name = getattr(fn, "__name__", "my_amdahl_bound")
     fixed = [{"n": 4, "speedup": 3.0, "cores": 16}, {"n": 2, "speedup": 2.0, "cores": 64},
@@ -73,7 +72,6 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Case) -> tupl
     """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
     array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
     02's reasoning tasks)."""
-    __tracebackhide__ = True
     both = answers.pair(got)
     if both is not None and all(math.isfinite(v) for v in both):
         return both
@@ -209,7 +207,6 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     (each chunk going to the first free thread): on real threads for a triangular, a uniform
     and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
     iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
-    __tracebackhide__ = True
     fn = my_dynamic_chunk
     name = getattr(fn, "__name__", "my_dynamic_chunk")
     cases = _chunk_cases(seed)

@@ -21,7 +21,6 @@ REAL_TIMEOUT = 60.0
 def real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run a real experiment with the learner's function inside shard processes; their
     failures become CheckFailed naming it."""
-    __tracebackhide__ = True
     from ddl_lab.parameter_server.errors import ParameterServerError
     name = getattr(learner, "__name__", "your function")
     try:
@@ -102,7 +101,6 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
     (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
-    __tracebackhide__ = True
     name = getattr(my_worst_staleness, "__name__", "your function")
     cases = list(Cases("worst_staleness", seed, _STALE_FIXED, draws=4, draw=_stale_draw))
     got = []
@@ -165,7 +163,6 @@ def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
 
 def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
-    __tracebackhide__ = True
     if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
         fail(problem)
     n_fetch, n_push, lr = answers.whole(out["n_fetch"]), answers.whole(out["n_push"]), out["lr"]
@@ -182,7 +179,6 @@ def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
 def _ask(fn: Callable, name: str, case: Any, shown: bool) -> Any:
     """The learner's plan for one case; a plan that fails only for a budget the prompt does
     not show is named as a table of the prompt's budgets."""
-    __tracebackhide__ = True
     args = (case.params["steps"], case.params["budget"])
     return call_local(fn, *args) if shown else answers.plan_call(fn, args, name, str(case))
 
@@ -205,7 +201,6 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
     each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
     ends at or below 0.5. The check asks for plans at budgets it draws (their messages
     counted) and runs the tightest prompt budget and one drawn one on real processes."""
-    __tracebackhide__ = True
     name = getattr(my_downpour_plan, "__name__", "your function")
     draws = iter([_budget_draw] * 6 + [lambda rng: _budget_draw(rng, tight=True)] * 2
                  + [_real_draw])                              # the last one runs for real

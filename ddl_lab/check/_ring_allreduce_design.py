@@ -131,7 +131,6 @@ def best_bucket(grads: list[int], n: int, a: float, b: float,
 
 def bucket_bytes_of(got: Any, call: str) -> int:
     """The learner's bucket size as a whole number of bytes >= 1, or a failure."""
-    __tracebackhide__ = True
     value = answers.scalar(got)
     if value is None or isinstance(got, (bool, np.bool_)):
         fail(f"{call} returned {describe_value(got)}; return the bucket size in bytes, a "

@@ -43,7 +43,6 @@ def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
-    __tracebackhide__ = True
     if problem := answers.plan(out, name, {"E": "local epochs",
                                          "C": "the fraction of clients per round"}, f" ({case})"):
         fail(problem)
@@ -79,7 +78,6 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     at most ``epochs`` local epochs in all (each picked client runs E per round). Every
     case's budgets are checked — the fixed ones and budgets drawn per call, far from them —
     and the fixed ones and the first drawn run as federated training on real workers."""
-    __tracebackhide__ = True
     name = getattr(my_fedavg_plan, "__name__", "your function")
     cases = list(Cases("fedavg_plan", seed, FIXED, draws=DRAWN, draw=_draws()))
     plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
@@ -115,7 +113,6 @@ def _unseen(case: Any, plans: list) -> str:
 
 def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
     """Fails if the plan uploads more models or runs more local epochs than the budgets."""
-    __tracebackhide__ = True
     R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
     per_round = clients_per_round(C)
     if per_round * R > U:

@@ -91,7 +91,6 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
     compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
     right too)."""
-    __tracebackhide__ = True
     fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
     cases = list(Cases("budget_bytes", seed, _BYTES_FIXED, draws=4, draw=_bytes_draw))
     got = [call_local(fn, *case.params.values()) for case in cases]
@@ -150,7 +149,6 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     accuracy, bytes per worker counted by the meter, one model on every worker, steps and
     time, each worker learning from its own shard only, no channel past the meter.
     ``parameter_server``: the options of the lesson-07 server a plan uses."""
-    __tracebackhide__ = True
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
     run = _run_seed(seed)
     try:

@@ -67,7 +67,6 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
     signs ±1, and v with τ·sign taken off the sent entries. ``grad`` stays unchanged."""
-    __tracebackhide__ = True
     fn, name = my_strom_threshold, getattr(my_strom_threshold, "__name__", "your function")
     cases = list(Cases("strom_threshold", seed, _STROM_FIXED, draws=3, draw=_strom_draw))
     for case in cases:
@@ -161,7 +160,6 @@ def _strom_residual_fault(new: np.ndarray, want: np.ndarray, grad: torch.Tensor,
 
 def _conservation(fn: Callable, tau: float) -> tuple[int, float]:
     """40 steps feeding the learner's residual back: Σ decoded + residual = Σ grads."""
-    __tracebackhide__ = True
     g = torch.Generator().manual_seed(3)
     residual = torch.zeros(300)
     total = torch.zeros(300, dtype=torch.float64)
@@ -222,7 +220,6 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
     """Lesson 08, task 2: ``my_error_feedback_onebit(grad, residual)`` returns (q, new_residual)
     with v = grad + residual, q = mean|v|·sign(v) (sign(0) = +1), new_residual = v − q; then
     it trains the digits MLP on ``world_size`` real workers."""
-    __tracebackhide__ = True
     fn, name = my_error_feedback_onebit, getattr(my_error_feedback_onebit, "__name__", "yours")
     cases = list(Cases("error_feedback_onebit", seed, [
         {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},

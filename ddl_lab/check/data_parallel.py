@@ -123,7 +123,6 @@ def _draw(rng: np.random.Generator, H: bool = False) -> dict[str, Any]:
 def _run(body: Callable, fn: Callable, name: str, cases: list[Case], args: list[tuple],
          timeout: float) -> list[Outcome]:
     """Run every case on workers (``args``: each case's arguments after ``fn``)."""
-    __tracebackhide__ = True
     try:
         return run_cases(body, [(c.params["n"], (fn, *a)) for c, a in zip(cases, args)],
                          fn=fn, timeout=timeout)
@@ -133,7 +132,6 @@ def _run(body: Callable, fn: Callable, name: str, cases: list[Case], args: list[
 
 def _case_failed(outcome: Outcome, name: str, case: Case, right: list[str]) -> None:
     """Fail with the learner's error in this case, if it raised."""
-    __tracebackhide__ = True
     f, n = outcome.failure, case.params["n"]
     if f is not None:
         fail(f.message(name, n) + ("" if f.kind == "stub" else f" ({case})"
@@ -189,7 +187,6 @@ def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60
     """Lesson 05, task 1: ``my_sync_sgd_step(model, loss_fn, X, y, lr)`` takes one step of
     synchronous SGD — local gradient, allreduce (sum), W ← W − lr·ΔW/R — updating the model
     in place, and returns this rank's loss."""
-    __tracebackhide__ = True
     name = getattr(my_sync_sgd_step, "__name__", "your function")
     cases = list(Cases("sync_sgd_step", seed, [
         {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
@@ -391,7 +388,6 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""
-    __tracebackhide__ = True
     name = getattr(my_local_sgd, "__name__", "your function")
     cases = list(Cases("local_sgd", seed, [
         {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
@@ -451,7 +447,6 @@ def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
     rotating)`` is the time of local SGD with period H when one rank computes ``slow``×
     slower — always rank 0, or (rotating) rank t % n at step t: steps/H periods, each the
     slowest rank's H steps plus one allreduce."""
-    __tracebackhide__ = True
     cases = Cases("straggler_time", seed, plans.STRAGGLER_FIXED, draws=5,
                   draw=plans.straggler_draw)
     formula_cases(my_straggler_time, cases, plans.ARGS, plans.straggler_time,
@@ -473,7 +468,6 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     target test accuracy with at most ``max_allreduces`` averagings — for the prompt's three
     budgets and for budgets it does not show (drawn per call: each within its budget, two
     trained against the even spread of the same budget, less 3 points)."""
-    __tracebackhide__ = True
     name = getattr(my_sync_plan, "__name__", "my_sync_plan")
     cases = [c.params for c in Cases("sync_plan", seed,
                                      plans.PLAN_CASES + plans.unseen_budgets(seed))]

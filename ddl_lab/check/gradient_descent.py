@@ -39,7 +39,6 @@ def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
-    __tracebackhide__ = True
     name = _name(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
@@ -129,7 +128,6 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
-    __tracebackhide__ = True
     fixed = [{"m": 10, "batch_size": 4, "lr": 0.01}, {"m": 13, "batch_size": 5, "lr": 0.03},
              {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
              {"m": 1, "batch_size": 3, "lr": 0.1}]
@@ -142,7 +140,6 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
 
 
 def _one_epoch_case(fn: Callable, case: Any) -> None:
-    __tracebackhide__ = True
     name = _name(fn, "my_minibatch_sgd_epoch")
     m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
     X, y = _epoch_problem(m, case.rng)
@@ -179,7 +176,6 @@ def _one_epoch_case(fn: Callable, case: Any) -> None:
 
 
 def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
-    __tracebackhide__ = True
     if not rec.calls:
         fail(f"grad was never called: compute grad(θ, X_batch, y_batch) for each "
              f"mini-batch [{case}].")
@@ -211,7 +207,6 @@ def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
 
 
 def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case: Any) -> None:
-    __tracebackhide__ = True
     theta, up = theta0.copy(), None
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
@@ -252,7 +247,6 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
-    __tracebackhide__ = True
     name = _name(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
@@ -338,7 +332,6 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
-    __tracebackhide__ = True
     name = _name(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
     for case, X, y in problems:

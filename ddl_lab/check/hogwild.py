@@ -47,7 +47,6 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     """Lesson 03, task 1: ``my_hogwild_update(theta, idx, val, y, lr)`` does one SGD step of
     logistic regression on a sparse example, in place, touching only θ[idx]:
     θ[idx] −= lr (σ(θ[idx]·val) − y) val. ``idx`` and ``val`` stay as they were."""
-    __tracebackhide__ = True
     name = getattr(my_hogwild_update, "__name__", "my_hogwild_update")
     fixed = [{"d": 200, "nnz": 5, "lr": 0.2, "y": 1, "dtype": "float64"},
              {"d": 50, "nnz": 8, "lr": 0.7, "y": 0, "dtype": "float64"},
@@ -62,7 +61,6 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
 
 
 def _one_update(fn: Callable, name: str, case: Any) -> None:
-    __tracebackhide__ = True
     p, rng = case.params, case.rng
     theta = rng.normal(size=p["d"]).astype(p["dtype"])
     idx = rng.choice(p["d"], size=min(p["nnz"], p["d"]), replace=False)
@@ -197,7 +195,6 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     one SGD update per row, in order, on the shared θ with the given lr: never touching the
     lock unless ``locked``, and then holding it around each whole update (read θ, compute,
     write)."""
-    __tracebackhide__ = True
     from ddl_lab.hogwild.engine import sparse_problem
     name = getattr(my_hogwild_worker, "__name__", "my_hogwild_worker")
     for case in Cases("hogwild_worker", seed, [{"locked": False}, {"locked": True}]):
@@ -215,7 +212,6 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
 
 
 def _traced_run(fn: Callable, name: str, problem: "Problem", rows: np.ndarray, case: Any) -> None:
-    __tracebackhide__ = True
     locked, lr = case.params["locked"], case.params["lr"]
     theta0 = case.rng.normal(size=problem.d) * 0.1
     trail = _Trail()
@@ -265,7 +261,6 @@ def _traced_run(fn: Callable, name: str, problem: "Problem", rows: np.ndarray, c
 def _on_processes(fn: Callable, name: str) -> tuple[float, dict[bool, float]]:
     """Lock-free and locked runs on the warm workers sharing θ and a file lock; returns
     the start loss and each run's final loss."""
-    __tracebackhide__ = True
     from ddl_lab.hogwild.engine import sparse_problem
     problem = sparse_problem(m=3000, d=200, nnz=5, lr=0.2, seed=1)
     rows = np.random.default_rng(0).permutation(len(problem))

@@ -149,7 +149,6 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
     1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
     alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
-    __tracebackhide__ = True
     name = getattr(my_zero2_step, "__name__", "your function")
     cases = list(Cases("zero2_step", seed, _FIXED, draws=2, draw=_draw))
     seeds = [int(c.rng.integers(1 << 30)) for c in cases]
@@ -178,7 +177,6 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
 
 def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) -> None:
     """Fail, naming the fault, if a rank's parameters, calls, bytes sent or state are wrong."""
-    __tracebackhide__ = True
     n, length, dtype, kind = (case.params[k] for k in ("n", "length", "dtype", "optimizer"))
     where = _where(case)
     used = sorted({u for g in got for u in g["used"]})
@@ -269,7 +267,6 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
     'sgd', 'momentum' or 'adam'."""
-    __tracebackhide__ = True
     name = getattr(my_zero_bytes, "__name__", "your function")
     cases = Cases("zero_bytes", seed, [
         {"params": 7_500_000_000, "ranks": 64, "stage": 0, "precision": "bf16", "optimizer": "adam"},

@@ -37,7 +37,6 @@ def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tupl
 
     Each wait inside the communicator times out after a quarter of the check's time, so a
     deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
-    __tracebackhide__ = True
     total = _core.DEFAULT_TIMEOUT
     out = run_on_workers(comm_main, n, worker, args, {}, total / 4, total / 2,
                          learner_fn=learner, timeout=total)
@@ -47,7 +46,6 @@ def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tupl
 def _run_cases(cases: Cases, one: Callable[[Any], None]) -> list[str]:
     """Run ``one(case)`` for every case; a failure gets its case, and the cases that passed
     when they differ from it only in the world size or the root."""
-    __tracebackhide__ = True
     right: list[Any] = []
     for case in cases:
         try:
@@ -89,7 +87,6 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
     the root, every rank's value in rank order, and None on the other ranks; each other
     rank sends the root one message."""
-    __tracebackhide__ = True
     name = getattr(my_gather, "__name__", "my_gather")
     fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 3}, {"n": 3, "root": 2}]
 
@@ -108,7 +105,6 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 
 def _judge_gather(name: str, got: list, want: list, root: int, n: int,
                   records: list[dict]) -> None:
-    __tracebackhide__ = True
     _judge_gathered(name, got, want, root, n)
     sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
     if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
@@ -118,7 +114,6 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int,
 
 def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None:
     """Fail unless the root returned every value in rank order and the others None."""
-    __tracebackhide__ = True
     res = got[root]
     if not isinstance(res, (list, tuple)):
         fail(returned_none(res, f"{name} on the root (rank {root})", f"the list of all {n} "
@@ -170,7 +165,6 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
     returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
     sends each other rank its own item only — one message, about that item's size."""
-    __tracebackhide__ = True
     name = getattr(my_scatter, "__name__", "my_scatter")
     fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 2}, {"n": 3, "root": 1}]
 
@@ -188,7 +182,6 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
 
 def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: int) -> None:
-    __tracebackhide__ = True
     for r, v in enumerate(got):
         j = _which_chunk(v, chunks)
         if j == r:
@@ -248,7 +241,6 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
     (shards of different sizes, an empty one too), leaving its inputs unchanged."""
-    __tracebackhide__ = True
     fixed = [{"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
              {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
              {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}]
@@ -267,7 +259,6 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
 
 def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
                     sizes: list[int]) -> None:
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "my_parallel_gradient")
     k, m = len(shards), sum(sizes)
     t64 = theta.astype(np.float64)
@@ -321,7 +312,6 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
     damping d, graph and number of workers."""
-    __tracebackhide__ = True
     fixed = [{"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
              {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
              {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}]
@@ -336,7 +326,6 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
 
 
 def _pagerank_one(fn: Callable, case: Any) -> None:
-    __tracebackhide__ = True
     from ddl_lab.message_passing.pregel import pagerank_step, run_pregel, web_graph
     p = case.params
     graph = web_graph(n=p["pages"], avg_degree=3.0, dangling=p["dangling"],
@@ -394,7 +383,6 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 5: ``my_tree_gather(comm, value)`` gathers every rank's value on rank 0
     along the binomial tree: rank r ≠ 0 sends once, to r − 2^k (2^k its lowest set bit),
     the values of its subtree r … r + 2^k − 1; the root returns them in rank order."""
-    __tracebackhide__ = True
     name = getattr(my_tree_gather, "__name__", "my_tree_gather")
 
     def one(case: Any) -> None:
@@ -418,7 +406,6 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    __tracebackhide__ = True
     cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
     formula_cases(my_tree_gather_time, cases, ("n", "nbytes", "alpha", "beta"),
                   costs.tree_gather, costs.TREE_MISTAKES, "the predicted seconds as a number",
@@ -436,7 +423,6 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
     """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
     down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
     piece before it receives the next; every rank returns the whole array."""
-    __tracebackhide__ = True
     name = getattr(my_chain_bcast, "__name__", "my_chain_bcast")
 
     def one(case: Any) -> None:
@@ -463,7 +449,6 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
     real workers; its α–β time, counted from the messages it sent, must be within 10 % of
     the fastest chunking's."""
-    __tracebackhide__ = True
     from ddl_lab.message_passing.pipeline import chain_time
     from ddl_lab.message_passing.trace import join_records
     from ddl_lab.message_passing.wire import encode

@@ -180,7 +180,6 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
     """Every case in one call to the workers, each rank's messages logged; fails with the
     first case that went wrong (``explain_failure`` names a failed run's mistake from the
     logs, ``judge`` a finished run's from its results)."""
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "your function")
     logdirs = [tempfile.mkdtemp(prefix="ddl_lab_p2p_") for _ in specs]
     try:
@@ -215,7 +214,6 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     logged: it must go down the chain (only to prev and nxt), and each stage's messages in
     GPipe's order (every activation before any gradient; another order is named with the
     idle time it costs, counted in slots)."""
-    __tracebackhide__ = True
     cases = Cases("stage_step", seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
         {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
@@ -297,7 +295,6 @@ def _as_ops(order: Any) -> Any:
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
-    __tracebackhide__ = True
     from ddl_lab.model_parallel.pipeline import validate_order
     cases = Cases("one_f_one_b", seed, [
         {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}],
@@ -375,7 +372,6 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
     """Lesson 09, task 3: ``my_row_parallel(x_part, weight_cols, bias)`` — this rank holds
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)
     of the input — returns the whole output x Wᵀ + b on every rank."""
-    __tracebackhide__ = True
     cases = Cases("row_parallel", seed, [
         {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
         {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
@@ -412,7 +408,6 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
     state_bytes=8)`` returns the bytes one rank holds for parameters, gradients and optimizer
     state (fp32; ``state_bytes`` per parameter: 8 for Adam, 4 for momentum, 0 for SGD) under
     'one process', 'ddp', 'zero1', 'zero2', 'fsdp' or 'pipeline' (equal stages)."""
-    __tracebackhide__ = True
     name = getattr(my_bytes_per_rank, "__name__", "your function")
     cases = Cases("bytes_per_rank", seed, [{"P": 8_400_000, "n": 2, "s": 8},
                                            {"P": 1_200, "n": 4, "s": 0},

@@ -50,7 +50,6 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
     """Lesson 02, task 1: ``my_threaded_sum(x, num_threads)`` returns ``x.sum()`` computed
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
     that many workers), each summing one block — with no lost update, x unchanged."""
-    __tracebackhide__ = True
     fixed = [{"n": 10_007, "num_threads": 4, "dtype": "float64"},
              {"n": 0, "num_threads": 3, "dtype": "float64"},
              {"n": 1, "num_threads": 2, "dtype": "float64"},
@@ -68,7 +67,6 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
 
 def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
     """One case; whether the writes of shared state may still be paused in the next."""
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "my_threaded_sum")
     n, t, dtype = case.params["n"], case.params["num_threads"], case.params["dtype"]
     data = (case.rng.integers(0, 1000, n).astype(dtype) if dtype == "float64" else
@@ -104,7 +102,6 @@ def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
 
 def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
                writes: list[str]) -> None:
-    __tracebackhide__ = True
     try:
         value = float(got)
     except (TypeError, ValueError):
@@ -187,7 +184,6 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
-    __tracebackhide__ = True
     name = getattr(my_next_chunk, "__name__", "my_next_chunk")
     fixed = [{"chunk": 4, "stop": 10, "start": 0}, {"chunk": 3, "stop": 13, "start": 2},
              {"chunk": 1, "stop": 1, "start": 0}, {"chunk": 5, "stop": 0, "start": 0},
@@ -218,7 +214,6 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
 
 
 def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
-    __tracebackhide__ = True
     c, stop, start = case.params["chunk"], case.params["stop"], case.params["start"]
     counter, lock = np.array([start], np.int64), _SpyLock()
     want = [range(lo, min(lo + c, stop)) for lo in range(start, stop, c)] + [None, None]
@@ -252,7 +247,6 @@ def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
 def _forced_interleaving(fn: Callable, name: str, pause: str) -> None:
     """Pause one caller just before it takes the lock (or just after it lets go), let a
     second caller claim meanwhile, then let the first go on: their chunks must not overlap."""
-    __tracebackhide__ = True
     counter, lock = np.zeros(1, np.int64), _SpyLock(pause)
     first: list[Any] = []
 

@@ -83,7 +83,6 @@ def _ssp_max_lead(must_wait: Callable, s: int) -> int:
 def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
     """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
     ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
-    __tracebackhide__ = True
     name = getattr(my_ssp_gate, "__name__", "your function")
     cases = list(Cases("ssp_gate", seed, _GATE_FIXED, draws=10, draw=_gate_draw))
     for case in cases:
@@ -170,7 +169,6 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
     """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
-    __tracebackhide__ = True
     name = getattr(my_staleness_lr, "__name__", "your function")
     cases = list(Cases("staleness_lr", seed, _RATE_FIXED, draws=8, draw=_rate_draw))
     params, returned = [c.params for c in cases], []
@@ -408,7 +406,6 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
-    __tracebackhide__ = True
     name = getattr(my_restore_shard, "__name__", "your function")
     cases = list(Cases("restore_shard", seed, _RESTORE_FIXED, draws=4, draw=_restore_draw))
     given = []

@@ -75,7 +75,6 @@ def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
-    __tracebackhide__ = True
     name = getattr(my_ring_cost, "__name__", "your function")
     cases = Cases("ring_cost", seed, [
         {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
@@ -152,7 +151,6 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    __tracebackhide__ = True
     name = getattr(my_ring_allreduce, "__name__", "your function")
     cases = list(Cases("ring_allreduce", seed, _FIXED, draws=3, draw=_ring_draw))
     seeds = [int(case.rng.integers(1 << 30)) for case in cases]
@@ -184,7 +182,6 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
 def _judge(got: list[dict], name: str, case: Case, data_seed: int,
            right: list[tuple[int, int]]) -> None:
     """Fail with a named fault if the ranks' results, calls or bytes are wrong."""
-    __tracebackhide__ = True
     n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
     where = _where(case)
     used = sorted({u for g in got for u in g["used"]})
@@ -341,7 +338,6 @@ def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
     does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
-    __tracebackhide__ = True
     cases = Cases("tree_ring_crossover", seed, design.CROSSOVER_FIXED, draws=4,
                   draw=design.crossover_draw)
     formula_cases(my_tree_ring_crossover, cases, ("n", "alpha", "beta"), design.crossover,
@@ -363,7 +359,6 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
     against the backward pass, must end within 10 % of the best bucket size's — for the
     prompt's three networks and for drawn ones it does not show (one run for real, the
     others by the rule's buckets in the model)."""
-    __tracebackhide__ = True
     name = getattr(my_bucket_bytes, "__name__", "my_bucket_bytes")
     fixed = len(design.BUCKET_CASES)
     cases = [c.params for c in Cases("bucket_bytes", seed, design.BUCKET_CASES, draws=4,
@@ -419,7 +414,6 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    __tracebackhide__ = True
     name = getattr(my_halving_doubling, "__name__", "your function")
     cases = list(Cases("halving_doubling", seed, beyond.HD_FIXED, draws=3, draw=beyond.hd_draw))
     seeds = [int(case.rng.integers(1 << 30)) for case in cases]
@@ -469,7 +463,6 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
     to run — "tree", "ring", "halving_doubling" or "pipelined_tree" — and must come within
     10 % of the best in the α–β models, on the prompt's cases and on draws it does not
     show; at one size where the choice is clear it is also run on real workers."""
-    __tracebackhide__ = True
     name = getattr(my_allreduce_choice, "__name__", "my_allreduce_choice")
     fixed = len(beyond.CHOICE_FIXED)
     draws = Cases("allreduce_choice", seed, [], draws=40, draw=beyond.choice_draw)

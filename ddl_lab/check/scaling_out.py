@@ -28,7 +28,6 @@ def _name(fn: Callable) -> str:
 
 def _stub_first(fn: Callable, *args: Any) -> None:
     """The stub reported here, before any worker starts (other errors: on the workers)."""
-    __tracebackhide__ = True
     try:
         fn(*args)
     except NotImplementedError:
@@ -38,7 +37,6 @@ def _stub_first(fn: Callable, *args: Any) -> None:
 
 
 def _probe_checkpoint(save: Callable, load: Callable) -> None:
-    __tracebackhide__ = True
     import torch
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -139,7 +137,6 @@ def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     """Lesson 11, task 1: ``my_fedavg(states, sizes)`` — the server's step of FedAvg: the
     clients' state_dicts averaged entry by entry, client k weighted by its data size n_k:
     w = Σ n_k·w_k / Σ n_k, as a new dict (the clients' tensors unchanged)."""
-    __tracebackhide__ = True
     import torch
     _stub_first(my_fedavg, [{"w": torch.ones(1)}], [1])
     fixed = [{"K": 3, "sizes": [10, 50, 200], "dtype": "float32", "d": 4},
@@ -289,7 +286,6 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
-    __tracebackhide__ = True
     _probe_checkpoint(my_save_checkpoint, my_resume)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
@@ -379,7 +375,6 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
 
 def _real_run(fn: Callable) -> str:
     """Start 2 hosts × 2 processes with the learner's settings; what they reported."""
-    __tracebackhide__ = True
     from ddl_lab.scaling_out.hosts import (Layout, VirtualHosts, free_port, run_with_env,
                                            unavailable)
     name, why = _name(fn), unavailable()
@@ -407,7 +402,6 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) of process
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
-    __tracebackhide__ = True
     from ddl_lab.scaling_out.hosts import Layout
     name = _name(my_rendezvous_env)
     fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
@@ -456,7 +450,6 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     max_workers)`` is the n in 1…max_workers with the shortest step of synchronous SGD on a
     fixed global batch: compute per_example·batch/n, plus for n > 1 a ring allreduce of the
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""
-    __tracebackhide__ = True
     name = _name(my_best_workers)
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
     fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle

@@ -42,7 +42,6 @@ def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
 @task("welcome")
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
-    __tracebackhide__ = True
     name, right = getattr(my_rank, "__name__", "my_rank"), []
     for n in world_sizes:
         got = run_on_workers(my_rank, n, learner_fn=my_rank)
@@ -86,7 +85,6 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
                  world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
-    __tracebackhide__ = True
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
     for n in world_sizes:                   # the sums first, at every size; then the calls
         want = n * (n - 1) // 2
@@ -178,7 +176,6 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
     ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
     √(π(4−π)/N) ≤ eps: ⌈π(4−π) / (workers·eps²)⌉ (one more is accepted)."""
-    __tracebackhide__ = True
     name = getattr(my_darts_per_rank, "__name__", "my_darts_per_rank")
     fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
              {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
@@ -267,7 +264,6 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     darts)`` — 1–4 workers, at most per_rank_max darts each, at most budget in all — and the
     lesson's ``monte_carlo_pi``, run for real on that many ranks with seeds 0…199, lands
     within tol of π in at least 80 % of the runs."""
-    __tracebackhide__ = True
     name = getattr(my_pi_plan, "__name__", "my_pi_plan")
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
@@ -306,7 +302,6 @@ PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1
 
 def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
     """A plan judged by its arithmetic: the normal approximation's share of runs within tol."""
-    __tracebackhide__ = True
     tol = case.params["tol"]
     z = tol / _standard_error(w * d)
     share = math.erf(z / math.sqrt(2))
@@ -319,7 +314,6 @@ def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
 
 def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int, int]:
     """The learner's (workers, darts) as ints, or a CheckFailed naming the broken limit."""
-    __tracebackhide__ = True
     p = case.params
     if not isinstance(plan, (tuple, list)) or len(plan) != 2:
         fail((returned_none(plan, name, "a pair (workers, darts)") or
