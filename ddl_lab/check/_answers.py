@@ -8,6 +8,10 @@
   an int; None otherwise.
 - ``pair(x)``: two scalars — a tuple or list of two, or an array or tensor of shape (2,) — as
   two floats; None otherwise.
+- ``Real(lo, hi, closed=…)``, ``Whole(lo, hi)``: declared constraints on a one-number answer
+  (scikit-learn's ``Interval``): ``rule.read(x)`` is the value or None, ``str(rule)`` says
+  what the answer must be, in one wording for every check ("a whole number from 1 to 64");
+  ``answer(got, rule, name, call, case)`` reads it or fails saying what came back.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
 - ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
@@ -20,13 +24,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ._diagnose import describe_value, returned_none
 
-__all__ = ["scalar", "whole", "pair", "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
+__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "plan", "plan_call",
+           "same_for_all", "FUNCTION_OF_INPUTS"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
                       "targets it is given, not looked up in a table of the prompt's cases")
@@ -62,6 +68,71 @@ def pair(x: Any) -> tuple[float, float] | None:
         return None
     a, b = scalar(x[0]), scalar(x[1])
     return None if a is None or b is None else (a, b)
+
+
+@dataclass(frozen=True)
+class Real:
+    """A one-number answer in an interval (``closed``: "both", "left", "right", "neither"),
+    read as a float; ``what`` names it ("the seconds", "the rate")."""
+    lo: float = -math.inf
+    hi: float = math.inf
+    closed: str = "both"
+    what: str = "a number"
+
+    def read(self, x: Any) -> float | None:
+        v = self._value(x)
+        return v if v is not None and self.holds(v) else None
+
+    def _value(self, x: Any) -> float | None:
+        v = scalar(x)
+        return v if v is not None and not math.isnan(v) else None
+
+    def holds(self, v: float) -> bool:
+        low = v >= self.lo if self.closed in ("both", "left") else v > self.lo
+        high = v <= self.hi if self.closed in ("both", "right") else v < self.hi
+        return low and high
+
+    def __str__(self) -> str:
+        if (self.lo, self.hi) == (-math.inf, math.inf):
+            return self.what
+        if self.hi == math.inf:
+            return f"{self.what} {'≥' if self.closed in ('both', 'left') else '>'} {self.lo:g}"
+        if self.lo == -math.inf:
+            return f"{self.what} {'≤' if self.closed in ('both', 'right') else '<'} {self.hi:g}"
+        left = "[" if self.closed in ("both", "left") else "("
+        right = "]" if self.closed in ("both", "right") else ")"
+        return f"{self.what} in {left}{self.lo:g}, {self.hi:g}{right}"
+
+
+@dataclass(frozen=True)
+class Whole(Real):
+    """A whole-number answer from ``lo`` to ``hi`` (3, 3.0, ``np.int64(3)``, ``tensor(3.)``),
+    read as an int."""
+    what: str = "a whole number"
+
+    def read(self, x: Any) -> int | None:      # type: ignore[override]
+        v = whole(x)
+        return v if v is not None and self.holds(v) else None
+
+    def __str__(self) -> str:
+        if (self.lo, self.hi) == (-math.inf, math.inf):
+            return self.what
+        if self.hi == math.inf:
+            return f"{self.what} ≥ {self.lo:g}"
+        return f"{self.what} from {self.lo:g} to {self.hi:g}"
+
+
+def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
+    """``rule.read(got)``, or the check fails saying what came back (``call`` names the call,
+    ``case`` the case): one wording for every one-number answer."""
+    __tracebackhide__ = True
+    value = rule.read(got)
+    if value is None:
+        from ._core import fail
+        where = f" ({case})" if case is not None else ""
+        fail(returned_none(got, name, str(rule)) or
+             f"{call} returned {describe_value(got)}{where}; return {rule}.")
+    return value
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:

@@ -15,13 +15,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core
 from . import _message_passing_costs as costs
 from . import _message_passing_tree as tree
-from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
-from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
-                        returned_none)
-from ._answers import FUNCTION_OF_INPUTS, plan_call, same_for_all
+from ._core import DEFAULT_TIMEOUT, Trial, fail, task
+from ._diagnose import Snapshot, as_array, differs, explain, only_right_for, returned_none
+from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from ._formula import formula_cases
 from ddl_lab.message_passing.comm import comm_main
 
@@ -32,35 +30,34 @@ WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 
 _PKG = "ddl_lab.message_passing"
 
 
-def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
+def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable) -> Trial:
+    """Each case on n real workers that talk through the lesson's ``comm``; a failure gets
+    its case and the cases that passed when they differ from it only in the world size or
+    the root."""
+    return Trial(task, fn, seed, fixed, draws=1, draw=draw, timeout=DEFAULT_TIMEOUT)
+
+
+def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
     """Run ``worker(comm, *args)`` on n real workers; (results, per-rank message records).
 
     Each wait inside the communicator times out after a quarter of the check's time, so a
     deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
-    total = _core.DEFAULT_TIMEOUT
-    out = run_on_workers(comm_main, n, worker, args, {}, total / 4, total / 2,
-                         learner_fn=learner, timeout=total)
+    total = DEFAULT_TIMEOUT
+    out = trial.world(comm_main, n, worker, args, {}, total / 4, total / 2)
     return [r for r, _ in out], [rec for _, rec in out]
 
 
-def _run_cases(cases: Cases, one: Callable[[Any], None]) -> list[str]:
-    """Run ``one(case)`` for every case; a failure gets its case, and the cases that passed
-    when they differ from it only in the world size or the root."""
-    right: list[Any] = []
-    for case in cases:
-        try:
-            one(case)
-        except CheckFailed as e:
-            n, root = case.params["n"], case.params.get("root")
-            other_n = [f"{c.params['n']} ranks" for c in right if c.params["n"] != n]
-            same_n = [f"root {c.params['root']}" for c in right
-                      if c.params["n"] == n and c.params.get("root") not in (None, root)]
-            hint = (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
-                    only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n
-                    else "")
-            raise CheckFailed(f"{e} [{case}]{hint}") from None
-        right.append(case)
-    return sorted({f"{c.params['n']} ranks" for c in right}, reverse=True)
+def _each(trial: Trial, one: Callable[[Any], None]) -> list[str]:
+    """``trial.each(one)``, naming the sizes and roots that passed; the sizes that passed."""
+    def hint(case: Any) -> str:
+        n, root = case.params["n"], case.params.get("root")
+        other_n = [f"{c.params['n']} ranks" for c in trial.right if c.params["n"] != n]
+        same_n = [f"root {c.params['root']}" for c in trial.right
+                  if c.params["n"] == n and c.params.get("root") not in (None, root)]
+        return (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
+                only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n else "")
+    trial.each(one, hint)
+    return sorted({f"{c.params['n']} ranks" for c in trial.right}, reverse=True)
 
 
 def _only_send_recv(name: str, records: list[dict]) -> None:
@@ -87,18 +84,18 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
     the root, every rank's value in rank order, and None on the other ranks; each other
     rank sends the root one message."""
-    name = getattr(my_gather, "__name__", "my_gather")
-    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 3}, {"n": 3, "root": 2}]
+    trial = _trial("gather", my_gather, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 3},
+                                               {"n": 3, "root": 2}], _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(my_gather, _gather_worker, n, my_gather, root, case.index)
-        _only_send_recv(name, records)
+        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index)
+        _only_send_recv(trial.name, records)
         want = [tree.gather_value(r, case.index) for r in range(n)]
-        _judge_gather(name, got, want, root, n, records)
+        _judge_gather(trial.name, got, want, root, n, records)
 
-    right = _run_cases(Cases("gather", seed, fixed, draws=1, draw=_root_case), one)
-    passed("gather", f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
            "got every rank's value in rank order (its ANY_SOURCE receives answered latest "
            "rank first), from one message per other rank")
 
@@ -165,18 +162,17 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
     returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
     sends each other rank its own item only — one message, about that item's size."""
-    name = getattr(my_scatter, "__name__", "my_scatter")
-    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 2}, {"n": 3, "root": 1}]
+    trial = _trial("scatter", my_scatter, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 2},
+                                                 {"n": 3, "root": 1}], _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(my_scatter, _scatter_worker, n, my_scatter, root,
-                                   case.index)
-        _only_send_recv(name, records)
+        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index)
+        _only_send_recv(trial.name, records)
         _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
 
-    right = _run_cases(Cases("scatter", seed, fixed, draws=1, draw=_root_case), one)
-    passed("scatter", f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
            "rank got its own chunk, the root sending each other rank one message of that "
            "chunk's size")
 
@@ -241,19 +237,19 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
     (shards of different sizes, an empty one too), leaving its inputs unchanged."""
-    fixed = [{"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
-             {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
-             {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}]
+    trial = _trial("parallel_gradient", my_parallel_gradient, seed, [
+        {"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
+        {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
+        {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}], _gradient_case)
 
     def one(case: Any) -> None:
         theta, shards = _gradient_data(case)
-        got, _ = _on_workers(my_parallel_gradient, _gradient_worker, case.params["n"],
-                             my_parallel_gradient, theta, shards)
+        got, _ = _on_workers(trial, _gradient_worker, case.params["n"], my_parallel_gradient,
+                             theta, shards)
         _judge_gradient(my_parallel_gradient, got, theta, shards, case.params["sizes"])
 
-    right = _run_cases(Cases("parallel_gradient", seed, fixed, draws=1, draw=_gradient_case),
-                       one)
-    passed("parallel_gradient", f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
            "m examples, from shards of unequal sizes (an empty one too), float64 and float32")
 
 
@@ -312,27 +308,24 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
     damping d, graph and number of workers."""
-    fixed = [{"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
-             {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
-             {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}]
-
-    def one(case: Any) -> None:
-        _pagerank_one(my_pagerank_compute, case)
-
-    right = _run_cases(Cases("pagerank_compute", seed, fixed, draws=1, draw=_pagerank_case),
-                       one)
-    passed("pagerank_compute", f"on {' and '.join(right)}, every superstep matches power "
+    trial = _trial("pagerank_compute", my_pagerank_compute, seed, [
+        {"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
+        {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
+        {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
+        _pagerank_case)
+    right = _each(trial, lambda case: _pagerank_one(trial, case))
+    trial.passed(f"on {' and '.join(right)}, every superstep matches power "
            "iteration on graphs of 17–39 pages with dangling pages, damping 0.6–0.9")
 
 
-def _pagerank_one(fn: Callable, case: Any) -> None:
+def _pagerank_one(trial: Trial, case: Any) -> None:
     from ddl_lab.message_passing.pregel import pagerank_step, run_pregel, web_graph
     p = case.params
     graph = web_graph(n=p["pages"], avg_degree=3.0, dangling=p["dangling"],
                       seed=int(case.rng.integers(1000)))
     d, steps = p["damping"], p["supersteps"]
-    program = functools.partial(fn, damping=d)
-    parts, _ = _on_workers(fn, run_pregel, p["n"], graph, program, steps)
+    program = functools.partial(trial.fn, damping=d)
+    parts, _ = _on_workers(trial, run_pregel, p["n"], graph, program, steps)
     values = np.full((steps, graph.n), np.nan)
     for part in parts:
         if len(part["snapshots"]):
@@ -383,19 +376,19 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 5: ``my_tree_gather(comm, value)`` gathers every rank's value on rank 0
     along the binomial tree: rank r ≠ 0 sends once, to r − 2^k (2^k its lowest set bit),
     the values of its subtree r … r + 2^k − 1; the root returns them in rank order."""
-    name = getattr(my_tree_gather, "__name__", "my_tree_gather")
+    trial = _trial("tree_gather", my_tree_gather, seed, [{"n": 4}, {"n": 3}],
+                   lambda rng: {"n": int(rng.choice(WORLD_SIZES))})
 
     def one(case: Any) -> None:
-        n = case.params["n"]
+        n, name = case.params["n"], trial.name
         values = [tree.gather_value(r, case.index) for r in range(n)]
-        out, records = _on_workers(my_tree_gather, tree.worker, n, my_tree_gather, values)
+        out, records = _on_workers(trial, tree.worker, n, my_tree_gather, values)
         _only_send_recv(name, records)
         tree.judge_tree(name, [s for _, s in out], n)
         _judge_gathered(name, [r for r, _ in out], values, 0, n)
 
-    right = _run_cases(Cases("tree_gather", seed, [{"n": 4}, {"n": 3}], draws=1,
-                             draw=lambda rng: {"n": int(rng.choice(WORLD_SIZES))}), one)
-    passed("tree_gather", f"on {' and '.join(right)}, rank 0 got every value in rank order, "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, rank 0 got every value in rank order, "
            "each other rank sending one message — its whole subtree — to its parent "
            "r − 2^k in the binomial tree")
 
@@ -406,12 +399,13 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
-    formula_cases(my_tree_gather_time, cases, ("n", "nbytes", "alpha", "beta"),
+    trial = Trial("tree_gather_time", my_tree_gather_time, seed, costs.TREE_FIXED, draws=5,
+                  draw=costs.tree_draw)
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"),
                   costs.tree_gather, costs.TREE_MISTAKES, "the predicted seconds as a number",
                   "count the rounds, and in each round the size of its longest message (how "
                   "many values its sender holds by then).")
-    passed("tree_gather_time", f"{len(cases)} cases (n = 1 to 1000, powers of two and not, "
+    trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, "
            "S = 0 and α = 0 included) match ⌈log2 n⌉·α + (n − 1)·S·β: the tree saves latency "
            "terms, not the bytes that reach the root")
 
@@ -423,21 +417,20 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
     """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
     down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
     piece before it receives the next; every rank returns the whole array."""
-    name = getattr(my_chain_bcast, "__name__", "my_chain_bcast")
+    trial = _trial("chain_bcast", my_chain_bcast, seed, [
+        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
+        {"n": 4, "numel": 10, "pieces": 1}], lambda rng: {
+            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
+            "pieces": int(rng.integers(2, 9))})
 
     def one(case: Any) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
-        out, records = _on_workers(my_chain_bcast, tree.chain_worker, n, my_chain_bcast,
-                                   numel, k)
-        _only_send_recv(name, records)
-        tree.judge_chain(name, [r for r, _ in out], [log for _, log in out], numel, k)
+        out, records = _on_workers(trial, tree.chain_worker, n, my_chain_bcast, numel, k)
+        _only_send_recv(trial.name, records)
+        tree.judge_chain(trial.name, [r for r, _ in out], [log for _, log in out], numel, k)
 
-    right = _run_cases(Cases("chain_bcast", seed, [
-        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
-        {"n": 4, "numel": 10, "pieces": 1}], draws=1, draw=lambda rng: {
-            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
-            "pieces": int(rng.integers(2, 9))}), one)
-    passed("chain_bcast", f"on {' and '.join(right)}, every rank got the root's array, each "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, every rank got the root's array, each "
            "link carrying one message per piece, each piece forwarded before the next came")
 
 
@@ -452,26 +445,23 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     from ddl_lab.message_passing.pipeline import chain_time
     from ddl_lab.message_passing.trace import join_records
     from ddl_lab.message_passing.wire import encode
-    name = getattr(my_pipeline_chunks, "__name__", "my_pipeline_chunks")
     header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
-    cases = Cases("pipeline_chunks", seed, costs.PIPE_FIXED, draws=costs.DRAWS,
-                  draw=costs.pipe_draw)
-    fixed, real = len(costs.PIPE_FIXED), len(costs.PIPE_FIXED) + costs.REAL_DRAWS
-    shown: list[str] = []
-    answers: list[int] = []
-    for case in cases:
+    trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, costs.PIPE_FIXED,
+                  draws=costs.DRAWS, draw=costs.pipe_draw, name="my_pipeline_chunks",
+                  plan=True, timeout=DEFAULT_TIMEOUT)
+    fixed, real = trial.shown, trial.shown + costs.REAL_DRAWS
+    name, shown, answers = trial.name, [], []
+    for case in trial:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
         call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
-        unseen = case.index >= fixed
-        got = (plan_call(my_pipeline_chunks, (n, S, a, b), name, call) if unseen
-               else call_local(my_pipeline_chunks, n, S, a, b))
-        k = costs.pieces_of(got, name, call, S // 8)
+        unseen = trial.unseen(case)
+        k = costs.pieces_of(trial.call(case, n, S, a, b, where=call), name, call, S // 8)
         answers.append(k)
         t, sent = None, (n - 1) * k
         if k <= costs.MAX_PIECES and (not unseen or (real > fixed and
                                                      costs.runs_for_real(case.params, k))):
             real -= unseen                      # the first small unseen machine runs too
-            ok, records = _on_workers(my_pipeline_chunks, costs.pipeline_worker, n, S // 8, k)
+            ok, records = _on_workers(trial, costs.pipeline_worker, n, S // 8, k)
             messages = join_records(records)
             if not all(ok):
                 fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
@@ -485,7 +475,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
                                                                   "machines"))
         if not unseen:
             shown.append(text)
-    passed("pipeline_chunks", "; ".join(shown) + f"; and {costs.DRAWS} machines the prompt "
+    trial.passed("; ".join(shown) + f"; and {costs.DRAWS} machines the prompt "
            f"does not show (3–64 ranks) — within {costs.TARGET - 1:.0%} of the fastest "
            "chunking each time, the time modelled (α–β, not a clock) from the messages the "
            "real workers sent")
