@@ -188,17 +188,21 @@ class Trial:
     def world(self, body: Callable, n: int, *args: Any, case: Any = None) -> list:
         """One world: the results of ranks 0…n−1; a failure fails the check, worded."""
         __tracebackhide__ = True
-        outcome = self.run(body, [(n, args)])[0]
+        return self.results(self.run(body, [(n, args)])[0], case)
+
+    def results(self, outcome: Outcome, case: Any) -> list:
+        """The ranks' results of ``case``'s world, or the check fails as its failure."""
+        __tracebackhide__ = True
         if outcome.failure is not None:
-            fail(self.word(outcome.failure, case))
+            fail(self.word(outcome.failure, case, outcome.n))
         return outcome.results
 
-    def word(self, failure: RankFailure, case: Any) -> str:
+    def word(self, failure: RankFailure, case: Any, n: int = 0) -> str:
         """A failure on the workers as the check words it (``word=``), by default the usual
-        sentence for ``case``'s world size."""
+        sentence for ``case``'s world size (else ``n``)."""
         if self._word is not None:
             return self._word(failure, case)
-        return failure.message(self.name, case.params["n"] if case is not None else 0)
+        return failure.message(self.name, case.params["n"] if case is not None else n)
 
     def each(self, one: Callable[[Any], None], hint: Callable[[Any], str] = lambda case: ""
              ) -> None:
