@@ -14,7 +14,7 @@
 - ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
   merely calls the package's own implementation of the task is refused, saying so;
   ``package_functions(package, *names)`` finds those implementations by name in the
-  package's imported modules (a check names them in its ``@task(..., refuses=...)``
+  lesson package's modules (a check names them in its ``@task(..., refuses=...)``
   declaration, ``check/_core.py``).
 - ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
 """
@@ -307,10 +307,10 @@ def package_functions(package: str, *names: str) -> list[Any]:
     """Every function called one of ``names`` in ``package`` or its modules (wherever the
     package keeps it today), for ``refuse_package_copy``."""
     import importlib
-    import sys
-    importlib.import_module(package)        # a function the learner calls is imported too
-    modules = [m for k, m in list(sys.modules.items())
-               if m is not None and (k == package or k.startswith(package + "."))]
+    import pkgutil
+    root = importlib.import_module(package)
+    modules = [root] + [importlib.import_module(f"{package}.{m.name}")
+                        for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
 
 

@@ -183,16 +183,13 @@ def _allreduces(trial: Trial, p2p_only: str) -> Iterator[tuple[Case, int, list[d
                                                     c.params["dtype"], s))
                                     for c, s in zip(trial, seeds)])
     for case, data_seed, outcome in zip(trial, seeds, outcomes):
-        n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-        if outcome.failure:
-            fail(trial.word(outcome.failure, case))
-        got, where = outcome.results, _where(case)
+        got, where = trial.results(outcome, case), _where(case)
         used = sorted({u for g in got for u in g["used"]})
         if used:
             fail(f"{trial.name} called {', '.join('dist.' + u for u in used)} ({where}): "
                  + p2p_only)
         yield case, data_seed, got
-        trial.right.append((n, length))
+        trial.right.append((case.params["n"], case.params["length"]))
 
 
 def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str | None:
@@ -592,9 +589,7 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
     shown = []
     for case, size in zip(trial, chosen):
         p, outcome = case.params, launched.get(case.index)
-        if outcome is not None and outcome.failure is not None:
-            fail(outcome.failure.message(trial.name, p["n"]))
-        sizes = (outcome.results[0] if outcome is not None else
+        sizes = (trial.results(outcome, case)[0] if outcome is not None else
                  buckets_of(grad_bytes(p["widths"]), size))
         good, text = judge_buckets(p, size, sizes)
         if not good:
