@@ -12,6 +12,8 @@
   (scikit-learn's ``Interval``): ``rule.read(x)`` is the value or None, ``str(rule)`` says
   what the answer must be, in one wording for every check ("a whole number from 1 to 64");
   ``answer(got, rule, name, call, case)`` reads it or fails saying what came back.
+- ``two_numbers(got, names, name, case)``: a pair of finite numbers or a failure saying what
+  came back; ``answer_rtol(got)``: 1e-6, or the learner's dtype's tolerance if looser.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
 - ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
@@ -29,10 +31,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._diagnose import describe_value, returned_none
+from ._diagnose import describe_value, returned_arrays, returned_none, tolerance
 
-__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "plan", "plan_call",
-           "same_for_all", "FUNCTION_OF_INPUTS"]
+__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "answer_rtol", "two_numbers",
+           "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
                       "targets it is given, not looked up in a table of the prompt's cases")
@@ -133,6 +135,31 @@ def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
         fail(returned_none(got, name, str(rule)) or
              f"{call} returned {describe_value(got)}{where}; return {rule}.")
     return value
+
+
+def answer_rtol(got: Any) -> float:
+    """1e-6, or the tolerance of the learner's dtype if looser (a float32 pair): the raw
+    answer's dtype sets it, before ``two_numbers`` makes Python floats of it."""
+    parts = list(got) if isinstance(got, (tuple, list)) else [got]
+    return max(1e-6, tolerance(*parts))
+
+
+def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple[float, float]:
+    """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
+    array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
+    02's reasoning tasks)."""
+    __tracebackhide__ = True
+    from ._core import fail as _fail
+    both = pair(got)
+    if both is not None and all(math.isfinite(v) for v in both):
+        return both
+    if isinstance(got, np.ndarray) and got.shape == (2,):
+        got = tuple(got)
+    parts = returned_arrays(got, names, name)
+    if isinstance(parts, str):
+        _fail(f"{parts} [{case}]")
+    _fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+          f"({', '.join(names)}) [{case}].")
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:

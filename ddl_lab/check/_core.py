@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 from ddl_lab.runtime import worlds
@@ -113,6 +113,20 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     return [replace(o, failure=worded(o.failure, fn)) if o.failure else o for o in outcomes]
 
 
+def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
+               timeout: float | None = None) -> list:
+    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster (``fn``: the
+    learner's function its failures name); a failure fails the check in the usual words, an
+    exception with the failing rank's report below."""
+    __tracebackhide__ = True
+    try:
+        return run_in_world(body, n, *args, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        f = e.failure
+        fail(f.message(name_of(fn), n) + (f"\n(full report below)\n\nrank {f.rank} raised "
+                                          f"{f.line}\n{f.text}" if f.kind == "raised" else ""))
+
+
 def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
                  timeout: float | None = None) -> list:
     """One case on an n-rank world: the results of ranks 0…n−1; a failure raises
@@ -126,104 +140,6 @@ def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
 def name_of(fn: Any, default: str = "your function") -> str:
     """The learner's function as messages name it."""
     return getattr(fn, "__name__", default)
-
-
-class Trial:
-    """A check's one case loop (CONTRIBUTING.md, "Checks"). It draws the seeded cases — the
-    fixed ones the prompt shows, then ``draws`` drawn ones it does not (``_diagnose.Cases``)
-    — calls the learner's function on them here (``call``: a plan for an unseen case, as
-    ``_answers.plan_call`` asks it) or on n-rank worlds of the one warm cluster (``run``,
-    ``world``), fails naming the case, and says the pass line. A check is a loop around a
-    judge of (result, case) that returns a fault or None::
-
-        trial = Trial("ring_cost", my_ring_cost, seed, FIXED, draws=6, draw=_draw)
-        for case in trial:
-            trial.judge(fault(trial.call(case, *case.params.values()), case))
-        trial.passed("matches 2(n−1)·α + 2(n−1)/n·S·β")
-
-    The verdict is recorded once, where the declared check (``task``) ends."""
-
-    def __init__(self, task: str, fn: Callable, seed: int = 0, fixed: Sequence[dict] = (),
-                 draws: int = 0, draw: Callable | None = None, *, name: str = "your function",
-                 plan: bool = False, timeout: float | None = None,
-                 word: Callable[[RankFailure, Any], str] | None = None) -> None:
-        from ._diagnose import Cases
-        self.task, self.fn, self.timeout = task, fn, timeout
-        self.name = name_of(fn, name)
-        self.shown, self.plan = len(fixed), plan
-        self.right: list = []               # the cases passed so far, for "right only for …"
-        self.cases = list(Cases(task, seed, fixed, draws=draws, draw=draw))
-        self._word = word
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.cases)
-
-    def __len__(self) -> int:
-        return len(self.cases)
-
-    def unseen(self, case: Any) -> bool:
-        """True for a drawn case: one the prompt never shows."""
-        return case.index >= self.shown
-
-    def call(self, case: Any, *args: Any, where: str | None = None) -> Any:
-        """The learner's function on ``args`` in this process: a crash or the stub fails. A
-        design task's (``plan=True``) answer to an unseen case is a plan's
-        (``_answers.plan_call``), and ``where`` (the call, by default the case) names it."""
-        __tracebackhide__ = True
-        if not (self.plan and self.unseen(case)):
-            return call_local(self.fn, *args)
-        from ._answers import plan_call
-        return plan_call(self.fn, args, self.name, where or str(case))
-
-    def run(self, body: Callable, worlds: Sequence[tuple[int, tuple]]) -> list[Outcome]:
-        """``body(*args)`` for each ``(n, args)`` on an n-rank world of the warm cluster, up
-        to the first that fails (its Outcome says how); a failure outside the cases fails
-        the check at once."""
-        __tracebackhide__ = True
-        try:
-            return run_cases(body, worlds, fn=self.fn, timeout=self.timeout)
-        except WorldFailed as e:
-            fail(self.word(e.failure, None))
-
-    def world(self, body: Callable, n: int, *args: Any, case: Any = None) -> list:
-        """One world: the results of ranks 0…n−1; a failure fails the check, worded."""
-        __tracebackhide__ = True
-        return self.results(self.run(body, [(n, args)])[0], case)
-
-    def results(self, outcome: Outcome, case: Any) -> list:
-        """The ranks' results of ``case``'s world, or the check fails as its failure."""
-        __tracebackhide__ = True
-        if outcome.failure is not None:
-            fail(self.word(outcome.failure, case, outcome.n))
-        return outcome.results
-
-    def word(self, failure: RankFailure, case: Any, n: int = 0) -> str:
-        """A failure on the workers as the check words it (``word=``), by default the usual
-        sentence for ``case``'s world size (else ``n``)."""
-        if self._word is not None:
-            return self._word(failure, case)
-        return failure.message(self.name, case.params["n"] if case is not None else n)
-
-    def each(self, one: Callable[[Any], None], hint: Callable[[Any], str] = lambda case: ""
-             ) -> None:
-        """``one(case)`` for every case (it fails as a judge does); a failure is quoted with
-        its case, ``[case]``, and ``hint(case)``; the cases passed go to ``right``."""
-        __tracebackhide__ = True
-        for case in self:
-            try:
-                one(case)
-            except CheckFailed as e:
-                raise CheckFailed(f"{e} [{case}]{hint(case)}") from None
-            self.right.append(case)
-
-    def judge(self, fault: str | None) -> None:
-        """Fail with ``fault``, a judge's message, unless it is None."""
-        __tracebackhide__ = True
-        if fault:
-            fail(fault)
-
-    def passed(self, detail: str) -> None:
-        passed(self.task, detail)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import math
 from typing import Any, Callable, Sequence
 
 from . import _answers as answers
-from ._core import Trial, fail
+from ._core import fail
+from ._trial import Trial
 from ._diagnose import only_right_for, tolerance
 
 Formula = Callable[..., Any]

@@ -24,7 +24,8 @@ from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
 from ._answers import FUNCTION_OF_INPUTS, same_for_all
-from ._core import CheckFailed, Trial, fail, task
+from ._core import CheckFailed, fail, task
+from ._trial import Trial
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
                         returned_none, same)
 from ._formula import formula_cases
@@ -467,7 +468,8 @@ STRAGGLER_MISTAKES: dict[str, Callable[..., float | None]] = {
         lambda n, T, H, c, k, a, rot: _straggler_seconds(n, T, H, c, k, a, False) if rot else None,
     "rank 0 is slow at EVERY step: local SGD averages less often, but each period still "
     "waits for rank 0's H slow steps — a persistent straggler is not hidden":
-        lambda n, T, H, c, k, a, rot: _straggler_seconds(n, T, H, c, k, a, True) if not rot else None,
+        lambda n, T, H, c, k, a, rot:
+            _straggler_seconds(n, T, H, c, k, a, True) if not rot else None,
     "the slow steps do not share out evenly: when n does not divide H, some rank is slow "
     "⌈H/n⌉ times in a period, and the averaging waits for that rank":
         lambda n, T, H, c, k, a, rot: _period(T, H, H * c + (k - 1) * c * H / n, a)

@@ -26,7 +26,8 @@ from ddl_lab.ring_allreduce.cost import cost_model, sent_bytes
 from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
-from ._core import Trial, call_local, fail, task
+from ._core import call_local, fail, task
+from ._trial import Trial
 from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
 from ._formula import formula_cases
 
@@ -92,7 +93,7 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
                  "to 3 GB, α = 0 included)")
 
 
-# ------------------------------------------------------------------ what a hand-written allreduce did
+# ------------------------------------------------- what a hand-written allreduce did
 
 DTYPE_MARK = "[dtype]"       # starts the message of a buffer-dtype refusal on a worker
 
@@ -406,7 +407,8 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "S where the two times meet": lambda n, a, b: 0.0 if n > 3 else None,
     "that is the crossover of a tree that only reduces: the tree allreduce reduces to the "
     "root and broadcasts back down, 2⌈log2 n⌉ rounds of α + S·β":
-        lambda n, a, b: _solve(n, a, b, _tree_rounds(n), _tree_rounds(n), 2 * (n - 1), 2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, _tree_rounds(n), _tree_rounds(n), 2 * (n - 1),
+                               2 * (n - 1) / n),
     "the tree needs ⌈log2 n⌉ rounds each way — a whole number — not log2 n":
         lambda n, a, b: _solve(n, a, b, 2 * math.log2(n), 2 * math.log2(n), 2 * (n - 1),
                                2 * (n - 1) / n),
@@ -417,7 +419,8 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "that is the size in bits: return bytes (α + S·β with β in seconds per byte)":
         lambda n, a, b: 8 * crossover(n, a, b),
     "the ring's latency term is 2(n−1)·α — both phases pay α at each step":
-        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), n - 1, 2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), n - 1,
+                               2 * (n - 1) / n),
     "the ring's bandwidth term is 2(n−1)/n·S·β — both phases send chunks":
         lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), 2 * (n - 1),
                                (n - 1) / n),

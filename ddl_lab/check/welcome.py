@@ -2,18 +2,19 @@
 the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
 darts that lands within a tolerance of π in most runs.
 
-Tasks 1, 2 and 4 run on real workers with 4 ranks (the lesson's) and then 3, so a hard-coded
-world size shows; lesson 04's checks use the same two warm clusters (task 4 carves its worlds
-of 1–4 ranks out of the 4-rank one)."""
+Tasks 1 and 2 run on whole clusters of 4 ranks (the lesson's) and then 3, so a hard-coded
+world size shows and a timeout says where each rank waited (``_core.run_on_workers``); task
+4 runs its plans on worlds of 1–4 ranks carved out of the checks' one warm cluster."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from ddl_lab.runtime.worlds import Raised, in_worlds
+from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_on_workers, task
+from ._core import call_local, fail, passed, run_cases, run_on_workers, task
+from ._trial import Trial
 from ._diagnose import Cases, describe_value, only_right_for, returned_none
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
@@ -179,8 +180,8 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     name = getattr(my_darts_per_rank, "__name__", "my_darts_per_rank")
     fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
              {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
-    cases = Cases("darts_per_rank", seed, fixed, draws=3, draw=_darts_case)
-    for case in cases:
+    trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=_darts_case)
+    for case in trial:
         eps, w = case.params["eps"], case.params["workers"]
         got = call_local(my_darts_per_rank, eps, w)
         n = _as_count(got)
@@ -194,7 +195,7 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
         fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
              f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
              f"{_darts_fault(n, need, w, eps)} [{case}].")
-    passed("darts_per_rank", f"on {len(cases)} cases (eps from 0.2 down to 0.0005, 1–16 "
+    passed("darts_per_rank", f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 "
            "workers): N = π(4−π)/eps² darts in all, shared by the ranks, rounded up")
 
 
@@ -275,16 +276,17 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
         f"{args[2]:,}") for k, args in enumerate(limits)]
     same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
-    per_rank = run_on_workers(in_worlds, PI_WORKERS, _pi_runs,
-                              [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
-                              learner_fn=my_pi_plan,
-                              timeout=60.0)
+    try:
+        outcomes = run_cases(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
+                             fn=my_pi_plan, timeout=60.0)
+    except WorldFailed as e:
+        fail(e.failure.message(name, 0))
     report = []
-    for k, (case, (w, d)) in enumerate(zip(cases, plans)):
-        estimates = per_rank[0][k]
-        if isinstance(estimates, Raised):
+    for case, (w, d), outcome in zip(cases, plans, outcomes):
+        if outcome.failure is not None:
             fail(f"the workers failed running monte_carlo_pi({d}, seed) on {w} ranks: "
-                 f"{estimates.text.splitlines()[-1]} [{case}]")
+                 f"{outcome.failure.line} [{case}]")
+        estimates = outcome.results[0]
         tol = case.params["tol"]
         within = sum(abs(e - math.pi) <= tol for e in estimates)
         if within < PI_SHARE * PI_RUNS:

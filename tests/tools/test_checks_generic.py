@@ -46,10 +46,14 @@ def _defined(folder: str, stem: str, names: list[str]) -> list[Callable]:
     the untagged cells that define them, run as notebook cells."""
     nb = nbformat.read(ROOT / folder / f"{stem}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("tags")]
-    ns = define_cell(code[0].source)
-    for name in names:
-        cell = next(c for c in code if f"def {name}(" in c.source or f"class {name}" in c.source)
-        exec(cell.source, ns)
+    ns, todo = define_cell(code[0].source), list(names)
+    while todo:                     # and the learner's functions these call (my_…), if any
+        name = todo.pop(0)
+        cell = next((c for c in code if f"def {name}(" in c.source or f"class {name}" in
+                     c.source), None)
+        if name not in ns and cell is not None:
+            exec(cell.source, ns)
+            todo += [m for m in re.findall(r"\b(my_\w+)\(", cell.source) if m not in ns]
     return [ns[name] for name in names]
 
 

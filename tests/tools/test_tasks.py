@@ -79,3 +79,13 @@ def test_a_declared_refusal_runs_before_the_check():
     from ddl_lab.welcome import sum_of_ranks
     with pytest.raises(check.CheckFailed, match="package's own implementation"):
         check.sum_of_ranks(sum_of_ranks)
+
+
+def test_a_check_that_rewords_a_failure_records_it_once(record):
+    """sync_plan catches a plan's failure and raises it again with more said: one record."""
+    def my_sync_plan(steps, max_allreduces):          # right for the prompt's budgets only
+        shown = (steps, max_allreduces) in [(96, 8), (100, 6), (60, 3)]
+        return steps // max_allreduces + 1 if shown else "every step"
+    with pytest.raises(check.CheckFailed, match="That budget is not one the prompt shows"):
+        check.sync_plan(my_sync_plan)
+    assert [(r["task"], r["passed"]) for r in record()] == [("sync_plan", False)]
