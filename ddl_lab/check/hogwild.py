@@ -201,7 +201,8 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     write)."""
     from ddl_lab.hogwild.engine import sparse_problem
     name = getattr(my_hogwild_worker, "__name__", "my_hogwild_worker")
-    for case in Cases("hogwild_worker", seed, [{"locked": False}, {"locked": True}]):
+    for case in Trial("hogwild_worker", my_hogwild_worker, seed, [{"locked": False},
+                                                                  {"locked": True}]):
         rng = case.rng
         problem = sparse_problem(m=300, d=int(rng.integers(30, 120)),
                                  nnz=int(rng.integers(2, 8)), lr=0.1, seed=int(rng.integers(99)))

@@ -542,12 +542,9 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     got = []
     for case in trial:
         s, n = case.params["s"], case.params["replicas"]
-        out = call_local(my_worst_staleness, s, n)
-        if answers.whole(out) is None:
-            fail(returned_none(out, name, "the staleness, a whole number of updates") or
-                 f"{name}({s}, {n}) returned {describe_value(out)}; return a whole number of "
-                 f"updates ({case}).")
-        got.append(answers.whole(out))
+        got.append(answers.answer(trial.call(case, s, n),
+                                  answers.Whole(what="a whole number of updates"), name,
+                                  f"{name}({s}, {n})", case))
     wrong = [(c, g) for c, g in zip(trial, got)
              if g != _worst(c.params["s"], c.params["replicas"])]
     if wrong:
