@@ -127,7 +127,6 @@ class Whole(Real):
 def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
     """``rule.read(got)``, or the check fails saying what came back (``call`` names the call,
     ``case`` the case): one wording for every one-number answer."""
-    __tracebackhide__ = True
     value = rule.read(got)
     if value is None:
         from ._core import fail
@@ -148,7 +147,6 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
     """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
     array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
     02's reasoning tasks)."""
-    __tracebackhide__ = True
     from ._core import fail as _fail
     both = pair(got)
     if both is not None and all(math.isfinite(v) for v in both):

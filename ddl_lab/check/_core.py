@@ -61,7 +61,6 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
     A stub, an exception, a dead rank or a deadlock becomes a CheckFailed naming the
     rank(s); ``learner_fn`` is the function whose name the message uses.
     """
-    __tracebackhide__ = True
     who = learner_fn or fn
     name = getattr(who, "__name__", "your function")
     timeout = timeout or DEFAULT_TIMEOUT
@@ -118,7 +117,6 @@ def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
     """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster (``fn``: the
     learner's function its failures name); a failure fails the check in the usual words, an
     exception with the failing rank's report below."""
-    __tracebackhide__ = True
     try:
         return run_in_world(body, n, *args, fn=fn, timeout=timeout)
     except WorldFailed as e:
@@ -186,7 +184,6 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
 
 
 def _refuse_answers(spec: Task, given: list[Any]) -> None:
-    __tracebackhide__ = True
     if not spec.refuses:
         return
     from ._diagnose import package_functions, refuse_package_copy

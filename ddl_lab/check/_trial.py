@@ -62,7 +62,6 @@ class Trial:
         """``body(*args)`` for each ``(n, args)`` on an n-rank world of the warm cluster, up
         to the first that fails (its Outcome says how); a failure outside the cases fails
         the check at once."""
-        __tracebackhide__ = True
         try:
             return run_cases(body, worlds, fn=self.fn, timeout=self.timeout)
         except WorldFailed as e:
@@ -70,12 +69,10 @@ class Trial:
 
     def world(self, body: Callable, n: int, *args: Any, case: Any = None) -> list:
         """One world: the results of ranks 0…n−1; a failure fails the check, worded."""
-        __tracebackhide__ = True
         return self.results(self.run(body, [(n, args)])[0], case)
 
     def results(self, outcome: Outcome, case: Any) -> list:
         """The ranks' results of ``case``'s world, or the check fails as its failure."""
-        __tracebackhide__ = True
         if outcome.failure is not None:
             fail(self.word(outcome.failure, case, outcome.n))
         return outcome.results
@@ -91,7 +88,6 @@ class Trial:
              ) -> None:
         """``one(case)`` for every case (it fails as a judge does); a failure is quoted with
         its case, ``[case]``, and ``hint(case)``; the cases passed go to ``right``."""
-        __tracebackhide__ = True
         for case in self:
             try:
                 one(case)
@@ -101,7 +97,6 @@ class Trial:
 
     def judge(self, fault: str | None) -> None:
         """Fail with ``fault``, a judge's message, unless it is None."""
-        __tracebackhide__ = True
         if fault:
             fail(fault)
 

@@ -25,8 +25,8 @@ from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
 from ._core import call_local, fail, passed, task, worded
-from ._trial import Trial
 from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
+from ._trial import Trial
 
 __all__ = ["budget_bytes", "capstone"]
 

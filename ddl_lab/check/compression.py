@@ -23,9 +23,9 @@ from ddl_lab.runtime.worlds import RankFailure, WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
-from ._trial import Trial
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         returned_arrays, returned_none, same, tolerance)
+from ._trial import Trial
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
            "strom_bytes", "strom_plan", "gossip_step"]

@@ -25,10 +25,10 @@ from ddl_lab.runtime.worlds import RankFailure
 from . import _answers as answers
 from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from ._core import CheckFailed, fail, task
-from ._trial import Trial
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
                         returned_none, same)
 from ._formula import formula_cases
+from ._trial import Trial
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
 

@@ -14,10 +14,10 @@ import numpy as np
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
 from ._core import call_local, fail, passed, task
-from ._trial import Trial
 from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor, returned_none,
                         same)
+from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
            "best_step", "sgd_plan"]

@@ -17,10 +17,10 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, on_workers, task
-from ._trial import Trial
 from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, explain,
                         factor_of, returned_none, same, tolerance)
 from .parallel_models import PROCESSES, FileLock, shared_file
+from ._trial import Trial
 
 if TYPE_CHECKING:
     from ddl_lab.hogwild.engine import Problem

@@ -22,8 +22,8 @@ from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
-from ._trial import Trial
 from ._diagnose import Case, describe_value, differs, explain, returned_none
+from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 

@@ -21,10 +21,10 @@ from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 from . import _answers as answers
 from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from ._core import DEFAULT_TIMEOUT, fail, task
-from ._trial import Trial
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
                         returned_none)
 from ._formula import formula_cases
+from ._trial import Trial
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
            "tree_gather_time", "chain_bcast", "pipeline_chunks"]

@@ -19,8 +19,8 @@ from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
-from ._trial import Trial
 from ._diagnose import Case, describe_value, differs, explain, same
+from ._trial import Trial
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, on_workers, task
-from ._trial import Trial
 from ._diagnose import Case, Cases, Snapshot, describe_value, differs, returned_none, same
+from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 

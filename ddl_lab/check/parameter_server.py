@@ -15,9 +15,9 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, stub_message, task
-from ._trial import Trial
 from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
                         returned_none, same, tolerance)
+from ._trial import Trial
 
 __all__ = ["ssp_gate", "staleness_lr", "restore_shard", "worst_staleness", "downpour_plan"]
 

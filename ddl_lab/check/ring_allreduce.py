@@ -27,9 +27,9 @@ from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
 from ._core import call_local, fail, task
-from ._trial import Trial
 from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
 from ._formula import formula_cases
+from ._trial import Trial
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]

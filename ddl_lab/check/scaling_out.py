@@ -17,8 +17,8 @@ from ddl_lab.ring_allreduce.cost import sent_bytes
 
 from . import _answers as answers
 from ._core import call_local, fail, on_workers, passed, stub_message, task
-from ._trial import Trial
 from ._diagnose import describe_value, differs, explain
+from ._trial import Trial
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
 

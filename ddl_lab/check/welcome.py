@@ -14,8 +14,8 @@ from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, run_on_workers, task
+from ._diagnose import describe_value, only_right_for, returned_none
 from ._trial import Trial
-from ._diagnose import Cases, describe_value, only_right_for, returned_none
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
@@ -268,12 +268,12 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     name = getattr(my_pi_plan, "__name__", "my_pi_plan")
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
-    everything = list(Cases("pi_plan", seed, fixed, draws=6, draw=lambda rng: next(kinds)(rng)))
+    everything = Trial("pi_plan", my_pi_plan, seed, fixed, draws=6, name="my_pi_plan",
+                       plan=True, draw=lambda rng: next(kinds)(rng))
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
-    outs = [call_local(my_pi_plan, *args) if k < len(fixed) else answers.plan_call(
-        my_pi_plan, args, name, f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, budget = "
-        f"{args[2]:,}") for k, args in enumerate(limits)]
+    outs = [everything.call(c, *args, where=f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, "
+                            f"budget = {args[2]:,}") for c, args in zip(everything, limits)]
     same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
     try:
