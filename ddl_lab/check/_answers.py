@@ -8,6 +8,12 @@
   an int; None otherwise.
 - ``pair(x)``: two scalars — a tuple or list of two, or an array or tensor of shape (2,) — as
   two floats; None otherwise.
+- ``Real(lo, hi, closed=…)``, ``Whole(lo, hi)``: declared constraints on a one-number answer
+  (scikit-learn's ``Interval``): ``rule.read(x)`` is the value or None, ``str(rule)`` says
+  what the answer must be, in one wording for every check ("a whole number from 1 to 64");
+  ``answer(got, rule, name, call, case)`` reads it or fails saying what came back.
+- ``two_numbers(got, names, name, case)``: a pair of finite numbers or a failure saying what
+  came back; ``answer_rtol(got)``: 1e-6, or the learner's dtype's tolerance if looser.
 - ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
   the message saying what came back instead, or None.
 - ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
@@ -20,13 +26,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._diagnose import describe_value, returned_none
+from ._diagnose import describe_value, returned_arrays, returned_none, tolerance
 
-__all__ = ["scalar", "whole", "pair", "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
+__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "answer_rtol", "two_numbers",
+           "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
                       "targets it is given, not looked up in a table of the prompt's cases")
@@ -62,6 +70,94 @@ def pair(x: Any) -> tuple[float, float] | None:
         return None
     a, b = scalar(x[0]), scalar(x[1])
     return None if a is None or b is None else (a, b)
+
+
+@dataclass(frozen=True)
+class Real:
+    """A one-number answer in an interval (``closed``: "both", "left", "right", "neither"),
+    read as a float; ``what`` names it ("the seconds", "the rate")."""
+    lo: float = -math.inf
+    hi: float = math.inf
+    closed: str = "both"
+    what: str = "a number"
+
+    def read(self, x: Any) -> float | None:
+        v = self._value(x)
+        return v if v is not None and self.holds(v) else None
+
+    def _value(self, x: Any) -> float | None:
+        v = scalar(x)
+        return v if v is not None and not math.isnan(v) else None
+
+    def holds(self, v: float) -> bool:
+        low = v >= self.lo if self.closed in ("both", "left") else v > self.lo
+        high = v <= self.hi if self.closed in ("both", "right") else v < self.hi
+        return low and high
+
+    def __str__(self) -> str:
+        if (self.lo, self.hi) == (-math.inf, math.inf):
+            return self.what
+        if self.hi == math.inf:
+            return f"{self.what} {'≥' if self.closed in ('both', 'left') else '>'} {self.lo:g}"
+        if self.lo == -math.inf:
+            return f"{self.what} {'≤' if self.closed in ('both', 'right') else '<'} {self.hi:g}"
+        left = "[" if self.closed in ("both", "left") else "("
+        right = "]" if self.closed in ("both", "right") else ")"
+        return f"{self.what} in {left}{self.lo:g}, {self.hi:g}{right}"
+
+
+@dataclass(frozen=True)
+class Whole(Real):
+    """A whole-number answer from ``lo`` to ``hi`` (3, 3.0, ``np.int64(3)``, ``tensor(3.)``),
+    read as an int."""
+    what: str = "a whole number"
+
+    def read(self, x: Any) -> int | None:      # type: ignore[override]
+        v = whole(x)
+        return v if v is not None and self.holds(v) else None
+
+    def __str__(self) -> str:
+        if (self.lo, self.hi) == (-math.inf, math.inf):
+            return self.what
+        if self.hi == math.inf:
+            return f"{self.what} ≥ {self.lo:g}"
+        return f"{self.what} from {self.lo:g} to {self.hi:g}"
+
+
+def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
+    """``rule.read(got)``, or the check fails saying what came back (``call`` names the call,
+    ``case`` the case): one wording for every one-number answer."""
+    value = rule.read(got)
+    if value is None:
+        from ._core import fail
+        where = f" ({case})" if case is not None else ""
+        fail(returned_none(got, name, str(rule)) or
+             f"{call} returned {describe_value(got)}{where}; return {rule}.")
+    return value
+
+
+def answer_rtol(got: Any) -> float:
+    """1e-6, or the tolerance of the learner's dtype if looser (a float32 pair): the raw
+    answer's dtype sets it, before ``two_numbers`` makes Python floats of it."""
+    parts = list(got) if isinstance(got, (tuple, list)) else [got]
+    return max(1e-6, tolerance(*parts))
+
+
+def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple[float, float]:
+    """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
+    array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
+    02's reasoning tasks)."""
+    from ._core import fail as _fail
+    both = pair(got)
+    if both is not None and all(math.isfinite(v) for v in both):
+        return both
+    if isinstance(got, np.ndarray) and got.shape == (2,):
+        got = tuple(got)
+    parts = returned_arrays(got, names, name)
+    if isinstance(parts, str):
+        _fail(f"{parts} [{case}]")
+    _fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+          f"({', '.join(names)}) [{case}].")
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:

@@ -16,11 +16,8 @@ Check = TypeVar("Check", bound=Callable[..., None])
 
 
 class CheckFailed(AssertionError):
-    """A graded check did not pass; the message says what is wrong and where."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        _record.failed(str(self))                   # for `ddl-lab grade`; no-op otherwise
+    """A graded check did not pass; the message says what is wrong and where. Raising it
+    records nothing: the declared check (``task``) records its verdict, once."""
 
     def _render_traceback_(self) -> list[str]:      # IPython: show the message, not a wall
         return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
@@ -64,7 +61,6 @@ def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | N
     A stub, an exception, a dead rank or a deadlock becomes a CheckFailed naming the
     rank(s); ``learner_fn`` is the function whose name the message uses.
     """
-    __tracebackhide__ = True
     who = learner_fn or fn
     name = getattr(who, "__name__", "your function")
     timeout = timeout or DEFAULT_TIMEOUT
@@ -116,6 +112,19 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     return [replace(o, failure=worded(o.failure, fn)) if o.failure else o for o in outcomes]
 
 
+def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
+               timeout: float | None = None) -> list:
+    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster (``fn``: the
+    learner's function its failures name); a failure fails the check in the usual words, an
+    exception with the failing rank's report below."""
+    try:
+        return run_in_world(body, n, *args, fn=fn, timeout=timeout)
+    except WorldFailed as e:
+        f = e.failure
+        fail(f.message(name_of(fn), n) + (f"\n(full report below)\n\nrank {f.rank} raised "
+                                          f"{f.line}\n{f.text}" if f.kind == "raised" else ""))
+
+
 def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
                  timeout: float | None = None) -> list:
     """One case on an n-rank world: the results of ranks 0…n−1; a failure raises
@@ -126,21 +135,9 @@ def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
         raise WorldFailed(worded(e.failure, fn)) from None
 
 
-def first_difference(expected: Any, got: Any, rtol: float = 1e-5,
-                     atol: float = 1e-6) -> str | None:
-    """Describe the first element where two arrays differ, or None if they match."""
-    import numpy as np
-    e = np.asarray(expected, dtype=float)
-    g = np.asarray(got, dtype=float)
-    if e.shape != g.shape:
-        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
-    bad = ~np.isclose(g, e, rtol=rtol, atol=atol)
-    if not bad.any():
-        return None
-    idx = tuple(int(i) for i in np.argwhere(bad)[0])
-    where = idx[0] if len(idx) == 1 else idx
-    return (f"element {where} is {g[idx]:.6g}, expected {e[idx]:.6g} "
-            f"({int(bad.sum())} of {bad.size} elements differ)")
+def name_of(fn: Any, default: str = "your function") -> str:
+    """The learner's function as messages name it."""
+    return getattr(fn, "__name__", default)
 
 
 @dataclass(frozen=True)
@@ -159,8 +156,9 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
     """Declare a graded check (CONTRIBUTING.md, "Checks"): ``@task("ring_allreduce",
     refuses=("ddl_lab.ring_allreduce", "ring_allreduce"))`` above ``def ring_allreduce``.
 
-    While it runs, its verdicts are recorded under its name and lesson; every function the
-    learner hands it is first refused if it is, or calls, one of the named implementations."""
+    While it runs, its verdicts are recorded under its name and lesson (a failure once, as it
+    leaves the outermost check); every function the learner hands it is first refused if it
+    is, or calls, one of the named implementations."""
     def declare(check: Check) -> Check:
         spec = Task(check.__name__, lesson, tuple(refuses))
         if spec.name in TASKS:
@@ -174,6 +172,10 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
             try:
                 _refuse_answers(spec, [*args, *kwargs.values()])
                 return check(*args, **kwargs)
+            except CheckFailed as e:            # the verdict: recorded by the outermost check
+                if token is not None:
+                    _record.failed(str(e))
+                raise
             finally:
                 _record.leave(token)
         run.task = spec                             # type: ignore[attr-defined]
@@ -182,7 +184,6 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
 
 
 def _refuse_answers(spec: Task, given: list[Any]) -> None:
-    __tracebackhide__ = True
     if not spec.refuses:
         return
     from ._diagnose import package_functions, refuse_package_copy

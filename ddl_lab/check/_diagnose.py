@@ -13,8 +13,9 @@
   failure replays (``check.<task>(fn, seed=…)``); same seed, same cases, same verdict.
 - ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
   merely calls the package's own implementation of the task is refused, saying so;
-  ``package_functions(package, *names)`` finds those implementations by name (a check
-  names them in its ``@task(..., refuses=...)`` declaration, ``check/_core.py``).
+  ``package_functions(package, *names)`` finds those implementations by name in the
+  lesson package's modules (a check names them in its ``@task(..., refuses=...)``
+  declaration, ``check/_core.py``).
 - ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reasoning tasks whose answer is one number, a function of the problem's parameters
-(lessons 04–06): several seeded cases per call, the learner's value against the right one,
-and the likely mistake named by the formula that gives the learner's value. The design tasks
-of lessons 04–06 ask their plans for budgets the prompt never shows with ``_answers``'s
+(lessons 04–06): a ``Trial``'s cases, the learner's value against the right one, and the
+likely mistake named by the formula that gives the learner's value. The design tasks of
+lessons 04–06 ask their plans for budgets the prompt never shows with ``_answers``'s
 ``plan_call`` and ``same_for_all``, as every design task does."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 from typing import Any, Callable, Sequence
 
 from . import _answers as answers
-from ._core import call_local, fail
-from ._diagnose import Cases, describe_value, only_right_for, returned_none, tolerance
+from ._core import fail
+from ._trial import Trial
+from ._diagnose import only_right_for, tolerance
 
 Formula = Callable[..., Any]
 
@@ -20,39 +21,47 @@ def matches(value: float, expected: Any, rel: float = 1e-6) -> bool:
                                                  abs_tol=1e-18)
 
 
-def formula_cases(fn: Callable, cases: Cases, args: Sequence[str], want: Formula,
+def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
                   mistakes: dict[str, Formula], what: str, hint: str, unit: str = " s",
-                  vary: str = "n") -> int:
-    """Call ``fn(*case[args])`` for every case and fail at the first value that is not
-    ``want(*case[args])``, naming the first of ``mistakes`` (message → the formula a learner
-    making it would write; None where it does not apply) that gives the learner's value, or
-    else ``hint`` and the cases that were right for another ``vary``. ``what`` names the
-    answer (for a function that returns something else). Returns how many cases passed."""
-    __tracebackhide__ = True
-    name = getattr(fn, "__name__", "your function")
+                  vary: str = "n", guess: Callable[[float, list], str | None] | None = None,
+                  zero_division: str | None = None) -> int:
+    """Call the learner's function on ``case[args]`` for every case of ``trial`` and fail at
+    the first value that is not ``want(*case[args])``, naming the first of ``mistakes``
+    (message → the formula a learner making it would write; None where it does not apply)
+    that gives the learner's value, else ``guess(value, values)``'s message, else ``hint``,
+    these two with the cases that were right for another ``vary``. ``what`` names the answer (for a
+    function that returns something else); ``zero_division`` is the message for a function
+    that divided by zero. Returns how many cases passed."""
+    name = trial.name
     right: list[str] = []
-    for case in cases:
+    for case in trial:
         values = [case.params[a] for a in args]
         call = f"{name}({', '.join(f'{a}={_show(v)}' for a, v in zip(args, values))})"
-        got = call_local(fn, *values)
-        value = answers.scalar(got)
-        if value is None or not math.isfinite(value):
-            fail(returned_none(got, name, what) or
-                 f"{call} returned {describe_value(got)} ({case}); return {what}.")
+        if zero_division is not None:
+            try:
+                got = trial.fn(*values)
+            except ZeroDivisionError:
+                fail(f"{call} divided by zero ({case}): {zero_division}")
+            except Exception:
+                got = trial.call(case, *values)
+        else:
+            got = trial.call(case, *values)
+        value = answers.answer(got, answers.Real(closed="neither", what=what), name, call, case)
         expected = float(want(*values))
         rel = max(1e-6, tolerance(got))            # a float32 answer: float32's tolerance
+        here = f"{vary} = {case.params[vary]}"
         if matches(value, expected, rel):
-            right.append(f"{vary} = {case.params[vary]}")
+            right.append(here)
             continue
+        others = only_right_for(sorted(set(right) - {here}), here, vary)
         why = next((msg for msg, f in mistakes.items() if matches(value, f(*values), rel)), None)
-        if why is None:
-            here = f"{vary} = {case.params[vary]}"
-            why = hint + only_right_for(sorted(set(right) - {here}), here, vary)
-        fail(f"{call} returned {value:.6g}{unit}, expected {expected:.6g}{unit} ({case}): {why}")
+        if why is None and guess is not None and (why := guess(value, values)):
+            why += others
+        why = why or hint + others
+        fail(f"{call} returned {value:.6g}{unit}, expected {expected:.6g}{unit} ({case}): "
+             + (why if why[-1] in ".?!" else why + "."))
     return len(right)
 
 
 def _show(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-

@@ -11,8 +11,9 @@ verdict is also appended to ``.ddl_lab/progress.jsonl`` in the course folder (gi
 ``~/.ddl_lab/`` where the course folder is not writable), or to the file that
 ``DDL_LAB_PROGRESS`` names (``off``: none). Grading runs write no progress.
 
-``ddl-lab grade`` judges in a process of its own (``tools/grading/judge.py``) and sets
-``SINK``: every verdict then goes to that function instead, and to no file.
+``ddl-lab grade`` judges in a process of its own (``tools/grading/judge.py``), which calls
+``grade_with(sink, seed)``: every verdict then goes to ``sink`` instead, and to no file, and
+every check draws its cases with the instructor's seed mixed in.
 """
 from __future__ import annotations
 
@@ -74,6 +75,16 @@ def progress_path() -> Path | None:
     if (course / "lessons").is_dir() and os.access(course, os.W_OK):
         return course / ".ddl_lab" / "progress.jsonl"
     return Path.home() / ".ddl_lab" / "progress.jsonl"
+
+
+def grade_with(sink: Callable[[dict], None], seed: int | None) -> None:
+    """The grading judge's seam: from now on in this process every verdict goes to ``sink``
+    (not to a file), and ``Cases`` mixes ``seed`` into every draw (``ddl-lab grade --seed``;
+    None: the learner's own cases)."""
+    global SINK
+    from . import _diagnose
+    SINK = sink
+    _diagnose.GRADING_SEED = seed
 
 
 def failed(message: str) -> None:

@@ -26,6 +26,7 @@ from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, mea
 from ._answers import scalar, whole
 from ._core import call_local, fail, passed, task, worded
 from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
+from ._trial import Trial
 
 __all__ = ["budget_bytes", "capstone"]
 
@@ -91,19 +92,18 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
     compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
     right too)."""
-    __tracebackhide__ = True
     fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
-    cases = list(Cases("budget_bytes", seed, _BYTES_FIXED, draws=4, draw=_bytes_draw))
-    got = [call_local(fn, *case.params.values()) for case in cases]
-    for case, value in zip(cases, got):
-        message = _bytes_fault(value, case, cases, got, name)
+    trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=_bytes_draw)
+    got = [call_local(fn, *case.params.values()) for case in trial]
+    for case, value in zip(trial, got):
+        message = _bytes_fault(value, case, trial, got, name)
         if message:
             fail(f"{message} ({case})")
     p = dict(_BYTES_FIXED[0])
     every4 = _plan_bytes(**p)
     fits = next(h for h in range(1, p["steps"] + 1)
                 if _plan_bytes(**{**p, "period": h}) <= BUDGET.bytes)
-    passed("budget_bytes", f"right on {len(cases)} cases (1 to 8 workers, periods longer than "
+    passed("budget_bytes", f"right on {len(trial)} cases (1 to 8 workers, periods longer than "
            f"the run, 1- to 8-byte values). On the capstone's 4 workers, averaging the fp32 "
            f"CNN every 4 steps sends {size_text(every4)} per worker — {every4 / BUDGET.bytes:.1f}× "
            f"the {size_text(BUDGET.bytes)} budget; fp32 averaging alone fits only with a "
@@ -150,7 +150,6 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     accuracy, bytes per worker counted by the meter, one model on every worker, steps and
     time, each worker learning from its own shard only, no channel past the meter.
     ``parameter_server``: the options of the lesson-07 server a plan uses."""
-    __tracebackhide__ = True
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
     run = _run_seed(seed)
     try:

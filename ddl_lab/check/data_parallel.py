@@ -8,23 +8,27 @@ float64 simulation of all replicas. When they differ, simulations of the usual m
 allreduce, no division by R, averaging at the wrong steps, …) name the mistake. The
 straggler's time is a formula tried on seeded cases; the averaging plan is trained on real
 workers with the lesson's engine (non-IID digits) and judged by accuracy and allreduces.
-The noise-scale reasoning task (large batches) lives in ``_data_parallel_batches.py``.
+The noise-scale reasoning task (large batches) judges real per-example gradients.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
-from ddl_lab.runtime.worlds import Outcome, WorldFailed
+from ddl_lab.data_parallel.batches import one_thread
+from ddl_lab.runtime.worlds import RankFailure
 
-from . import _data_parallel_plans as plans
-from ._data_parallel_batches import noise_scale
-from ._core import CheckFailed, call_local, fail, passed, run_cases, task
-from ._diagnose import (Case, Cases, describe_value, differs, explain, factor_of,
-                        only_right_for, same)
-from ._answers import FUNCTION_OF_INPUTS, plan_call, same_for_all
+from . import _answers as answers
+from ._answers import FUNCTION_OF_INPUTS, same_for_all
+from ._core import CheckFailed, fail, task
+from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
+                        returned_none, same)
 from ._formula import formula_cases
+from ._trial import Trial
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
 
@@ -120,24 +124,17 @@ def _draw(rng: np.random.Generator, H: bool = False) -> dict[str, Any]:
     return p
 
 
-def _run(body: Callable, fn: Callable, name: str, cases: list[Case], args: list[tuple],
-         timeout: float) -> list[Outcome]:
-    """Run every case on workers (``args``: each case's arguments after ``fn``)."""
-    __tracebackhide__ = True
-    try:
-        return run_cases(body, [(c.params["n"], (fn, *a)) for c, a in zip(cases, args)],
-                         fn=fn, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 0))
-
-
-def _case_failed(outcome: Outcome, name: str, case: Case, right: list[str]) -> None:
-    """Fail with the learner's error in this case, if it raised."""
-    __tracebackhide__ = True
-    f, n = outcome.failure, case.params["n"]
-    if f is not None:
-        fail(f.message(name, n) + ("" if f.kind == "stub" else f" ({case})"
-                                   + only_right_for(right, f"{n} ranks")))
+def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
+           timeout: float) -> Trial:
+    """Two drawn cases after the fixed ones, run on workers; a failure in a case names it and
+    the world sizes that worked (``trial.right``)."""
+    def word(f: RankFailure, case: Case | None) -> str:
+        n = case.params["n"] if case is not None else 0
+        return f.message(trial.name, n) + (
+            "" if f.kind == "stub" or case is None else
+            f" ({case})" + only_right_for(trial.right, f"{n} ranks"))
+    trial = Trial(task, fn, seed, fixed, draws=2, draw=draw, timeout=timeout, word=word)
+    return trial
 
 
 # ------------------------------------------------------------- synchronous step
@@ -189,28 +186,26 @@ def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60
     """Lesson 05, task 1: ``my_sync_sgd_step(model, loss_fn, X, y, lr)`` takes one step of
     synchronous SGD — local gradient, allreduce (sum), W ← W − lr·ΔW/R — updating the model
     in place, and returns this rank's loss."""
-    __tracebackhide__ = True
-    name = getattr(my_sync_sgd_step, "__name__", "your function")
-    cases = list(Cases("sync_sgd_step", seed, [
+    trial = _trial("sync_sgd_step", my_sync_sgd_step, seed, [
         {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
-        draws=2, draw=_draw))
+        _draw, timeout)
     data = []
-    for case in cases:
+    for case in trial:
         n, d = case.params["n"], case.params["d"]
         theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
         data.append((d, theta, _draw_batches(case.rng, n, 3, d), case.params["lr"]))
-    outcomes = _run(_sync_case, my_sync_sgd_step, name, cases, data, timeout)
-    right: list[str] = []
-    for case, (d, theta, batches, lr), outcome in zip(cases, data, outcomes):
-        _case_failed(outcome, name, case, right)
+    outcomes = trial.run(_sync_case, [(c.params["n"], (my_sync_sgd_step, *a))
+                                      for c, a in zip(trial, data)])
+    for case, (d, theta, batches, lr), outcome in zip(trial, data, outcomes):
+        got = trial.results(outcome, case)
         want, losses = _sync_reference(theta, batches, lr, d)
-        message = _sync_fault(outcome.results, want, losses, theta, batches, case, name, right)
+        message = _sync_fault(got, want, losses, theta, batches, case, trial.name, trial.right)
         if message:
             fail(f"{message} ({case})")
-        right.append(f"{case.params['n']} ranks")
-    passed("sync_sgd_step", f"{len(cases)} cases (2–5 ranks, random lr, batch sizes 1–9), "
-           "3 steps each: every rank's parameters match one process averaging all the ranks' "
-           "gradients, and each step returned its rank's loss")
+        trial.right.append(f"{case.params['n']} ranks")
+    trial.passed(f"{len(trial)} cases (2–5 ranks, random lr, batch sizes 1–9), 3 steps each: "
+                 "every rank's parameters match one process averaging all the ranks' "
+                 "gradients, and each step returned its rank's loss")
 
 
 def _sync_fault(got: list[dict], want: list[np.ndarray], losses: list[list[float]],
@@ -391,31 +386,29 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""
-    __tracebackhide__ = True
-    name = getattr(my_local_sgd, "__name__", "your function")
-    cases = list(Cases("local_sgd", seed, [
+    trial = _trial("local_sgd", my_local_sgd, seed, [
         {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
         {"n": 4, "d": 2, "lr": 0.05, "H": 3, "steps": 8},
         {"n": 2, "d": 3, "lr": 0.15, "H": 1, "steps": 3},
-        {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], draws=2,
-        draw=lambda rng: _draw(rng, H=True)))
+        {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], lambda rng: _draw(rng, H=True),
+        timeout)
     data = []
-    for case in cases:
+    for case in trial:
         n, d, T = (case.params[k] for k in ("n", "d", "steps"))
         theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
         data.append((theta, _draw_batches(case.rng, n, T, d)))
-    args = [(c.params["d"], *x, c.params["lr"], c.params["H"]) for c, x in zip(cases, data)]
-    outcomes = _run(_local_case, my_local_sgd, name, cases, args, timeout)
-    right: list[str] = []
-    for case, (theta, batches), outcome in zip(cases, data, outcomes):
-        _case_failed(outcome, name, case, right)
-        message = _local_fault(outcome.results, theta, batches, case, name, right)
+    outcomes = trial.run(_local_case, [
+        (c.params["n"], (my_local_sgd, c.params["d"], *x, c.params["lr"], c.params["H"]))
+        for c, x in zip(trial, data)])
+    for case, (theta, batches), outcome in zip(trial, data, outcomes):
+        got = trial.results(outcome, case)
+        message = _local_fault(got, theta, batches, case, trial.name, trial.right)
         if message:
             fail(f"{message} ({case})")
-        right.append(f"{case.params['n']} ranks with H = {case.params['H']}")
-    passed("local_sgd", f"{len(cases)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts "
-           "that are and are not multiples of H): every rank's parameters match a simulation of "
-           "all replicas")
+        trial.right.append(f"{case.params['n']} ranks with H = {case.params['H']}")
+    trial.passed(f"{len(trial)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts that "
+                 "are and are not multiples of H): every rank's parameters match a simulation "
+                 "of all replicas")
 
 
 def _local_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, name: str,
@@ -445,25 +438,227 @@ def _local_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, 
 
 # ------------------------------------------------------------ the straggler's time
 
+ARGS = ("n", "steps", "H", "compute", "slow", "allreduce", "rotating")
+
+
+def slow_steps(n: int, H: int, rotating: bool) -> float:
+    """Slow steps of the slowest rank in a period: H if rank 0 is always slow; if the slow
+    rank turns, some rank meets ⌈H/n⌉ of the H steps."""
+    return math.ceil(H / n) if rotating else H
+
+
+def _straggler_seconds(n: int, steps: int, H: int, c: float, k: float, a: float,
+                       rotating: bool) -> float:
+    """steps/H periods; each waits for the slowest rank's H steps, then one allreduce."""
+    return steps // H * (H * c + (k - 1) * c * slow_steps(n, H, rotating) + a)
+
+
+def _period(steps: int, H: int, body: float, a: float) -> float:
+    return steps // H * (body + a)
+
+
+STRAGGLER_MISTAKES: dict[str, Callable[..., float | None]] = {
+    "the ranks average only every H steps, so there is one allreduce per period, "
+    "steps/H in all, not one per step":
+        lambda n, T, H, c, k, a, rot: _straggler_seconds(n, T, H, c, k, 0, rot) + T * a
+        if H > 1 else None,
+    "the slow rank changes every step: in a period of H steps each rank is slow only in "
+    "the steps t with t % n equal to its rank — at most ⌈H/n⌉ of them — and between "
+    "averagings nobody waits for anybody":
+        lambda n, T, H, c, k, a, rot: _straggler_seconds(n, T, H, c, k, a, False) if rot else None,
+    "rank 0 is slow at EVERY step: local SGD averages less often, but each period still "
+    "waits for rank 0's H slow steps — a persistent straggler is not hidden":
+        lambda n, T, H, c, k, a, rot:
+            _straggler_seconds(n, T, H, c, k, a, True) if not rot else None,
+    "the slow steps do not share out evenly: when n does not divide H, some rank is slow "
+    "⌈H/n⌉ times in a period, and the averaging waits for that rank":
+        lambda n, T, H, c, k, a, rot: _period(T, H, H * c + (k - 1) * c * H / n, a)
+        if rot else None,
+    "some rank is slow ⌈H/n⌉ times in a period, not ⌊H/n⌋ (and the averaging waits for it)":
+        lambda n, T, H, c, k, a, rot: _period(T, H, H * c + (k - 1) * c * (H // n), a)
+        if rot else None,
+    "a slow step takes slow × compute in all — (slow − 1) × compute more than a fast one, "
+    "not slow × compute more":
+        lambda n, T, H, c, k, a, rot: _period(T, H, H * c + k * c * slow_steps(n, H, rot), a),
+    "the averaging waits for the slowest rank, not for the average one":
+        lambda n, T, H, c, k, a, rot: _period(T, H, H * c + (k - 1) * c * H / n, a),
+    "the allreduce is missing: each period ends with one, `allreduce` seconds":
+        lambda n, T, H, c, k, a, rot: _straggler_seconds(n, T, H, c, k, 0, rot),
+    "that is the time without the straggler: the averaging must wait for the slow rank":
+        lambda n, T, H, c, k, a, rot: _period(T, H, H * c, a),
+}
+
+STRAGGLER_FIXED = [
+    {"n": 4, "steps": 12, "H": 1, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
+     "rotating": False},
+    {"n": 4, "steps": 12, "H": 4, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
+     "rotating": True},
+    {"n": 4, "steps": 12, "H": 4, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
+     "rotating": False},
+    {"n": 4, "steps": 24, "H": 6, "compute": 0.05, "slow": 2.5, "allreduce": 0.03,
+     "rotating": True},
+    {"n": 3, "steps": 10, "H": 1, "compute": 0.05, "slow": 2.0, "allreduce": 0.01,
+     "rotating": True},
+]
+
+
+def straggler_draw(rng: np.random.Generator) -> dict[str, Any]:
+    H = int(rng.integers(1, 13))
+    return {"n": int(rng.integers(2, 9)), "steps": H * int(rng.integers(1, 7)), "H": H,
+            "compute": round(float(rng.uniform(0.01, 0.5)), 3),
+            "slow": round(float(rng.uniform(1.5, 5.0)), 2),
+            "allreduce": round(float(rng.uniform(0.001, 0.3)), 4),
+            "rotating": bool(rng.integers(0, 2))}
+
+
 @task("data_parallel")
 def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
     """Lesson 05, task 3: ``my_straggler_time(n, steps, H, compute, slow, allreduce,
     rotating)`` is the time of local SGD with period H when one rank computes ``slow``×
     slower — always rank 0, or (rotating) rank t % n at step t: steps/H periods, each the
     slowest rank's H steps plus one allreduce."""
-    __tracebackhide__ = True
-    cases = Cases("straggler_time", seed, plans.STRAGGLER_FIXED, draws=5,
-                  draw=plans.straggler_draw)
-    formula_cases(my_straggler_time, cases, plans.ARGS, plans.straggler_time,
-                  plans.STRAGGLER_MISTAKES, "the predicted seconds as a number",
+    trial = Trial("straggler_time", my_straggler_time, seed, STRAGGLER_FIXED, draws=5,
+                  draw=straggler_draw)
+    formula_cases(trial, ARGS, _straggler_seconds,
+                  STRAGGLER_MISTAKES, "the predicted seconds as a number",
                   "a period ends when the slowest rank has done its H steps, then one "
                   "allreduce; count the slow steps that rank takes in a period.", vary="H")
-    passed("straggler_time", f"{len(cases)} cases (2–8 ranks, H = 1 to 12, a persistent and "
-           "a rotating straggler): a straggler that is always slow costs every period its H "
-           "slow steps whatever H is; one that moves costs a period only ⌈H/n⌉ of them")
+    trial.passed(f"{len(trial)} cases (2–8 ranks, H = 1 to 12, a persistent and a rotating "
+                 "straggler): a straggler that is always slow costs every period its H slow "
+                 "steps whatever H is; one that moves costs a period only ⌈H/n⌉ of them")
 
 
-# --------------------------------------------------------- the averaging plan
+# ------------------------------------------------------------------ the averaging plan
+
+WORKLOAD, RANKS, BATCH, LR, SKEW = "digits-logreg", 4, 64, 0.5, 1.0
+PLAN_CASES = [{"steps": 96, "max_allreduces": 8, "target": 0.83},
+              {"steps": 100, "max_allreduces": 6, "target": 0.80},
+              {"steps": 60, "max_allreduces": 3, "target": 0.76}]
+DRAWS, TRAINED = 6, 2     # budgets the prompt does not show; the first TRAINED are trained
+MARGIN = 0.03             # their target: the even spread's worst replica, less 3 points
+
+
+def budget_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A budget the prompt does not show: 24–300 steps, 2 to min(40, steps/4) allreduces."""
+    T = int(rng.integers(24, 301))
+    return {"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))}
+
+
+def unseen_budgets(seed: int) -> list[dict[str, Any]]:
+    """DRAWS budgets the prompt does not show, drawn from ``seed``. The first (trained) has a
+    prime number of steps: a period that must divide the steps would waste its budget."""
+    rng = np.random.default_rng([0x5EED, seed])
+    budgets = [budget_draw(rng) for _ in range(DRAWS)]
+    T = budgets[0]["steps"]
+    budgets[0]["steps"] = next(p for p in range(T, 2 * T) if all(p % d for d in range(2, p)))
+    return budgets
+
+
+def even_spread(steps: int, budget: int) -> list[int]:
+    """The reference plan for a drawn budget: every allreduce, evenly spaced, the last one
+    after the last step."""
+    return sorted({round(steps * (i + 1) / budget) for i in range(budget)})
+
+
+def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
+    """The learner's plan as a period H or a sorted list of steps, or a failure (also for a
+    plan that averages more often than the budget allows: no need to train to see it)."""
+    if isinstance(got, (bool, np.bool_)) or got is None:
+        fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
+             "number) or the steps after which to average (a list of step numbers).")
+    if answers.scalar(got) is not None:           # a period H: 12, np.int64(12), 12.0
+        H = answers.whole(got)
+        if H is None or H < 1:
+            fail(f"{call} returned H = {describe_value(got)}; the averaging period is a whole "
+                 "number of steps, at least 1.")
+        return _within(H, call, steps, budget)
+    try:
+        plan = sorted({int(s) for s in got})
+        exact = all(float(s) == int(s) for s in got)
+    except (TypeError, ValueError):
+        plan, exact = [], False
+    if not exact or not plan:
+        fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
+             "non-empty list of whole step numbers.")
+    if plan[0] < 1 or plan[-1] > steps:
+        fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
+             f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step t; "
+             f"step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
+    return _within(plan, call, steps, budget)
+
+
+def _within(plan: int | list[int], call: str, steps: int, budget: int) -> int | list[int]:
+    count = len(sync_steps(plan, steps))
+    if count > budget:
+        fail(f"{call} returned a plan that averages {count} times in {steps} steps (after "
+             f"steps {sync_steps(plan, steps)[:6]}…), but the budget is {budget} allreduces.")
+    return plan
+
+
+def sync_steps(plan: int | list[int], steps: int) -> list[int]:
+    return list(range(plan, steps + 1, plan)) if isinstance(plan, int) else plan
+
+
+def plan_run(steps: int, sync: int | list[int]) -> tuple[int, Any]:
+    """Worker: the lesson's local SGD on non-IID digits with this plan; (averagings, params)."""
+    from ddl_lab.data_parallel.engine import local_sgd
+    run = local_sgd(WORKLOAD, steps, BATCH, LR, sync_every=sync, skew=SKEW, barrier=False)
+    return run.rounds, run.params
+
+
+def worst_accuracy(results: list) -> float:
+    """The worst replica's test accuracy, of each rank's (averagings, parameters)."""
+    from ddl_lab.data_parallel.measure import replica_accuracy
+    return min(replica_accuracy(WORKLOAD, params) for _, params in results)
+
+
+REFERENCES: dict[tuple[int, int], float] = {}   # (steps, budget) -> the even spread's worst
+
+
+def missing_references(cases: list[dict]) -> list[dict]:
+    """The trained unseen budgets whose even-spread run is not known yet in this process."""
+    return [c for c in cases if (c["steps"], c["max_allreduces"]) not in REFERENCES]
+
+
+def unseen_targets(cases: list[dict], missing: list[dict], references: list) -> None:
+    """Record the even-spread runs of ``missing`` (``references``), then give each trained
+    unseen budget its target: the even spread's worst replica, less MARGIN."""
+    for case, reference in zip(missing, references):
+        REFERENCES[case["steps"], case["max_allreduces"]] = worst_accuracy(reference.results)
+    for case in cases:
+        best = REFERENCES[case["steps"], case["max_allreduces"]]
+        case["target"] = round(best - MARGIN, 3)
+        case["why"] = (f" — a budget the prompt does not show; spreading the "
+                       f"{case['max_allreduces']} averagings evenly reaches {best:.1%}")
+
+
+def judge_plan(case: dict, plan: int | list[int], results: list) -> tuple[bool, str]:
+    """(True, what the run achieved) if every replica met the target, else (False, what
+    went wrong). ``results``: each rank's (averagings, parameters)."""
+    T, N, target = (case[k] for k in ("steps", "max_allreduces", "target"))
+    rounds = results[0][0]
+    accuracy = worst_accuracy(results)
+    at = sync_steps(plan, T)
+    where = f"{T} steps, at most {N} allreduces, target {target:.0%}" + case.get("why", "")
+    times = "1 time" if rounds == 1 else f"{rounds} times"
+    ran = (f"{where}: your plan averaged {times} (after steps {at[:6]}"
+           f"{'…' if len(at) > 6 else ''}); the worst replica classifies {accuracy:.1%} of "
+           "the test digits")
+    if accuracy >= target:
+        return True, f"{accuracy:.1%} with {rounds} allreduces ({where})"
+    last = at[-1] if at else 0
+    if last < T:
+        return False, (f"{ran}. The last averaging was after step {last}: then every replica "
+                       f"took {T - last} more steps on its own skewed shard and drifted toward "
+                       "its own digits. Average after the last step.")
+    gaps = np.diff([0] + at)
+    if rounds < N:
+        return False, (f"{ran}: you used {rounds} of the {N} allreduces allowed. On non-IID "
+                       f"shards the replicas drift apart between averagings (here up to "
+                       f"{gaps.max()} steps): use the budget.")
+    return False, (f"{ran}: the longest stretch without averaging is {gaps.max()} steps. The "
+                   "replicas drift apart the longer they go alone: spread the averagings out.")
+
 
 @task("data_parallel")
 def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> None:
@@ -473,41 +668,188 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     target test accuracy with at most ``max_allreduces`` averagings — for the prompt's three
     budgets and for budgets it does not show (drawn per call: each within its budget, two
     trained against the even spread of the same budget, less 3 points)."""
-    __tracebackhide__ = True
-    name = getattr(my_sync_plan, "__name__", "my_sync_plan")
-    cases = [c.params for c in Cases("sync_plan", seed,
-                                     plans.PLAN_CASES + plans.unseen_budgets(seed))]
-    chosen: list = []
-    for i, case in enumerate(cases):
-        T, N = case["steps"], case["max_allreduces"]
+    trial = Trial("sync_plan", my_sync_plan, seed, PLAN_CASES + unseen_budgets(seed),
+                  name="my_sync_plan", plan=True, timeout=timeout)
+    trial.shown = len(PLAN_CASES)             # the budgets after these: drawn per call
+    cases, name, shown_cases, chosen = [c.params for c in trial], trial.name, trial.shown, []
+    for case in trial:
+        T, N = case.params["steps"], case.params["max_allreduces"]
         call = f"{name}(steps={T}, max_allreduces={N})"
-        unseen = i >= len(plans.PLAN_CASES)
-        got = plan_call(my_sync_plan, (T, N), name, call) if unseen else \
-            call_local(my_sync_plan, T, N)
+        got = trial.call(case, T, N, where=call)
         try:
-            chosen.append(plans.plan_of(got, call, T, N))
+            chosen.append(plan_of(got, call, T, N))
         except CheckFailed as e:
             raise CheckFailed(f"{e}" + (f" That budget is not one the prompt shows: "
-                                        f"{FUNCTION_OF_INPUTS}." if unseen else "")
+                                        f"{FUNCTION_OF_INPUTS}." if trial.unseen(case) else "")
                               + same_for_all([*chosen, got])) from None
-    trained = len(plans.PLAN_CASES) + plans.TRAINED
+    trained = shown_cases + TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
-    missing = plans.missing_references(cases[len(plans.PLAN_CASES):trained])
-    runs += [(c["steps"], plans.even_spread(c["steps"], c["max_allreduces"])) for c in missing]
-    try:
-        outcomes = run_cases(plans.plan_run, [(plans.RANKS, r) for r in runs],
-                             fn=my_sync_plan, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, plans.RANKS))
-    if failed := next((o.failure for o in outcomes if o.failure is not None), None):
-        fail(failed.message(name, plans.RANKS))
-    plans.unseen_targets(cases[len(plans.PLAN_CASES):trained], missing, outcomes[trained:])
+    missing = missing_references(cases[shown_cases:trained])
+    runs += [(c["steps"], even_spread(c["steps"], c["max_allreduces"])) for c in missing]
+    outcomes = trial.run(plan_run, [(RANKS, r) for r in runs])
+    for outcome in outcomes:
+        trial.results(outcome, None)
+    unseen_targets(cases[shown_cases:trained], missing, outcomes[trained:])
     shown = []
     for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
-        good, text = plans.judge_plan(case, plan, outcome.results)
+        good, text = judge_plan(case, plan, outcome.results)
         if not good:
             fail(text + same_for_all(chosen))
         shown.append(text)
-    passed("sync_plan", "non-IID digits on 4 real workers: " + "; ".join(shown)
-           + f"; and {len(cases) - len(plans.PLAN_CASES) - plans.TRAINED} more unseen budgets "
-           "kept")
+    trial.passed("non-IID digits on 4 real workers: " + "; ".join(shown)
+                 + f"; and {len(cases) - shown_cases - TRAINED} more unseen budgets kept")
+
+
+# ------------------------------------------------------------------
+# The large-batch reasoning task: from real per-example gradients, the gradient noise scale
+# B_noise = tr(Σ)/|G|² (McCandlish et al. 2018) and the largest batch at which doubling it
+# still cuts the steps by a given factor. The gradients are measured on the course's digits
+# MLP (torch.func, one row per example) at several points of a real training run, on drawn
+# subsets of examples, in float32 or float64; two small hand-made cases pin the edges (two
+# examples; all gradients equal).
+
+_STATES = (30, 100, 300)         # SGD steps trained before the gradients are measured
+_NOISE_FIXED = [
+    {"grads": "two examples", "factor": 1.6}, {"grads": "all equal", "factor": 1.8},
+    {"grads": "digits MLP", "steps": 30, "N": 256, "dtype": "float32", "factor": 1.5},
+    {"grads": "digits MLP", "steps": 300, "N": 128, "dtype": "float64", "factor": 4 / 3}]
+
+
+def _noise_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"grads": "digits MLP", "steps": int(rng.choice(_STATES)),
+            "N": int(rng.choice([128, 192, 256])), "dtype": str(rng.choice(["float32", "float64"])),
+            "factor": round(float(rng.uniform(1.1, 1.9)), 3)}
+
+
+@functools.lru_cache(maxsize=1)
+def _snapshots() -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """The digits MLP's flat parameters after each of ``_STATES`` steps, and the data."""
+    from ddl_lab.data_parallel.workloads import batch_indices, build
+    from ddl_lab.ml.models import flat_params
+    model, train, _, loss_fn = build("digits-mlp", 0)
+    X, y = train.tensors()
+    idx, states = batch_indices(len(y), 32, max(_STATES), 0, 0), {}
+    for t in range(max(_STATES) + 1):
+        if t in _STATES:
+            states[t] = flat_params(model).clone()
+        if t < max(_STATES):
+            model.zero_grad()
+            loss_fn(model(X[idx[t]]), y[idx[t]]).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+    return states, X, y
+
+
+def _noise_grads(case: Case) -> torch.Tensor:
+    """The case's (N, d) per-example gradients."""
+    p = case.params
+    if p["grads"] == "two examples":
+        return torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 4.0]], dtype=torch.float64)
+    if p["grads"] == "all equal":
+        return torch.tensor([[0.5, -1.0, 2.0, 0.25]] * 5, dtype=torch.float32)
+    from ddl_lab.data_parallel.batches import per_example_grads
+    from ddl_lab.data_parallel.workloads import build
+    from ddl_lab.ml.models import set_flat_params
+    with one_thread():
+        states, X, y = _snapshots()
+        model, _, _, loss_fn = build("digits-mlp", 0)
+        set_flat_params(model, states[p["steps"]])
+        pick = torch.as_tensor(case.rng.choice(len(y), p["N"], replace=False))
+        g = per_example_grads(model, X[pick], y[pick], loss_fn)
+    return g.to(getattr(torch, p["dtype"]))
+
+
+def _noise_parts(g: np.ndarray) -> tuple[float, float, float, float]:
+    """(tr Σ unbiased, tr Σ with N, |ḡ|², mean |g_i|²) of an (N, d) float64 array."""
+    mean = g.mean(0)
+    return (float(g.var(0, ddof=1).sum()), float(g.var(0).sum()), float(mean @ mean),
+            float((g * g).sum(1).mean()))
+
+
+def _b_max(b_noise: float, f: float) -> float:
+    """Largest B with S(B)/S(2B) ≥ f, S(B) = S_min(1 + B_noise/B): B_noise(2 − f)/(2(f − 1))."""
+    return b_noise * (2 - f) / (2 * (f - 1))
+
+
+def _halving(b_noise: float, B: int = 32) -> float:
+    """S(B)/S(2B): what doubling a batch of B does to the steps."""
+    return (1 + b_noise / B) / (1 + b_noise / (2 * B))
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else (0.0 if a == 0 else float("inf"))
+
+
+def _noise_want(g: np.ndarray, f: float) -> tuple[float, float]:
+    tr, _, m2, _ = _noise_parts(g)
+    b = _ratio(tr, m2 - tr / len(g))
+    return b, _b_max(b, f)
+
+
+def _noise_mistakes(g: np.ndarray, f: float) -> dict[str, tuple[float | None, float | None]]:
+    """Named wrong answers: (B_noise, B_max) they give (None: any value)."""
+    tr, tr0, m2, sq = _noise_parts(g)
+    n = len(g)
+    g2 = m2 - tr / n
+    b = _ratio(tr, g2)
+    return {
+        "|ḡ|² over-estimates |G|² by tr(Σ)/N (the mean of N noisy gradients is noisier than "
+        "G): take tr(Σ)/N off |ḡ|² before dividing": (_ratio(tr, m2), None),
+        "tr(Σ) came from the population variance (dividing by N): the unbiased estimate "
+        "divides by N − 1": (_ratio(tr0, m2 - tr0 / n), None),
+        "you divided the mean squared norm E|g_i|² by |G|²: that counts |G|² itself as noise; "
+        "tr(Σ) is the spread AROUND the mean (subtract ḡ first)": (_ratio(sq, g2), None),
+        "|G| is not squared: B_noise = tr(Σ)/|G|², a batch size (examples), not tr(Σ)/|G|":
+            (_ratio(tr, np.sqrt(max(g2, 0.0))), None),
+        "you used the variance of the MEAN gradient, tr(Σ)/N: the noise scale compares ONE "
+        "example's noise with the signal": (_ratio(tr / n, g2), None),
+        "B_max is the critical batch B_noise itself whatever the factor: at B = B_noise "
+        "doubling cuts the steps by 4/3 only; solve S(B)/S(2B) = factor for B": (b, b),
+        "B_max is upside down: from (1 + B_noise/B)/(1 + B_noise/(2B)) = f, "
+        "B = B_noise·(2 − f)/(2(f − 1))": (b, b * 2 * (f - 1) / (2 - f)),
+        "you solved S(B) = f·S_min (B = B_noise/(f − 1)); the question is when doubling the "
+        "batch, S(B)/S(2B), still gives the factor f": (b, _ratio(b, f - 1)),
+    }
+
+
+def _noise_close(want: float, got: float, rtol: float) -> bool:
+    return abs(got - want) <= rtol * max(abs(want), 1e-12) or got == want
+
+
+@task("data_parallel", refuses=("ddl_lab.data_parallel", "gradient_noise", "digits_noise"))
+def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
+    """Lesson 05, task 5: ``my_noise_scale(grads, factor)`` with ``grads`` an (N, d) tensor of
+    per-example gradients returns (B_noise, B_max): B_noise = tr(Σ)/|G|² with tr(Σ) the
+    unbiased (N − 1) per-coordinate variance summed and |G|² = |ḡ|² − tr(Σ)/N; B_max the
+    largest batch B at which doubling B still divides the steps S(B) = S_min(1 + B_noise/B)
+    by at least ``factor``."""
+    trial = Trial("noise_scale", my_noise_scale, seed, _NOISE_FIXED, draws=3, draw=_noise_draw)
+    name, shown = trial.name, []
+    for case in trial:
+        g, f = _noise_grads(case), case.params["factor"]
+        out = trial.call(case, g.clone(), f)
+        if (got := answers.pair(out)) is None:
+            fail(returned_none(out, name, "(B_noise, B_max)") or
+                 f"{name} returned {describe_value(out)}; return two numbers, (B_noise, B_max) "
+                 f"({case}).")
+        g64 = g.double().numpy()
+        want = _noise_want(g64, f)
+        rtol = 2e-3 if g.dtype == torch.float32 else 1e-7
+        if all(_noise_close(w, x, rtol) for w, x in zip(want, got)):
+            if case.params["grads"] == "digits MLP":
+                shown.append(want[0])
+            continue
+        hint = next((text for text, m in _noise_mistakes(g64, f).items()
+                     if all(w is None or _noise_close(w, x, rtol) for w, x in zip(m, got))), None)
+        which = "B_noise" if not _noise_close(want[0], got[0], rtol) else "B_max"
+        fail(f"{name} returned B_noise = {got[0]:.6g}, B_max = {got[1]:.6g}; expected "
+             f"{want[0]:.6g} and {want[1]:.6g} ({which} is wrong) for {len(g64)} gradients of "
+             f"{g64.shape[1]:,} entries, factor {f:g}"
+             + (f": {hint}." if hint else ".") + f" ({case})")
+    trial.passed(f"right on {len(trial)} cases (2 to 256 real per-example gradients of the "
+                 f"digits MLP, float32 and float64, factors 1.1 to 1.9); the digits MLP's "
+                 f"B_noise measured {min(shown):.0f} to {max(shown):.0f} examples on these "
+                 f"subsets, so doubling its batch of 32 cuts the steps S(B) = S_min(1 + "
+                 f"B_noise/B) by only {_halving(min(shown)):.2f}–{_halving(max(shown)):.2f}×, "
+                 "not 2×")

@@ -1,19 +1,23 @@
 """Checks for lesson 01 (gradient descent): the batch gradient, the mini-batch SGD epoch,
 the Adagrad update, a learning rate that converges, the best fixed step and its contraction
-(reasoning) and a mini-batch SGD plan within budgets (design, ``_gradient_descent_plans``).
+(reasoning) and a mini-batch SGD plan within budgets (design).
 All run in this process, on several seeded cases per call (``seed=`` replays one); a
 failure quotes its case."""
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Callable
 
 import numpy as np
 
+from . import _answers as answers
+from ._answers import answer_rtol, two_numbers
 from ._core import call_local, fail, passed, task
-from ._diagnose import (AdagradWords, Cases, Snapshot, adagrad_diagnosis, as_array,
-                        describe_value, differs, explain, factor_of, name_factor,
-                        returned_none, same)
-from ._gradient_descent_plans import best_step, sgd_plan
+from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad_diagnosis, as_array,
+                        describe_value, differs, explain, factor_of, name_factor, returned_none,
+                        same)
+from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
            "best_step", "sgd_plan"]
@@ -39,14 +43,13 @@ def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
-    __tracebackhide__ = True
     name = _name(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
              {"n": 13, "d": 1, "scale": 0.5, "dtype": "float32"},
              {"n": 5, "d": 5, "scale": 2.0, "dtype": "float64"}]
-    cases = Cases("batch_gradient", seed, fixed, draws=4, draw=_gradient_case)
-    for case in cases:
+    trial = Trial("batch_gradient", my_batch_gradient, seed, fixed, draws=4, draw=_gradient_case)
+    for case in trial:
         n, d, p = case.params["n"], case.params["d"], case.params
         rng = case.rng
         X = (rng.normal(size=(n, d)) * p["scale"]).astype(p["dtype"])
@@ -86,8 +89,8 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
         if hint is None and c is not None:
             hint = f"your gradient is {c:.4g} × the right one: the factor in front is 1/n"
         fail(f"{where}: {hint or diff + '. Expected Xᵀ(Xθ − y)/n'}.")
-    passed("batch_gradient", f"Xᵀ(Xθ − y)/n on {len(cases)} batches (n from 1 to "
-           f"{max(c.params['n'] for c in cases)}, float64 and float32, data of scale 0.1–10)")
+    passed("batch_gradient", f"Xᵀ(Xθ − y)/n on {len(trial)} batches (n from 1 to "
+           f"{max(c.params['n'] for c in trial)}, float64 and float32, data of scale 0.1–10)")
 
 
 # ------------------------------------------------------------------ task 2
@@ -129,20 +132,19 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
-    __tracebackhide__ = True
     fixed = [{"m": 10, "batch_size": 4, "lr": 0.01}, {"m": 13, "batch_size": 5, "lr": 0.03},
              {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
              {"m": 1, "batch_size": 3, "lr": 0.1}]
-    cases = Cases("minibatch_sgd_epoch", seed, fixed, draws=3, draw=_epoch_case)
-    for case in cases:
+    trial = Trial("minibatch_sgd_epoch", my_minibatch_sgd_epoch, seed, fixed, draws=3,
+                  draw=_epoch_case)
+    for case in trial:
         _one_epoch_case(my_minibatch_sgd_epoch, case)
-    passed("minibatch_sgd_epoch", f"on {len(cases)} cases (m from 1 to 29, batch sizes "
+    passed("minibatch_sgd_epoch", f"on {len(trial)} cases (m from 1 to 29, batch sizes "
            "1 to m + 2, random lr): every example once per epoch in consecutive batches of "
            "one shuffle, θ updated after each, reproducible from the generator")
 
 
 def _one_epoch_case(fn: Callable, case: Any) -> None:
-    __tracebackhide__ = True
     name = _name(fn, "my_minibatch_sgd_epoch")
     m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
     X, y = _epoch_problem(m, case.rng)
@@ -179,7 +181,6 @@ def _one_epoch_case(fn: Callable, case: Any) -> None:
 
 
 def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
-    __tracebackhide__ = True
     if not rec.calls:
         fail(f"grad was never called: compute grad(θ, X_batch, y_batch) for each "
              f"mini-batch [{case}].")
@@ -211,7 +212,6 @@ def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
 
 
 def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case: Any) -> None:
-    __tracebackhide__ = True
     theta, up = theta0.copy(), None
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
@@ -252,13 +252,12 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
-    __tracebackhide__ = True
     name = _name(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
              {"d": 5, "lr": 0.05, "eps": 1e-6, "dtype": "float32"}]
-    cases = Cases("adagrad_step", seed, fixed, draws=3, draw=_adagrad_case)
-    for case in cases:
+    trial = Trial("adagrad_step", my_adagrad_step, seed, fixed, draws=3, draw=_adagrad_case)
+    for case in trial:
         theta, g, G = _adagrad_inputs(case)
         lr, eps = case.params["lr"], case.params["eps"]
         inputs = Snapshot(theta=theta, g=g, G=G)
@@ -269,7 +268,7 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
             AdagradWords(name))             # the defaults are lesson 01's words
         if message:
             fail(f"{message} [{case}]")
-    passed("adagrad_step", f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(cases)} cases "
+    passed("adagrad_step", f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases "
            "(random lr and eps, float64 and float32); a feature seen for the first time "
            "moves by ≈ lr, an absent one not at all")
 
@@ -338,7 +337,6 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
-    __tracebackhide__ = True
     name = _name(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
     for case, X, y in problems:
@@ -392,3 +390,240 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
 
 # ------------------------------------------------------------------ task 6 (design)
 
+
+# ------------------------------------------------------------------
+# The reasoning and design checks: the best fixed step of a quadratic bowl and its
+# contraction, and a mini-batch SGD plan that meets a target loss within a budget of
+# examples and of steps, trained for real on the lesson's data.
+
+def _bowl(case: Case) -> np.ndarray:
+    """The case's curvatures, in no particular order: a drawn bowl has its smallest and
+    largest curvature at positions 1 and 2, never first or last."""
+    p = case.params
+    if "values" in p:
+        return np.array(p["values"], dtype=float)
+    L, d = p["L"], p["d"]
+    inner = case.rng.permutation(case.rng.uniform(L / p["kappa"], L, size=d - 2))
+    return np.array([inner[0], L / p["kappa"], L, *inner[1:]])
+
+
+def _bowl_case(rng: np.random.Generator) -> dict[str, Any]:
+    return {"d": int(rng.integers(4, 13)), "L": float(10 ** rng.uniform(-1.5, 1.5)),
+            "kappa": float(10 ** rng.uniform(0.3, 3))}
+
+
+@task("gradient_descent")
+def best_step(my_best_step: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
+    XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
+    minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
+    fn = my_best_step
+    name = getattr(fn, "__name__", "my_best_step")
+    fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
+             {"values": (0.74, 0.11, 1.05, 0.28, 0.52, 0.2, 0.16, 0.37, 0.14, 0.12)}]
+    trial = Trial("best_step", my_best_step, seed, fixed, draws=3, draw=_bowl_case)
+    for case in trial:
+        lams = _bowl(case)
+        got = call_local(fn, lams.copy())
+        gamma, rate = two_numbers(got, ("gamma", "rate"), name, case)
+        rtol = answer_rtol(got)
+        mu, L = float(lams.min()), float(lams.max())
+        want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
+        if not same(want_g, gamma, rtol=rtol):
+            fail(f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
+                 f"μ = {mu:.4g}: {_gamma_fault(gamma, lams)} [{case}].")
+        if not same(want_r, rate, rtol=rtol, scale=1.0):
+            fail(f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
+                 f"(L − μ)/(L + μ) = {want_r:.6g} — {_rate_fault(rate, lams)} [{case}].")
+    passed("best_step", f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
+           "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
+           "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
+
+
+def _gamma_fault(gamma: float, lams: np.ndarray) -> str:
+    mu, L = float(lams.min()), float(lams.max())
+    first, last = float(lams[0]), float(lams[-1])
+    named = {
+        "1/L empties the steepest direction in one step but leaves the flattest shrinking "
+        "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
+            1 / L,
+        "2/L is the edge of divergence: the steepest direction flips sign and never "
+        "shrinks (|1 − 2| = 1)": 2 / L,
+        "the 2 is missing: 1 − γμ = γL − 1 gives γ = 2/(L + μ)": 1 / (L + mu),
+        "you took the first and the last curvature as μ and L, but they come in no "
+        "particular order: use the smallest and the largest": 2 / (first + last),
+        "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
+        "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
+        "their mean": 1 / float(lams.mean()),
+    }
+    return next((why for why, v in named.items() if not same(v, 2 / (L + mu), rtol=1e-6)
+                 and same(v, gamma, rtol=1e-6)),
+                "each direction's error is multiplied by |1 − γλ| per step; make the worst "
+                "of λ = μ and λ = L as small as possible")
+
+
+def _rate_fault(rate: float, lams: np.ndarray) -> str:
+    mu, L = float(lams.min()), float(lams.max())
+    right = (L - mu) / (L + mu)
+    first, last = sorted((float(lams[0]), float(lams[-1])))
+    named = {
+        "that is ρ², the factor for J − J* (a square of the distance): the distance "
+        "‖θ − θ*‖ shrinks by ρ": right ** 2,
+        "1 − μ/L = 1 − 1/κ is the rate at γ = 1/L; at γ = 2/(L + μ) both ends shrink by "
+        "(L − μ)/(L + μ)": 1 - mu / L,
+        "you took the first and the last curvature as μ and L: use the smallest and the "
+        "largest": (last - first) / (last + first),
+        "that is (L + μ)/(L − μ), upside down": (L + mu) / (L - mu) if L > mu else None,
+        "that is 2μ/(L + μ), how much the flattest direction shrinks BY; the factor it is "
+        "multiplied by is 1 − 2μ/(L + μ)": 2 * mu / (L + mu),
+    }
+    return next((why for why, v in named.items() if v is not None
+                 and not same(v, right, rtol=1e-6, scale=1.0)
+                 and same(v, rate, rtol=1e-6, scale=1.0)),
+                "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
+                "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+
+
+# ------------------------------------------------------------------ a mini-batch SGD plan
+
+SGD_TARGET = 2e-3                       # J − J* the plan must reach
+SGD_BUDGETS = ((8192, 256), (16384, 64), (20480, 20))  # (max_examples, max_steps): the
+SGD_SEEDS = (0, 1, 2)                   # prompt's two, one with 20 steps; shuffles: all reach
+
+
+def _sgd_budget(rng: np.random.Generator) -> dict[str, Any]:
+    """Budgets the prompt never shows: a handful of steps with examples to spare (batch GD's
+    regime), or a few thousand to tens of thousands of examples over 48–256 steps."""
+    if rng.random() < 1 / 3:
+        steps = int(rng.integers(16, 41))
+        return {"max_examples": int(steps * 1024 * rng.uniform(1, 2)), "max_steps": steps}
+    return {"max_examples": int(rng.integers(8192, 65537)), "max_steps": int(rng.integers(48, 257))}
+
+
+@functools.lru_cache(maxsize=1)
+def lesson_data() -> tuple[np.ndarray, np.ndarray, float, float, np.ndarray]:
+    """The lesson's linear regression (m = 1024, d = 10, spread 3, noise 0.5): X, y, J*,
+    J(0) and the curvatures (eigenvalues of XᵀX/m)."""
+    from ddl_lab.ml import data, models
+    ds = data.linear_regression(m=1024, d=10, noise=0.5, seed=0, spread=3)
+    X64, y64 = ds.X.astype(np.float64), ds.y.astype(np.float64)
+    best = np.linalg.lstsq(X64, y64, rcond=None)[0]
+    curv = np.linalg.eigvalsh(X64.T @ X64 / len(y64))
+    return (ds.X, ds.y, models.linreg_loss(best, X64, y64),
+            models.linreg_loss(np.zeros(X64.shape[1]), X64, y64), curv)
+
+
+def steps_within(m: int, batch: int, max_examples: int, max_steps: int) -> tuple[int, int]:
+    """Updates a plan may take — batches of ``batch`` through shuffled epochs of ``m``, the
+    last batch of an epoch smaller — and the examples they use."""
+    sizes = [batch] * (m // batch) + ([m % batch] if m % batch else [])
+    steps = used = 0
+    while steps < max_steps:
+        size = sizes[steps % len(sizes)]
+        if used + size > max_examples:
+            break
+        steps, used = steps + 1, used + size
+    return steps, used
+
+
+def train(batch: int, lr: float, steps: int, seed: int) -> float:
+    """J − J* after ``steps`` updates of the lesson's mini-batch SGD (its ``record_run``)."""
+    from ddl_lab.gradient_descent.experiments import record_run
+    from ddl_lab.ml import models
+    X, y, J_star, _, _ = lesson_data()
+    if steps == 0:
+        return lesson_data()[3] - J_star
+    per_epoch = -(-len(y) // batch)
+    _, hist = record_run(X, y, models.linreg_grad, models.linreg_loss, lr,
+                         epochs=-(-steps // per_epoch), batch_size=batch, seed=seed)
+    return float(hist.loss[steps - 1]) - J_star
+
+
+def _exact_gradients(lr: float, steps: int) -> float:
+    """J − J* after ``steps`` batch-GD steps at ``lr``: the plan without the batches' noise."""
+    from ddl_lab.ml import models
+    X, y, J_star, _, _ = lesson_data()
+    X64, y64 = X.astype(np.float64), y.astype(np.float64)
+    theta = np.zeros(X.shape[1])
+    with np.errstate(all="ignore"):
+        for _ in range(steps):
+            theta = theta - lr * models.linreg_grad(theta, X64, y64)
+        return float(models.linreg_loss(theta, X64, y64)) - J_star
+
+
+@task("gradient_descent")
+def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 6: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
+    "lr"}`` with which the lesson's mini-batch SGD on its linear regression (m = 1024),
+    trained for real for as many steps as both budgets allow, ends with J − J* ≤ 0.002 on
+    each of three shuffles — for the prompt's budgets (8192, 256) and (16384, 64), 20 steps
+    of 20,480 examples, and three budgets drawn per call, so that the plan must be computed
+    from its budgets (issue 26)."""
+    fn = my_sgd_plan
+    name = getattr(fn, "__name__", "my_sgd_plan")
+    _, y, J_star, J_zero, _ = lesson_data()
+    m, start, report = len(y), J_zero - J_star, []
+    fixed = [{"max_examples": e, "max_steps": s} for e, s in SGD_BUDGETS]
+    trial = Trial("sgd_plan", my_sgd_plan, seed, fixed, draws=3, draw=_sgd_budget)
+    plans = []
+    for case in trial:                      # every plan first: a table fails before training
+        where = f"max_examples = {case.params['max_examples']:,}, max_steps = " \
+                f"{case.params['max_steps']}"
+        plans.append(_valid_plan(name, answers.plan_call(
+            fn, (case.params["max_examples"], case.params["max_steps"]), name, where), m, where))
+    for case, (batch, lr) in zip(trial, plans):
+        max_examples, max_steps = case.params["max_examples"], case.params["max_steps"]
+        steps, used = steps_within(m, batch, max_examples, max_steps)
+        with np.errstate(all="ignore"):
+            gaps = [train(batch, lr, steps, s + 10 * seed) for s in SGD_SEEDS]
+        worst = max(gaps, key=lambda g: g if math.isfinite(g) else math.inf)
+        if not worst <= SGD_TARGET:
+            fail(f"with max_examples = {max_examples:,}, max_steps = {max_steps}, {name} chose "
+                 f"batches of {batch} at γ = {lr:g}: {steps} steps, {used:,} examples; J − J* "
+                 f"ended at {worst:.3g} on the worst of shuffles "
+                 f"{[s + 10 * seed for s in SGD_SEEDS]} (from {start:.3g} at θ = 0; target "
+                 f"≤ {SGD_TARGET:g}) — "
+                 f"{_plan_fault(batch, lr, steps, used, worst, max_examples)}."
+                 f"{answers.same_for_all(plans)} [{case}]")
+        report.append(f"({max_examples:,}, {max_steps}): batch {batch}, γ = {lr:.3g} → "
+                      f"{steps} steps, J − J* ≤ {max(gaps):.2g}")
+    passed("sgd_plan", f"the lesson's mini-batch SGD, trained for real on 3 shuffles for each "
+           f"of {len(trial)} budgets (3 drawn) — " + "; ".join(report))
+
+
+def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
+    if problem := answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
+        fail(problem)
+    b, lr = answers.whole(plan["batch_size"]), answers.scalar(plan["lr"])
+    if b is None or not 1 <= b <= m:
+        fail(f"batch_size = {plan['batch_size']!r} ({where}): a whole number of examples from "
+             f"1 to m = {m:,}.")
+    if lr is None or not math.isfinite(lr) or lr <= 0:
+        fail(f"lr = {plan['lr']!r} ({where}): a learning rate is a number > 0.")
+    return b, lr
+
+
+def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,
+                max_examples: int) -> str:
+    """Why a plan missed the target: divergence, too few or too slow steps, or noise."""
+    _, _, J_star, J_zero, curv = lesson_data()
+    mu, L = float(curv[0]), float(curv[-1])
+    if not math.isfinite(gap) or gap > J_zero - J_star:
+        return (f"it diverged: exact gradients need γ < 2/L = {2 / L:.3g}, and noisy small "
+                "batches want less")
+    exact = _exact_gradients(lr, steps)
+    if exact > SGD_TARGET:
+        if used < max_examples / 4:
+            return (f"batches of {batch} hit the step limit after {used:,} of the "
+                    f"{max_examples:,} examples you may use: a larger batch buys accuracy "
+                    "per step at no cost in steps")
+        if steps < 40:
+            return (f"only {steps} steps: even exact gradients at this γ would stop at "
+                    f"J − J* = {exact:.3g}. Batches this large spend the example budget in "
+                    "few steps — smaller batches buy more steps")
+        return (f"too slow: even exact gradients at γ = {lr:g} would stop at J − J* = "
+                f"{exact:.3g}, the flattest direction shrinking by |1 − γμ| = "
+                f"{abs(1 - lr * mu):.3f} per step (μ = {mu:.3g}): a larger γ")
+    reach = f"{exact:.2g}" if exact > 1e-9 else "≈ 0"
+    return (f"noise: exact gradients at this γ would reach {reach}; the rest is the noise "
+            f"of batches of {batch}, which grows with γ/batch — a larger batch or a smaller γ")

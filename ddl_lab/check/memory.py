@@ -1,6 +1,5 @@
 """Checks for lesson 10 (training memory): one ZeRO-2 step on real workers, the bytes per rank
-of a training configuration (reasoning), and a memory plan run on real workers (design,
-``_memory_plans.py``).
+of a training configuration (reasoning), and a memory plan run on real workers (design).
 
 ``zero2_step(my_zero2_step)`` calls the learner's step three times on every rank of worlds of
 2–5 ranks (lengths not divisible by n, primes, fewer elements than ranks; float32 and
@@ -13,6 +12,7 @@ measures every tensor the rank keeps in ``state`` between steps: 1/n of the opti
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import Any, Callable
 
@@ -21,9 +21,9 @@ import numpy as np
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, task
-from ._diagnose import Case, Cases, describe_value, differs, explain, returned_none
-from ._memory_plans import memory_plan
+from ._core import call_local, fail, passed, run_cases, run_in_world, task
+from ._diagnose import Case, describe_value, differs, explain, returned_none
+from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 
@@ -149,20 +149,19 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
     1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
     alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
-    __tracebackhide__ = True
     name = getattr(my_zero2_step, "__name__", "your function")
-    cases = list(Cases("zero2_step", seed, _FIXED, draws=2, draw=_draw))
-    seeds = [int(c.rng.integers(1 << 30)) for c in cases]
-    hypers = [_hyper(c) for c in cases]
+    trial = Trial("zero2_step", my_zero2_step, seed, _FIXED, draws=2, draw=_draw)
+    seeds = [int(c.rng.integers(1 << 30)) for c in trial]
+    hypers = [_hyper(c) for c in trial]
     try:
         outcomes = run_cases(_run_case, [
             (c.params["n"], (my_zero2_step, c.params["length"], c.params["dtype"],
                              c.params["optimizer"], h, s))
-            for c, h, s in zip(cases, hypers, seeds)], fn=my_zero2_step, timeout=timeout)
+            for c, h, s in zip(trial, hypers, seeds)], fn=my_zero2_step, timeout=timeout)
     except WorldFailed as e:
         fail(e.failure.message(name, 0))
     shown = []
-    for case, hyper, data_seed, outcome in zip(cases, hypers, seeds, outcomes):
+    for case, hyper, data_seed, outcome in zip(trial, hypers, seeds, outcomes):
         if outcome.failure:
             fail(outcome.failure.message(name, case.params["n"]) + f" ({_where(case)})")
         _judge(outcome.results, name, case, hyper, data_seed)
@@ -171,14 +170,13 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
             S = case.params["length"] * esize
             shown.append(f"{n} ranks: {max(g['sent'] for g in outcome.results) / S:.2f}·S sent, "
                          f"{max(g['kept'] for g in outcome.results) / S:.2f}·S kept")
-    passed("zero2_step", f"{len(cases)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, "
+    passed("zero2_step", f"{len(trial)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, "
            f"Adam and momentum): every rank equals DDP with the same optimizer; per step and "
            f"rank {'; '.join(shown)}")
 
 
 def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) -> None:
     """Fail, naming the fault, if a rank's parameters, calls, bytes sent or state are wrong."""
-    __tracebackhide__ = True
     n, length, dtype, kind = (case.params[k] for k in ("n", "length", "dtype", "optimizer"))
     where = _where(case)
     used = sorted({u for g in got for u in g["used"]})
@@ -269,9 +267,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
     'sgd', 'momentum' or 'adam'."""
-    __tracebackhide__ = True
     name = getattr(my_zero_bytes, "__name__", "your function")
-    cases = Cases("zero_bytes", seed, [
+    trial = Trial("zero_bytes", my_zero_bytes, seed, [
         {"params": 7_500_000_000, "ranks": 64, "stage": 0, "precision": "bf16", "optimizer": "adam"},
         {"params": 7_500_000_000, "ranks": 64, "stage": 1, "precision": "bf16", "optimizer": "adam"},
         {"params": 7_500_000_000, "ranks": 64, "stage": 2, "precision": "bf16", "optimizer": "adam"},
@@ -279,7 +276,7 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
         {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
         {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"}],
         draws=10, draw=_bytes_draw)
-    for case in cases:
+    for case in trial:
         p = case.params
         P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
                                                  "optimizer"))
@@ -320,6 +317,205 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
                            for o in ("sgd", "momentum", "adam") if o != opt))])
         fail(f"{call} returned {value:,.6g}, expected {want:,.6g} ({case})"
              + (f": {hint}." if hint else "."))
-    passed("zero_bytes", f"{len(cases)} configurations (stages 0–3, fp32 and mixed precision, "
+    passed("zero_bytes", f"{len(trial)} configurations (stages 0–3, fp32 and mixed precision, "
            "SGD, momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
            "accounting")
+
+
+# ------------------------------------------------------------------
+# The design check: a memory plan — ZeRO stage, precision and recomputation — for a model, a
+# per-rank memory budget and a per-rank budget of bytes sent per step, run on real workers.
+#
+# What a rank keeps is measured by ``memory.zero.zero_run`` (parameters, gradients and
+# optimizer state counted from the tensors, the activations kept for backward by saved-
+# tensor hooks and each recomputed segment's input), the bytes it sends by the wiretap, and
+# the loss after three steps against fp32 data parallelism's. Budgets drawn far from the
+# lesson's (billions of parameters, up to 64 ranks) are judged by the same accounting, in
+# closed form.
+
+LOSS_TOLERANCE = 0.02              # the plan's last loss within 2 % of fp32 DDP's
+OPTIONS = [(s, p, r) for s in range(4) for p in ("fp32", "bf16") for r in (False, True)]
+_KEYS = ("params", "ranks", "batch", "act", "act_recompute", "budget", "max_sent")
+
+# the model of each case that runs: (ranks, hidden, depth, batch); budgets drawn around it
+FIXED_MODELS = [(2, 128, 6, 256), (4, 96, 8, 512)]
+
+
+def _segments_kept(depth: int) -> int:
+    """Hidden-sized segment inputs a recomputed MLP of ``depth`` hidden layers keeps (the
+    lesson's engine: √B segments of its B = 2·depth + 2 blocks; the first input is data)."""
+    from ddl_lab.memory.recompute import segments_for
+    from ddl_lab.ring_allreduce.engine import chunk_bounds
+    blocks = 2 * depth + 2
+    return sum(1 for lo, _ in chunk_bounds(blocks, segments_for(blocks)) if lo >= 2)
+
+
+def _model(hidden: int, depth: int) -> tuple[int, int, int]:
+    """(parameters, fp32 bytes kept per example, the same with recomputation)."""
+    params = 64 * hidden + hidden + (depth - 1) * (hidden * hidden + hidden) + hidden * 10 + 10
+    return params, 4 * depth * hidden, 4 * _segments_kept(depth) * hidden
+
+
+def footprint(c: dict, stage: int, precision: str, recompute: bool) -> tuple[float, float]:
+    """(bytes a rank keeps, bytes it sends per step) by the lesson's accounting: Adam, ZeRO
+    stage sharding, bf16 halving parameters, gradients, activations and messages."""
+    from ddl_lab.memory.anatomy import per_rank
+    P, n = c["params"], c["ranks"]
+    states = sum(per_rank(P, n, stage, "adam", precision).values())
+    e = 2 if precision == "bf16" else 4
+    per_example = (c["act_recompute"] if recompute else c["act"]) * e / 4
+    passes = 3 + (1 if recompute else 0) if stage == 3 else 2
+    return states + math.ceil(c["batch"] / n) * per_example, passes * (n - 1) / n * P * e
+
+
+def _budgets(c: dict, rng: np.random.Generator) -> dict | None:
+    """Budgets that some options meet with 6 % to spare and others miss by as much."""
+    cap = float(rng.choice([5.0, 2.6, 1.6, 1.1])) * (c["ranks"] - 1) / c["ranks"] * c["params"] * 4
+    sizes = sorted(footprint(c, *o)[0] for o in OPTIONS if footprint(c, *o)[1] <= cap / 1.06)
+    if len(sizes) < 2:
+        return None
+    target = sizes[int(rng.integers(0, len(sizes) - 1))]
+    budget = target * 1.08
+    if any(budget / 1.06 < s < budget * 1.06 for s in sizes) or sizes[-1] < budget * 1.06:
+        return None
+    return {**c, "budget": int(budget), "max_sent": int(cap)}
+
+
+def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
+    """The first draw runs on workers (a model of the lesson's size); the rest are judged
+    by the accounting only (up to 10⁹ parameters, 64 ranks)."""
+    calls = itertools.count()
+
+    def draw(rng: np.random.Generator) -> dict[str, Any]:
+        real = next(calls) == 0
+        while True:
+            if real:
+                n, hidden = int(rng.integers(2, 5)), int(rng.choice([64, 96, 128]))
+                depth, batch = int(rng.integers(3, 9)), n * int(rng.integers(32, 129))
+            else:
+                n, hidden = int(rng.choice([4, 8, 16, 64])), int(rng.choice([1024, 4096, 8192]))
+                depth, batch = int(rng.integers(4, 49)), n * int(rng.integers(1, 33))
+            P, act, act_rc = _model(hidden, depth)
+            case = _budgets({"params": P, "ranks": n, "batch": batch, "act": act,
+                             "act_recompute": act_rc, "hidden": hidden, "depth": depth}, rng)
+            if case is not None:
+                return case
+    return draw
+
+
+def _fixed() -> list[dict]:
+    rng = np.random.default_rng(10)
+    out = []
+    for n, hidden, depth, batch in FIXED_MODELS:
+        P, act, act_rc = _model(hidden, depth)
+        while (case := _budgets({"params": P, "ranks": n, "batch": batch, "act": act,
+                                 "act_recompute": act_rc, "hidden": hidden, "depth": depth},
+                                rng)) is None:
+            pass
+        out.append(case)
+    return out
+
+
+FIXED = _fixed()
+
+
+def _choice(out: Any, name: str, case: Case) -> tuple[int, str, bool]:
+    if problem := answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
+                                           "recompute": "True or False"}, f" ({case})"):
+        fail(problem)
+    stage, precision, recompute = answers.whole(out["stage"]), out["precision"], out["recompute"]
+    if stage not in (0, 1, 2, 3):
+        fail(f"{name} chose stage {out['stage']!r}: ZeRO's stages are 0 (data parallelism), "
+             f"1, 2 and 3 ({case}).")
+    if precision not in ("fp32", "bf16"):
+        fail(f"{name} chose precision {precision!r}: choose 'fp32' or 'bf16' ({case}).")
+    if not isinstance(recompute, (bool, np.bool_)):
+        fail(f"{name} chose recompute = {recompute!r}: say True or False ({case}).")
+    return stage, str(precision), bool(recompute)
+
+
+@functools.lru_cache(maxsize=8)
+def _ran(n: int, hidden: int, depth: int, batch: int, stage: int, precision: str,
+         recompute: bool) -> tuple[float, float, float]:
+    """(most bytes a rank kept, most bytes a rank sent per step, last loss) of a real run."""
+    from ddl_lab.memory.zero import zero_run
+    runs = run_in_world(zero_run, n, stage, precision, recompute, hidden, depth, batch, STEPS,
+                        fn=zero_run)
+    return (max(r.memory.total for r in runs), max(r.sent for r in runs), runs[0].losses[-1])
+
+
+@task("memory")
+def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
+    """Lesson 10, design: ``my_memory_plan(params, ranks, batch, act, act_recompute, budget,
+    max_sent)`` returns {stage: 0–3, precision: 'fp32' | 'bf16', recompute: bool} for the
+    lesson's MLP trained with Adam on ``ranks`` workers (``batch`` examples a step, split
+    over them; ``act``/``act_recompute``: fp32 bytes one example keeps for backward without
+    and with recomputation) such that no rank keeps more than ``budget`` bytes (parameters,
+    gradients, optimizer state, activations) or sends more than ``max_sent`` bytes a step,
+    and the loss stays within 2 % of fp32 data parallelism's. Three plans run on real
+    workers (the fixed models and one drawn); the others are judged by the accounting."""
+    name = getattr(my_memory_plan, "__name__", "your function")
+    trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6, draw=_draws())
+    plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
+                                       str(c), c.index >= len(FIXED)), name, c)
+             for c in trial]
+    for case, plan in zip(trial, plans):
+        kept, sent = footprint(case.params, *plan)
+        _judge_plan(name, case, plan, kept, sent, None, plans)
+    done = []
+    for i in range(len(FIXED) + 1):
+        case, plan = trial.cases[i], plans[i]
+        p = case.params
+        try:
+            kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
+            *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
+        except WorldFailed as e:
+            fail(e.failure.message(name, p["ranks"]))
+        _judge_plan(name, case, plan, kept, sent, (loss, ref), plans)
+        done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
+                    f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "
+                    f"budget, sent {sent / p['max_sent']:.0%} of its limit")
+    passed("memory_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - len(done)} "
+           "more budgets (up to 64 ranks, a billion parameters) met by the accounting")
+
+
+def _judge_plan(name: str, case: Case, plan: tuple[int, str, bool], kept: float, sent: float,
+           losses: tuple[float, float] | None, plans: list) -> None:
+    """Fails if the plan breaks the case's memory budget, its bytes-sent limit or the loss."""
+    p = case.params
+    stage, precision, recompute = plan
+    chose = (f"{name}({', '.join(f'{k}={p[k]:,}' for k in _KEYS)}) chose stage {stage}, "
+             f"{precision}, recompute={recompute}")
+    how = "measured on the workers" if losses else "by the lesson's accounting"
+    unseen = (" These budgets were drawn by the check, not shown in the prompt." if
+              case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+    if kept > p["budget"]:
+        fail(f"{chose}: a rank keeps {kept:,.0f} bytes ({how}), over the budget of "
+             f"{p['budget']:,}. " + _memory_hint(p, stage, precision, recompute)
+             + f"{unseen} ({case})")
+    if sent > p["max_sent"]:
+        fail(f"{chose}: a rank sends {sent:,.0f} bytes a step ({how}), over {p['max_sent']:,}. "
+             "Stages 0–2 send 2(n−1)/n·Ψ values a step (reduce-scatter, all-gather), stage 3 "
+             "3(n−1)/n·Ψ — and one more all-gather per step when recomputation runs the "
+             "forward again; bf16 values are half the bytes." + f"{unseen} ({case})")
+    if losses and abs(losses[0] - losses[1]) > LOSS_TOLERANCE * abs(losses[1]):
+        fail(f"{chose}: its loss after {STEPS} steps is {losses[0]:.4f}, fp32 data "
+             f"parallelism's {losses[1]:.4f} — more than {LOSS_TOLERANCE:.0%} apart ({case}).")
+
+
+_NEXT = {0: "the optimizer state", 1: "the gradients", 2: "the parameters"}
+
+
+def _memory_hint(p: dict, stage: int, precision: str, recompute: bool) -> str:
+    n = p["ranks"]
+    parts = []
+    if stage < 3:
+        parts.append(f"stage {stage + 1} would divide {_NEXT[stage]} by n = {n} as well")
+    if precision == "fp32":
+        parts.append("bf16 halves the parameters, gradients and activations (its fp32 master "
+                     "copy joins the optimizer state: Adam stays 16 bytes a parameter)")
+    if not recompute:
+        parts.append(f"recomputation keeps {p['act_recompute']:,} instead of {p['act']:,} "
+                     f"fp32 bytes per example, for ⌈{p['batch']}/{n}⌉ examples a rank")
+    return ("Of what is left: " + "; ".join(parts) + "." if parts else
+            "Every saving is already in use.")

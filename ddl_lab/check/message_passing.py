@@ -11,19 +11,20 @@ order fails every time, not when the scheduler happens to reorder them."""
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import numpy as np
 
-from . import _core
-from . import _message_passing_costs as costs
-from . import _message_passing_tree as tree
-from ._core import CheckFailed, call_local, fail, passed, run_on_workers, task
-from ._diagnose import (Cases, Snapshot, as_array, differs, explain, only_right_for,
+from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
+
+from . import _answers as answers
+from ._answers import FUNCTION_OF_INPUTS, same_for_all
+from ._core import DEFAULT_TIMEOUT, fail, task
+from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
                         returned_none)
-from ._answers import FUNCTION_OF_INPUTS, plan_call, same_for_all
 from ._formula import formula_cases
-from ddl_lab.message_passing.comm import comm_main
+from ._trial import Trial
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
            "tree_gather_time", "chain_bcast", "pipeline_chunks"]
@@ -32,37 +33,34 @@ WORLD_SIZES = (4, 3)        # the lesson's 4 first, then 3: code that assumes 4 
 _PKG = "ddl_lab.message_passing"
 
 
-def _on_workers(learner: Callable, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
+def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable) -> Trial:
+    """Each case on n real workers that talk through the lesson's ``comm``; a failure gets
+    its case and the cases that passed when they differ from it only in the world size or
+    the root."""
+    return Trial(task, fn, seed, fixed, draws=1, draw=draw, timeout=DEFAULT_TIMEOUT)
+
+
+def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
     """Run ``worker(comm, *args)`` on n real workers; (results, per-rank message records).
 
     Each wait inside the communicator times out after a quarter of the check's time, so a
     deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
-    __tracebackhide__ = True
-    total = _core.DEFAULT_TIMEOUT
-    out = run_on_workers(comm_main, n, worker, args, {}, total / 4, total / 2,
-                         learner_fn=learner, timeout=total)
+    total = DEFAULT_TIMEOUT
+    out = trial.world(comm_main, n, worker, args, {}, total / 4, total / 2)
     return [r for r, _ in out], [rec for _, rec in out]
 
 
-def _run_cases(cases: Cases, one: Callable[[Any], None]) -> list[str]:
-    """Run ``one(case)`` for every case; a failure gets its case, and the cases that passed
-    when they differ from it only in the world size or the root."""
-    __tracebackhide__ = True
-    right: list[Any] = []
-    for case in cases:
-        try:
-            one(case)
-        except CheckFailed as e:
-            n, root = case.params["n"], case.params.get("root")
-            other_n = [f"{c.params['n']} ranks" for c in right if c.params["n"] != n]
-            same_n = [f"root {c.params['root']}" for c in right
-                      if c.params["n"] == n and c.params.get("root") not in (None, root)]
-            hint = (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
-                    only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n
-                    else "")
-            raise CheckFailed(f"{e} [{case}]{hint}") from None
-        right.append(case)
-    return sorted({f"{c.params['n']} ranks" for c in right}, reverse=True)
+def _each(trial: Trial, one: Callable[[Any], None]) -> list[str]:
+    """``trial.each(one)``, naming the sizes and roots that passed; the sizes that passed."""
+    def hint(case: Any) -> str:
+        n, root = case.params["n"], case.params.get("root")
+        other_n = [f"{c.params['n']} ranks" for c in trial.right if c.params["n"] != n]
+        same_n = [f"root {c.params['root']}" for c in trial.right
+                  if c.params["n"] == n and c.params.get("root") not in (None, root)]
+        return (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
+                only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n else "")
+    trial.each(one, hint)
+    return sorted({f"{c.params['n']} ranks" for c in trial.right}, reverse=True)
 
 
 def _only_send_recv(name: str, records: list[dict]) -> None:
@@ -80,8 +78,8 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 # ------------------------------------------------------------------ task 1: gather
 
 def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
-    mine = comm if comm.rank != root else tree.LatestFirst(comm)
-    return my_gather(mine, tree.gather_value(comm.rank, case_index), root)
+    mine = comm if comm.rank != root else LatestFirst(comm)
+    return my_gather(mine, gather_value(comm.rank, case_index), root)
 
 
 @task("message_passing")
@@ -89,26 +87,24 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
     the root, every rank's value in rank order, and None on the other ranks; each other
     rank sends the root one message."""
-    __tracebackhide__ = True
-    name = getattr(my_gather, "__name__", "my_gather")
-    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 3}, {"n": 3, "root": 2}]
+    trial = _trial("gather", my_gather, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 3},
+                                               {"n": 3, "root": 2}], _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(my_gather, _gather_worker, n, my_gather, root, case.index)
-        _only_send_recv(name, records)
-        want = [tree.gather_value(r, case.index) for r in range(n)]
-        _judge_gather(name, got, want, root, n, records)
+        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index)
+        _only_send_recv(trial.name, records)
+        want = [gather_value(r, case.index) for r in range(n)]
+        _judge_gather(trial.name, got, want, root, n, records)
 
-    right = _run_cases(Cases("gather", seed, fixed, draws=1, draw=_root_case), one)
-    passed("gather", f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
            "got every rank's value in rank order (its ANY_SOURCE receives answered latest "
            "rank first), from one message per other rank")
 
 
 def _judge_gather(name: str, got: list, want: list, root: int, n: int,
                   records: list[dict]) -> None:
-    __tracebackhide__ = True
     _judge_gathered(name, got, want, root, n)
     sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
     if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
@@ -118,7 +114,6 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int,
 
 def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None:
     """Fail unless the root returned every value in rank order and the others None."""
-    __tracebackhide__ = True
     res = got[root]
     if not isinstance(res, (list, tuple)):
         fail(returned_none(res, f"{name} on the root (rank {root})", f"the list of all {n} "
@@ -131,7 +126,7 @@ def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not tree.same_values(list(res), want):
+    if not same_values(list(res), want):
         if sorted(map(str, senders)) == sorted(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
@@ -170,25 +165,22 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
     returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
     sends each other rank its own item only — one message, about that item's size."""
-    __tracebackhide__ = True
-    name = getattr(my_scatter, "__name__", "my_scatter")
-    fixed = [{"n": 4, "root": 0}, {"n": 4, "root": 2}, {"n": 3, "root": 1}]
+    trial = _trial("scatter", my_scatter, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 2},
+                                                 {"n": 3, "root": 1}], _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(my_scatter, _scatter_worker, n, my_scatter, root,
-                                   case.index)
-        _only_send_recv(name, records)
+        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index)
+        _only_send_recv(trial.name, records)
         _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
 
-    right = _run_cases(Cases("scatter", seed, fixed, draws=1, draw=_root_case), one)
-    passed("scatter", f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
            "rank got its own chunk, the root sending each other rank one message of that "
            "chunk's size")
 
 
 def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: int) -> None:
-    __tracebackhide__ = True
     for r, v in enumerate(got):
         j = _which_chunk(v, chunks)
         if j == r:
@@ -248,26 +240,24 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
     (shards of different sizes, an empty one too), leaving its inputs unchanged."""
-    __tracebackhide__ = True
-    fixed = [{"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
-             {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
-             {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}]
+    trial = _trial("parallel_gradient", my_parallel_gradient, seed, [
+        {"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
+        {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
+        {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}], _gradient_case)
 
     def one(case: Any) -> None:
         theta, shards = _gradient_data(case)
-        got, _ = _on_workers(my_parallel_gradient, _gradient_worker, case.params["n"],
-                             my_parallel_gradient, theta, shards)
+        got, _ = _on_workers(trial, _gradient_worker, case.params["n"], my_parallel_gradient,
+                             theta, shards)
         _judge_gradient(my_parallel_gradient, got, theta, shards, case.params["sizes"])
 
-    right = _run_cases(Cases("parallel_gradient", seed, fixed, draws=1, draw=_gradient_case),
-                       one)
-    passed("parallel_gradient", f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
            "m examples, from shards of unequal sizes (an empty one too), float64 and float32")
 
 
 def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
                     sizes: list[int]) -> None:
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "my_parallel_gradient")
     k, m = len(shards), sum(sizes)
     t64 = theta.astype(np.float64)
@@ -321,29 +311,24 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
     damping d, graph and number of workers."""
-    __tracebackhide__ = True
-    fixed = [{"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
-             {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
-             {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}]
-
-    def one(case: Any) -> None:
-        _pagerank_one(my_pagerank_compute, case)
-
-    right = _run_cases(Cases("pagerank_compute", seed, fixed, draws=1, draw=_pagerank_case),
-                       one)
-    passed("pagerank_compute", f"on {' and '.join(right)}, every superstep matches power "
+    trial = _trial("pagerank_compute", my_pagerank_compute, seed, [
+        {"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
+        {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
+        {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
+        _pagerank_case)
+    right = _each(trial, lambda case: _pagerank_one(trial, case))
+    trial.passed(f"on {' and '.join(right)}, every superstep matches power "
            "iteration on graphs of 17–39 pages with dangling pages, damping 0.6–0.9")
 
 
-def _pagerank_one(fn: Callable, case: Any) -> None:
-    __tracebackhide__ = True
+def _pagerank_one(trial: Trial, case: Any) -> None:
     from ddl_lab.message_passing.pregel import pagerank_step, run_pregel, web_graph
     p = case.params
     graph = web_graph(n=p["pages"], avg_degree=3.0, dangling=p["dangling"],
                       seed=int(case.rng.integers(1000)))
     d, steps = p["damping"], p["supersteps"]
-    program = functools.partial(fn, damping=d)
-    parts, _ = _on_workers(fn, run_pregel, p["n"], graph, program, steps)
+    program = functools.partial(trial.fn, damping=d)
+    parts, _ = _on_workers(trial, run_pregel, p["n"], graph, program, steps)
     values = np.full((steps, graph.n), np.nan)
     for part in parts:
         if len(part["snapshots"]):
@@ -394,20 +379,19 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 5: ``my_tree_gather(comm, value)`` gathers every rank's value on rank 0
     along the binomial tree: rank r ≠ 0 sends once, to r − 2^k (2^k its lowest set bit),
     the values of its subtree r … r + 2^k − 1; the root returns them in rank order."""
-    __tracebackhide__ = True
-    name = getattr(my_tree_gather, "__name__", "my_tree_gather")
+    trial = _trial("tree_gather", my_tree_gather, seed, [{"n": 4}, {"n": 3}],
+                   lambda rng: {"n": int(rng.choice(WORLD_SIZES))})
 
     def one(case: Any) -> None:
-        n = case.params["n"]
-        values = [tree.gather_value(r, case.index) for r in range(n)]
-        out, records = _on_workers(my_tree_gather, tree.worker, n, my_tree_gather, values)
+        n, name = case.params["n"], trial.name
+        values = [gather_value(r, case.index) for r in range(n)]
+        out, records = _on_workers(trial, worker, n, my_tree_gather, values)
         _only_send_recv(name, records)
-        tree.judge_tree(name, [s for _, s in out], n)
+        judge_tree(name, [s for _, s in out], n)
         _judge_gathered(name, [r for r, _ in out], values, 0, n)
 
-    right = _run_cases(Cases("tree_gather", seed, [{"n": 4}, {"n": 3}], draws=1,
-                             draw=lambda rng: {"n": int(rng.choice(WORLD_SIZES))}), one)
-    passed("tree_gather", f"on {' and '.join(right)}, rank 0 got every value in rank order, "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, rank 0 got every value in rank order, "
            "each other rank sending one message — its whole subtree — to its parent "
            "r − 2^k in the binomial tree")
 
@@ -418,13 +402,13 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    __tracebackhide__ = True
-    cases = Cases("tree_gather_time", seed, costs.TREE_FIXED, draws=5, draw=costs.tree_draw)
-    formula_cases(my_tree_gather_time, cases, ("n", "nbytes", "alpha", "beta"),
-                  costs.tree_gather, costs.TREE_MISTAKES, "the predicted seconds as a number",
+    trial = Trial("tree_gather_time", my_tree_gather_time, seed, TREE_FIXED, draws=5,
+                  draw=tree_draw)
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"),
+                  _tree_gather_seconds, TREE_MISTAKES, "the predicted seconds as a number",
                   "count the rounds, and in each round the size of its longest message (how "
                   "many values its sender holds by then).")
-    passed("tree_gather_time", f"{len(cases)} cases (n = 1 to 1000, powers of two and not, "
+    trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, "
            "S = 0 and α = 0 included) match ⌈log2 n⌉·α + (n − 1)·S·β: the tree saves latency "
            "terms, not the bytes that reach the root")
 
@@ -436,22 +420,20 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
     """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
     down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
     piece before it receives the next; every rank returns the whole array."""
-    __tracebackhide__ = True
-    name = getattr(my_chain_bcast, "__name__", "my_chain_bcast")
+    trial = _trial("chain_bcast", my_chain_bcast, seed, [
+        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
+        {"n": 4, "numel": 10, "pieces": 1}], lambda rng: {
+            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
+            "pieces": int(rng.integers(2, 9))})
 
     def one(case: Any) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
-        out, records = _on_workers(my_chain_bcast, tree.chain_worker, n, my_chain_bcast,
-                                   numel, k)
-        _only_send_recv(name, records)
-        tree.judge_chain(name, [r for r, _ in out], [log for _, log in out], numel, k)
+        out, records = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k)
+        _only_send_recv(trial.name, records)
+        judge_chain(trial.name, [r for r, _ in out], [log for _, log in out], numel, k)
 
-    right = _run_cases(Cases("chain_bcast", seed, [
-        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
-        {"n": 4, "numel": 10, "pieces": 1}], draws=1, draw=lambda rng: {
-            "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
-            "pieces": int(rng.integers(2, 9))}), one)
-    passed("chain_bcast", f"on {' and '.join(right)}, every rank got the root's array, each "
+    right = _each(trial, one)
+    trial.passed(f"on {' and '.join(right)}, every rank got the root's array, each "
            "link carrying one message per piece, each piece forwarded before the next came")
 
 
@@ -463,44 +445,413 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     pieces a broadcast down a chain of n ranks cuts its S bytes into. The broadcast runs on
     real workers; its α–β time, counted from the messages it sent, must be within 10 % of
     the fastest chunking's."""
-    __tracebackhide__ = True
     from ddl_lab.message_passing.pipeline import chain_time
     from ddl_lab.message_passing.trace import join_records
     from ddl_lab.message_passing.wire import encode
-    name = getattr(my_pipeline_chunks, "__name__", "my_pipeline_chunks")
     header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
-    cases = Cases("pipeline_chunks", seed, costs.PIPE_FIXED, draws=costs.DRAWS,
-                  draw=costs.pipe_draw)
-    fixed, real = len(costs.PIPE_FIXED), len(costs.PIPE_FIXED) + costs.REAL_DRAWS
-    shown: list[str] = []
-    answers: list[int] = []
-    for case in cases:
+    trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, PIPE_FIXED,
+                  draws=DRAWS, draw=pipe_draw, name="my_pipeline_chunks",
+                  plan=True, timeout=DEFAULT_TIMEOUT)
+    fixed, real = trial.shown, trial.shown + REAL_DRAWS
+    name, shown, chosen = trial.name, [], []
+    for case in trial:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
         call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
-        unseen = case.index >= fixed
-        got = (plan_call(my_pipeline_chunks, (n, S, a, b), name, call) if unseen
-               else call_local(my_pipeline_chunks, n, S, a, b))
-        k = costs.pieces_of(got, name, call, S // 8)
-        answers.append(k)
+        unseen = trial.unseen(case)
+        k = pieces_of(trial.call(case, n, S, a, b, where=call), name, call, S // 8)
+        chosen.append(k)
         t, sent = None, (n - 1) * k
-        if k <= costs.MAX_PIECES and (not unseen or (real > fixed and
-                                                     costs.runs_for_real(case.params, k))):
+        if k <= MAX_PIECES and (not unseen or (real > fixed and
+                                                     runs_for_real(case.params, k))):
             real -= unseen                      # the first small unseen machine runs too
-            ok, records = _on_workers(my_pipeline_chunks, costs.pipeline_worker, n, S // 8, k)
+            ok, records = _on_workers(trial, pipeline_worker, n, S // 8, k)
             messages = join_records(records)
             if not all(ok):
                 fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
                      f"({case}).")
             t, sent = chain_time(messages, a, b), len(messages)
-        good, text = costs.judge_pipeline(case, k, t, sent, header)
+        good, text = judge_pipeline(case, k, t, sent, header)
         if not good:
             note = (f" — a machine the prompt does not show: {FUNCTION_OF_INPUTS}."
                     if unseen else "")
-            fail(f"{call}: {text} ({case}){note}" + same_for_all(answers, "number of pieces",
+            fail(f"{call}: {text} ({case}){note}" + same_for_all(chosen, "number of pieces",
                                                                   "machines"))
         if not unseen:
             shown.append(text)
-    passed("pipeline_chunks", "; ".join(shown) + f"; and {costs.DRAWS} machines the prompt "
-           f"does not show (3–64 ranks) — within {costs.TARGET - 1:.0%} of the fastest "
+    trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt "
+           f"does not show (3–64 ranks) — within {TARGET - 1:.0%} of the fastest "
            "chunking each time, the time modelled (α–β, not a clock) from the messages the "
            "real workers sent")
+
+
+# ------------------------------------------------------------------
+# Lesson 04's reasoning and design tasks on what messages cost: the α–β time of a binomial-
+# tree gather (and the mistakes that give other times), and a broadcast pipelined down a
+# chain of real workers, its chunking chosen by the learner and its time counted from the
+# messages it sent.
+
+TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
+MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
+
+
+# ------------------------------------------------------------------ the tree gather
+
+def rounds(n: int) -> int:
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def _tree_gather_seconds(n: int, S: float, a: float, b: float) -> float:
+    """⌈log2 n⌉ rounds; round k's longest message is rank 2^k's min(2^k, n − 2^k) values,
+    and those add up to the n − 1 values the root receives."""
+    return rounds(n) * a + (n - 1) * S * b
+
+
+def _all_messages(n: int, S: float, a: float, b: float) -> float:
+    """Every message of a round one after another (as if the round's messages queued)."""
+    total = 0.0
+    for k in range(rounds(n)):
+        senders = range(2 ** k, n, 2 ** (k + 1))
+        total += sum(a + min(2 ** k, n - r) * S * b for r in senders)
+    return total
+
+
+TREE_MISTAKES: dict[str, Callable[..., float | None]] = {
+    "every message carries S bytes, but in round k a rank forwards everything it has "
+    "gathered so far — its own value and its subtree's, up to 2^k values — so the "
+    "messages grow from round to round": lambda n, S, a, b: rounds(n) * (a + S * b),
+    "that is the flat gather (the lesson's Comm.gather: n − 1 messages, one after "
+    "another, at the root); the tree needs only ⌈log2 n⌉ rounds":
+        lambda n, S, a, b: (n - 1) * (a + S * b),
+    "that holds when n is a power of two: in the last round rank 2^(L−1) holds only "
+    "n − 2^(L−1) values, not 2^(L−1) — the root still receives n − 1 values in all":
+        lambda n, S, a, b: rounds(n) * a + (2 ** rounds(n) - 1) * S * b,
+    "the root's own value does not travel: n − 1 values arrive, not n":
+        lambda n, S, a, b: rounds(n) * a + n * S * b,
+    "the messages of one round travel at the same time, on different links: a round "
+    "lasts as long as its longest message, not the sum of them": _all_messages,
+    "a round count is a whole number: with n = 5 there are ⌈log2 5⌉ = 3 rounds, not "
+    "⌊log2 5⌋ = 2": lambda n, S, a, b: math.floor(math.log2(n)) * a + (n - 1) * S * b
+    if n > 1 else None,
+    "a round count is a whole number (⌈log2 n⌉), not log2 n":
+        lambda n, S, a, b: math.log2(n) * a + (n - 1) * S * b if n > 1 else None,
+    "α and β are swapped: α is paid per message, β per byte":
+        lambda n, S, a, b: rounds(n) * b + (n - 1) * S * a,
+    "the latency term is missing: every round pays α": lambda n, S, a, b: (n - 1) * S * b,
+    "the bandwidth term is missing: the values still have to cross the links, b bytes "
+    "costing b·β": lambda n, S, a, b: rounds(n) * a,
+}
+
+
+def tree_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
+            "nbytes": int(10 ** rng.uniform(1, 8)),
+            "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
+
+
+TREE_FIXED = [{"n": 8, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
+              {"n": 5, "nbytes": 4096, "alpha": 5e-5, "beta": 1e-9},
+              {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
+              {"n": 6, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
+              {"n": 13, "nbytes": 100_000, "alpha": 0.0, "beta": 2e-9}]
+
+
+# ------------------------------------------------------------------ the pipelined chain
+
+PIPE_FIXED = [{"n": 4, "nbytes": 4_000_000, "alpha": 5e-5, "beta": 1e-9},
+              {"n": 3, "nbytes": 262_144, "alpha": 2e-3, "beta": 1e-9},
+              {"n": 4, "nbytes": 2_000_000, "alpha": 5e-6, "beta": 4e-10}]
+
+
+DRAWS = 5                # machines the prompt does not show, per call
+REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
+
+
+def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A machine the prompt does not show: 3–64 ranks, 25 KB–25 MB, α 3 µs–3 ms."""
+    return {"n": int(rng.choice([3, 4, 5, 8, 16, 32, 64])),
+            "nbytes": 8 * int(10 ** rng.uniform(3.5, 6.5)),
+            "alpha": float(10 ** rng.uniform(-5.5, -2.5)),
+            "beta": float(10 ** rng.uniform(-10, -8.5))}
+
+
+def runs_for_real(params: dict[str, Any], pieces: int) -> bool:
+    """Small enough to run on the warm cluster in a fraction of a second."""
+    return params["n"] <= 4 and params["nbytes"] <= 5_000_000 and pieces <= MAX_PIECES
+
+
+def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
+    """Worker: the package's chain broadcast of ``numel`` numbers in ``pieces`` pieces."""
+    from ddl_lab.message_passing.pipeline import chain_bcast
+    data = np.arange(numel, dtype=np.float64) if comm.rank == 0 else None
+    out = chain_bcast(comm, data, pieces)
+    return bool(out.shape == (numel,) and np.array_equal(out[[0, -1]], [0, numel - 1]))
+
+
+def model_time(n: int, numel: int, pieces: int, a: float, b: float, header: int) -> float:
+    """The α–β time of ``pieces`` pieces (the largest sets the pace) down n − 1 links."""
+    largest = 8 * math.ceil(numel / pieces) + header
+    return (n - 2 + pieces) * (a + largest * b)
+
+
+def fastest(n: int, numel: int, a: float, b: float, header: int) -> tuple[int, float]:
+    """The number of pieces (1 … MAX_PIECES) with the least modelled time, and that time."""
+    k = np.arange(1, min(numel, MAX_PIECES) + 1)
+    t = (n - 2 + k) * (a + (8 * np.ceil(numel / k) + header) * b)
+    best = int(np.argmin(t))
+    return int(k[best]), float(t[best])
+
+
+def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
+    """The learner's answer as a whole number of pieces, or a failure saying what it was."""
+    value = answers.scalar(got)
+    if value is None:
+        fail(f"{call} returned {describe_value(got)}; return the number of pieces, a whole "
+             "number >= 1.")
+    if value != int(value) or value < 1:
+        fail(f"{call} returned {value:g}; the message is cut into a whole number of pieces, "
+             f"at least 1 — round your value (e.g. max(1, round(x))).")
+    if value > numel:
+        fail(f"{call} returned {int(value):,} pieces, but the message has only {numel:,} "
+             "numbers to cut.")
+    return int(value)
+
+
+def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
+                   header: int) -> tuple[bool, str]:
+    """(True, what the run achieved) if its time (``measured`` from its messages; None: not
+    run, judged by the model) is within TARGET of the fastest chunking, else (False, what
+    the run did and why it is slow)."""
+    n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
+    numel = S // 8
+    best_k, best_t = fastest(n, numel, a, b, header)
+    t = measured if measured is not None else model_time(n, numel, pieces, a, b, header)
+    if t <= TARGET * best_t:
+        return True, (f"{S / 1e6:.3g} MB on {n} ranks in {pieces} piece(s): {sent} messages, "
+                      f"α–β time {1e3 * t:.3g} ms with α = {a:.3g} s, β = {b:.3g} s/B "
+                      f"(fastest {1e3 * best_t:.3g} ms)")
+    did = (f"the broadcast sent {sent} messages of about {S / pieces:,.0f} bytes down the "
+           f"{n - 1} links" if measured is not None else
+           f"{pieces:,} pieces would send {pieces * (n - 1):,} messages (not run: the α–β "
+           "model alone rules it out)")
+    if pieces == 1:
+        why = ("in one piece each rank must receive the whole message before it can forward "
+               "any of it, so the links work one after another: (n − 1)·(α + S·β). Cut it "
+               "so that the ranks down the chain work at the same time.")
+    elif pieces < best_k:
+        why = ("too few pieces: the first piece has to cross all n − 1 links before the last "
+               "rank gets anything, and a large piece keeps the later links idle longer.")
+    else:
+        why = ("too many pieces: each piece pays α on every link, and with this α "
+               f"({a:.3g} s) against S·β = {S * b:.3g} s the latency terms dominate.")
+    return False, (f"with {pieces} piece(s) {did}; its α–β time is {1e3 * t:.4g} ms, while "
+                   f"{best_k} piece(s) take {1e3 * best_t:.4g} ms: yours is "
+                   f"{t / best_t - 1:.0%} slower (the target: within {TARGET - 1:.0%}) — {why}")
+
+
+# ------------------------------------------------------------------
+# Lesson 04's shaped communication, judged by its shape as well as its result.
+#
+# The binomial-tree gather: every message the learner's ranks send is recorded with the
+# ranks whose values it carries, and the shape must be the tree's — rank r ≠ 0 sends once,
+# to r − 2^k (2^k the lowest set bit of r), everything of its subtree r … r + 2^k − 1 in
+# that one message. A flat gather, a chain, a tree of another shape or a subtree sent in
+# pieces is named. The pipelined chain broadcast: every send and receive is logged in call
+# order, and each piece must go down the chain, one message per piece, each forwarded before
+# the next arrives. A flat broadcast, store-and-forward and a whole message forwarded at
+# once are named.
+
+class LatestFirst:
+    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
+    the message of the highest rank not yet received from — an order MPI allows."""
+
+    def __init__(self, comm: Any):
+        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             timeout: float | None = None) -> Any:
+        if source == ANY_SOURCE and tag == ANY_TAG and self._left:
+            source = max(self._left)
+        self._left.discard(source)
+        return self._comm.recv(source, tag, timeout)
+
+
+def gather_value(rank: int, case_index: int) -> dict:
+    rng = np.random.default_rng([case_index, rank])
+    return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
+
+
+def same_values(got: list, want: list) -> bool:
+    return len(got) == len(want) and all(
+        isinstance(g, dict) and g.get("from rank") == w["from rank"]
+        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
+
+
+def lowbit(r: int) -> int:
+    return r & -r
+
+
+def subtree(r: int, n: int) -> list[int]:
+    """The ranks whose values rank r forwards in the binomial tree of n ranks."""
+    return list(range(r, min(r + lowbit(r), n))) if r else list(range(n))
+
+
+def carried(obj: Any, depth: int = 0) -> list[int]:
+    """The ranks whose values (dicts with a 'from rank' key) are inside a message."""
+    if depth > 6:
+        return []
+    if isinstance(obj, dict):
+        if "from rank" in obj:
+            return [obj["from rank"]]
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple, set)):
+        return sorted(r for item in obj for r in carried(item, depth + 1))
+    return []
+
+
+class Watched:
+    """The learner's communicator, each send recorded as (destination, ranks carried)."""
+
+    def __init__(self, comm: Any):
+        self._comm, self.sends = comm, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self.sends.append((int(dest), carried(obj)))
+        self._comm.send(obj, dest, tag)
+
+
+def worker(comm: Any, fn: Callable, values: list) -> tuple[Any, list]:
+    """Worker: ``fn(comm, value)`` on a watched communicator; (result, sends)."""
+    watched = Watched(comm)
+    return fn(watched, values[comm.rank]), watched.sends
+
+
+def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
+    """What the recorded sends show, if they are not the binomial tree's (None if they are)."""
+    n = len(sends)
+    tree = ("In the binomial tree rank r ≠ 0 sends exactly once, to r − 2^k where 2^k is the "
+            "lowest set bit of r (1 → 0, 2 → 0, 3 → 2, 4 → 0, 5 → 4, …), and that one message "
+            "carries everything it has collected: the values of ranks r … r + 2^k − 1.")
+    if sends[0]:
+        return f"rank 0, the root, sent {len(sends[0])} message(s); it only receives. {tree}"
+    dests = {r: [d for d, _ in sends[r]] for r in range(1, n)}
+    parent = {r: r - lowbit(r) for r in range(1, n)}
+    if all(dests[r] == [parent[r]] and sends[r][0][1] == subtree(r, n) for r in range(1, n)):
+        return None
+    if all(d == [0] for d in dests.values()):
+        return (f"every rank sent its value straight to rank 0 — a flat gather: the root takes "
+                f"in n − 1 = {n - 1} messages one after another, (n − 1)·α, where the tree "
+                f"needs ⌈log2 n⌉ rounds. {tree}")
+    if all(d == [r - 1] for r, d in dests.items()):
+        return (f"every rank sent to rank r − 1 — a chain: n − 1 = {n - 1} rounds, one after "
+                f"another, where the tree needs ⌈log2 n⌉. {tree}")
+    for r in range(1, n):
+        if len(dests[r]) > 1 and set(dests[r]) == {parent[r]}:
+            return (f"rank {r} sent {len(dests[r])} messages to rank {parent[r]}, carrying ranks "
+                    f"{[c for _, c in sends[r]]}: send what you have collected in ONE message "
+                    f"(each message pays α). {tree}")
+    wrong = [r for r in range(1, n) if dests[r] != [parent[r]]]
+    if wrong:
+        r = wrong[0]
+        other = (" — a tree, but not the binomial one" if all(len(d) == 1 for d in dests.values())
+                 else "")
+        return (f"rank {r} sent to {dests[r] or 'nobody'}; its parent in the binomial tree is "
+                f"rank {parent[r]}{other}. {tree}")
+    r = next(r for r in range(1, n) if sends[r][0][1] != subtree(r, n))
+    return (f"rank {r}'s message to rank {parent[r]} carried the values of ranks "
+            f"{sends[r][0][1]}, not its subtree {subtree(r, n)}: it must first receive from "
+            f"its children (r + 1, r + 2, r + 4, … below r + 2^k and n) and then forward all "
+            f"of it. {tree}")
+
+
+def judge_tree(name: str, sends: list, n: int) -> None:
+    """Fail with the named shape if the gather was not the binomial tree."""
+    fault = shape_fault(sends)
+    if fault:
+        fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
+
+
+# ------------------------------------------------------------ the pipelined chain
+
+class Logged:
+    """The learner's communicator, every send and receive logged in call order as
+    ('send', destination, numbers sent) or ('recv', source, numbers received)."""
+
+    def __init__(self, comm: Any):
+        self._comm, self.log = comm, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self.log.append(("send", int(dest), _numbers(obj)))
+        self._comm.send(obj, dest, tag)
+
+    def recv(self, source: int = -1, tag: int = -1, timeout: float | None = None) -> Any:
+        obj = self._comm.recv(source, tag, timeout)
+        self.log.append(("recv", int(source), _numbers(obj)))
+        return obj
+
+
+def _numbers(obj: Any) -> int:
+    size = getattr(obj, "size", None)
+    if isinstance(size, int):
+        return size
+    if isinstance(obj, (list, tuple)):
+        return sum(_numbers(o) for o in obj)
+    return 1
+
+
+def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any, list]:
+    """Worker: ``fn(comm, data, pieces)`` on a logged communicator (data on rank 0 only)."""
+    logged = Logged(comm)
+    data = np.arange(numel, dtype=np.float64) * 0.5 if comm.rank == 0 else None
+    return fn(logged, data, pieces), logged.log
+
+
+def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
+    """What the logged calls show, if they are not a pipelined chain (None if they are)."""
+    chain = ("Down a chain rank r receives only from r − 1 and sends only to r + 1 (the last "
+             "rank sends nothing), one message per piece, and forwards each piece before it "
+             "receives the next, so all the links work at the same time.")
+    for r, log in enumerate(logs):
+        stray = sorted({peer for op, peer, _ in log if op == "send" and peer != r + 1}
+                       | {peer for op, peer, _ in log if op == "recv" and peer != r - 1})
+        if stray:
+            sent = sorted({peer for op, peer, _ in log if op == "send"})
+            if r == 0 and len(sent) > 1:
+                return (f"rank 0 sent pieces straight to ranks {sent} — a flat broadcast, not "
+                        f"a chain: the root's link carries every copy, (n − 1)·S bytes. {chain}")
+            return f"rank {r} exchanged messages with rank(s) {stray}. {chain}"
+    for r, log in enumerate(logs[:-1]):
+        sends = [k for op, _, k in log if op == "send"]
+        if len(sends) != pieces:
+            return (f"rank {r} sent {len(sends)} message(s) to rank {r + 1} for {pieces} "
+                    f"pieces: forward each piece as its own message. {chain}")
+        ops = [op for op, _, _ in log]
+        if r and ops != ["recv", "send"] * pieces:
+            return (f"rank {r} received {ops.index('send') if 'send' in ops else len(ops)} "
+                    f"pieces before it forwarded the first (its calls: {' '.join(ops[:8])}"
+                    f"{' …' if len(ops) > 8 else ''}) — store and forward: rank {r + 1} waits "
+                    f"for the whole message, and the links work one after another. {chain}")
+    return None
+
+
+def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
+    """Fail with the named fault if the chain broadcast's results or shape are wrong."""
+    want = np.arange(numel, dtype=np.float64) * 0.5
+    fault = chain_fault(logs, pieces)
+    if fault:
+        fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
+             f"{numel} numbers): {fault}")
+    for r, got in enumerate(results):
+        arr = np.asarray(got) if got is not None else None
+        if arr is None or arr.shape != want.shape or not np.array_equal(arr, want):
+            fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
+                 "numbers in order: every rank (the root too) returns the whole array, its "
+                 "pieces joined in the order they were cut.")

@@ -1,24 +1,26 @@
 """Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
 (real workers, seeded cases, compared with float64 in one process; each stage's messages
-logged — ``_model_parallel_chain.py`` — so a deadlock says what each rank waited for, and a
+logged, so a deadlock says what each rank waited for, and a
 pipeline off the chain or out of GPipe's order is named), memory per rank (a warm-up) and a
-pipeline plan (design, in ``_model_parallel_plans.py``; the entry point is here)."""
+pipeline plan (design)."""
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import shutil
 import tempfile
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, task
-from ._diagnose import (Case, Cases, describe_value, differs, explain, same)
-from ._model_parallel_chain import GUARD, gpipe_fault, off_the_chain, p2p_log, read_log, read_logs
-from ._model_parallel_plans import pipeline_plan
+from ._core import call_local, fail, passed, run_cases, run_in_world, task
+from ._diagnose import Case, describe_value, differs, explain, same
+from ._trial import Trial
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
 
@@ -60,6 +62,7 @@ def _stage(spec: dict, rank: int):
 def _inputs(spec: dict):
     """The micro-batches (x_i, y_i), and the loss function, of a case."""
     import torch
+
     from ddl_lab.model_parallel.stages import microbatches
     X, y = torch.from_numpy(spec["X"].copy()), torch.from_numpy(spec["y"].copy())
     return microbatches(X, y, spec["m"]), torch.nn.CrossEntropyLoss(reduction=spec["reduction"])
@@ -180,7 +183,6 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
     """Every case in one call to the workers, each rank's messages logged; fails with the
     first case that went wrong (``explain_failure`` names a failed run's mistake from the
     logs, ``judge`` a finished run's from its results)."""
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "your function")
     logdirs = [tempfile.mkdtemp(prefix="ddl_lab_p2p_") for _ in specs]
     try:
@@ -215,15 +217,14 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     logged: it must go down the chain (only to prev and nxt), and each stage's messages in
     GPipe's order (every activation before any gradient; another order is named with the
     idle time it costs, counted in slots)."""
-    __tracebackhide__ = True
-    cases = Cases("stage_step", seed, [
+    trial = Trial("stage_step", my_stage_step, seed, [
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
         {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
         {"p": 4, "m": 3, "B": 7, "reduction": "sum", "dtype": "float64"}], draws=1,
         draw=_draw_pipeline)
-    _run_all(_stage_body, [_spec(c) for c in cases], list(cases), my_stage_step, timeout,
+    _run_all(_stage_body, [_spec(c) for c in trial], list(trial), my_stage_step, timeout,
              _failure_fault, _result_fault, my_stage_step)
-    passed("stage_step", f"{len(cases)} pipelines (2–4 stages, 1–6 micro-batches, some of "
+    passed("stage_step", f"{len(trial)} pipelines (2–4 stages, 1–6 micro-batches, some of "
            "unequal size, mean and sum losses, float32 and float64): every stage's gradients "
            "equal one process's step on the whole batch, its messages went down the chain in "
            "GPipe's order (every forward, then every backward)")
@@ -234,6 +235,7 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
 def _order_body(spec: dict, logdir: str) -> np.ndarray:
     """Worker: the package's engine runs this rank's order; what it waits for is logged."""
     import torch.distributed as dist
+
     from ddl_lab.model_parallel.pipeline import run_schedule
     rank, p = dist.get_rank(), dist.get_world_size()
     stage = _stage(spec, rank)
@@ -297,13 +299,12 @@ def _as_ops(order: Any) -> Any:
 def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) -> None:
     """Lesson 09, task 2: ``my_one_f_one_b(rank, p, m)`` returns the 1F1B order of rank
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
-    __tracebackhide__ = True
     from ddl_lab.model_parallel.pipeline import validate_order
-    cases = Cases("one_f_one_b", seed, [
+    trial = Trial("one_f_one_b", my_one_f_one_b, seed, [
         {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}],
         draws=1, draw=lambda rng: {"p": int(rng.integers(2, 6)), "m": int(rng.integers(1, 9))})
-    cases, specs = list(cases), []
-    for case in cases:
+    specs: list = []
+    for case in trial:
         p, m = case.params["p"], case.params["m"]
         orders = [_as_ops(call_local(my_one_f_one_b, r, p, m)) for r in range(p)]
         for r, order in enumerate(orders):
@@ -315,8 +316,8 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
         case.params.update(B=max(m, 6), reduction="mean", dtype="float64")
         specs.append(dict(_spec(case), orders=[[(o, int(i)) for o, i in order]
                                                for order in orders]))
-    _run_all(_order_body, specs, cases, my_one_f_one_b, timeout, _deadlock, _order_fault)
-    passed("one_f_one_b", f"{len(cases)} pipelines (2–5 stages, 1–8 micro-batches, fewer and "
+    _run_all(_order_body, specs, trial, my_one_f_one_b, timeout, _deadlock, _order_fault)
+    passed("one_f_one_b", f"{len(trial)} pipelines (2–5 stages, 1–8 micro-batches, fewer and "
            "more micro-batches than stages) ran your orders on real workers: no deadlock, "
            "gradients equal one process, at most p − rank micro-batches in flight")
 
@@ -375,13 +376,12 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
     """Lesson 09, task 3: ``my_row_parallel(x_part, weight_cols, bias)`` — this rank holds
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)
     of the input — returns the whole output x Wᵀ + b on every rank."""
-    __tracebackhide__ = True
-    cases = Cases("row_parallel", seed, [
+    trial = Trial("row_parallel", my_row_parallel, seed, [
         {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
         {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
         {"n": 3, "k": 7, "out": 5, "B": 2, "dtype": "float32"}], draws=2, draw=_draw_row)
-    cases, specs = list(cases), []
-    for case in cases:
+    specs: list = []
+    for case in trial:
         n, k, out, B = (case.params[key] for key in ("n", "k", "out", "B"))
         dt = np.float32 if case.params["dtype"] == "float32" else np.float64
         X, W = case.rng.normal(size=(B, k)).astype(dt), case.rng.normal(size=(out, k)).astype(dt)
@@ -389,9 +389,9 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
         specs.append({"p": n, "X": X, "W": W, "xs": [X[:, c] for c in cols],
                       "ws": [W[:, c] for c in cols],
                       "bias": (case.rng.normal(size=out) + 2.0).astype(dt)})
-    _run_all(_row_body, specs, cases, my_row_parallel, timeout, lambda *a: None, _row_fault,
+    _run_all(_row_body, specs, trial, my_row_parallel, timeout, lambda *a: None, _row_fault,
              my_row_parallel)
-    passed("row_parallel", f"{len(cases)} cases (2–5 ranks, uneven column splits and a rank "
+    passed("row_parallel", f"{len(trial)} cases (2–5 ranks, uneven column splits and a rank "
            "with none, float32 and float64): every rank returns x Wᵀ + b")
 
 
@@ -412,14 +412,13 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
     state_bytes=8)`` returns the bytes one rank holds for parameters, gradients and optimizer
     state (fp32; ``state_bytes`` per parameter: 8 for Adam, 4 for momentum, 0 for SGD) under
     'one process', 'ddp', 'zero1', 'zero2', 'fsdp' or 'pipeline' (equal stages)."""
-    __tracebackhide__ = True
     name = getattr(my_bytes_per_rank, "__name__", "your function")
-    cases = Cases("bytes_per_rank", seed, [{"P": 8_400_000, "n": 2, "s": 8},
+    trial = Trial("bytes_per_rank", my_bytes_per_rank, seed, [{"P": 8_400_000, "n": 2, "s": 8},
                                            {"P": 1_200, "n": 4, "s": 0},
                                            {"P": 6_000, "n": 3, "s": 4}], draws=2,
                   draw=lambda rng: {"n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
                                     "P": 840 * int(rng.integers(1, 10_000))})
-    for case in cases:
+    for case in trial:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
@@ -446,7 +445,312 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
             fail(f"{name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
-    passed("bytes_per_rank", f"{len(cases)} cases × {len(_SHARDED)} schemes: your bytes per "
+    passed("bytes_per_rank", f"{len(trial)} cases × {len(_SHARDED)} schemes: your bytes per "
            "rank match ZeRO's accounting (4 + 4 + state bytes per parameter, sharded or not)")
 
 
+# ------------------------------------------------------------------
+# Lesson 09's checks: who sent what in a pipeline. On the workers, every send and receive of
+# a stage is logged (``p2p_log``), and a message that cannot be right — None, to or from a
+# rank that is not a neighbour, an input's gradient sent forward — raises at once instead of
+# hanging. In the parent, the logs say what shape the learner's pipeline took: a star
+# through rank 0 or a shortcut to the last stage (``off_the_chain``, "pipeline pieces go
+# down the chain"), and an order that is not GPipe's, with the idle time it costs
+# (``gpipe_fault``).
+
+GUARD = "[neighbours]"
+
+
+@contextmanager
+def p2p_log(logdir: str, rank: int, prev: int | None, nxt: int | None, d_in: int,
+             d_out: int) -> Iterator[None]:
+    """Worker, while the learner's code runs: every send/recv is written to a file (a line
+    each, flushed), and a message that cannot be right raises at once instead of hanging:
+    None, to or from a rank that is not a neighbour, or the input's gradient sent forward."""
+    from ddl_lab.runtime.wiretap import Wiretap
+    peers = {prev, nxt}
+
+    def judge(call: str, sending: bool, tensor: Any, peer: Any) -> None:
+        if tensor is None:
+            raise ValueError(f"{GUARD}none|{rank}|rank {rank} called dist.{call} with None")
+        if sending and peer == nxt and _last_dim(tensor) == d_in != d_out:
+            raise ValueError(f"{GUARD}forward|{rank}|rank {rank} sent a tensor shaped like "
+                             f"its input's gradient to nxt = {peer}")
+        if peer not in peers - {None}:
+            raise ValueError(f"{GUARD}{'stray-send' if sending else 'stray'}|{rank}|rank "
+                             f"{rank} called dist.{call} with rank {peer!r}, which is not one of "
+                             f"its neighbours {sorted(peers - {None})}")
+
+    def logged(op: Any, args: tuple) -> None:
+        if op.op not in ("send", "recv"):
+            return
+        peer = op.dst if op.op == "send" else op.src
+        log.write(f"{op.op} {peer}\n")
+        log.flush()
+        judge(op.call or op.op, op.op == "send", args[0][0], peer)
+    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log, Wiretap(on_op=logged):
+        yield
+
+
+def _last_dim(t: Any) -> int | None:
+    """The last size of a tensor, or of the tensor a ``send_tensor`` header announces."""
+    if t.is_floating_point():
+        return int(t.shape[-1]) if t.dim() else None
+    if t.dim() == 1 and t.numel() == 8 and 0 < int(t[1]) <= 6:       # stages.send_tensor's header
+        return int(t[1 + int(t[1])])
+    return None
+
+
+def read_log(logdir: str, rank: int) -> list[tuple[str, ...]]:
+    path = os.path.join(logdir, f"rank{rank}.log")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [tuple(ln.split(" ")) for ln in f.read().split("\n") if ln.strip()]
+
+
+def read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
+    return [read_log(logdir, r) for r in range(p)]
+
+
+_CHAIN = ("pipeline pieces go down the chain: activations from stage s to s + 1 (nxt), "
+          "gradients back from s + 1 to s (prev), one hop at a time")
+
+
+def off_the_chain(said: str, logs: list, p: int) -> str:
+    """Messages to or from ranks that are not neighbours, named by the shape they take:
+    a star through rank 0, activations sent straight to the last stage, or another shortcut."""
+    strays = [(r, op, int(peer)) for r, log in enumerate(logs) for op, peer in log
+              if peer.isdigit() and abs(int(peer) - r) != 1]
+    if any(r >= 2 and peer == 0 for r, _, peer in strays):
+        return (f"{said}: messages routed through rank 0, a star — {_CHAIN}; no stage talks "
+                "to any rank but prev and nxt.")
+    if any(op == "send" and peer == p - 1 for _, op, peer in strays):
+        return (f"{said}: activations sent straight to the last stage, skipping the stages "
+                f"between — {_CHAIN}.")
+    return f"{said}: a stage talks only to prev and nxt — {_CHAIN}."
+
+
+def _directions(log: list[tuple[str, ...]], rank: int) -> str:
+    """Each message of a stage as 'F' (the forward pass: from prev, to nxt) or 'B'."""
+    forward = {("recv", str(rank - 1)), ("send", str(rank + 1))}
+    return "".join("F" if tuple(msg) in forward else "B" for msg in log)
+
+
+def _ops(directions: str, m: int) -> list[tuple[str, int]] | None:
+    """The order of a stage's operations read off its messages ("F", i) / ("B", i), every
+    micro-batch sending as many messages as the others; None if they do not split so."""
+    per = {d: directions.count(d) // m for d in "FB"}
+    if any(directions.count(d) != per[d] * m or not per[d] for d in "FB"):
+        return None
+    seen, order = {"F": 0, "B": 0}, []
+    for d in directions:
+        op = (d, seen[d] // per[d])
+        seen[d] += 1
+        if op not in order:
+            order.append(op)
+    return order
+
+
+def gpipe_fault(got: list[dict], spec: dict) -> str | None:
+    """None if every stage ran GPipe's order — every forward message before any backward
+    one — else what the learner's order was and the idle time it costs, counted in slots."""
+    from ddl_lab.model_parallel.interleaved import slot_makespan
+    p, m = spec["p"], spec["m"]
+    dirs = [_directions(g["log"], r) for r, g in enumerate(got)]
+    late = [r for r, d in enumerate(dirs) if "B" in d and "F" in d[d.index("B"):]]
+    if not late:
+        return None
+    r, orders = late[0], [_ops(d, m) for d in dirs]
+    head = (f"the gradients are right, but the order is not GPipe's: rank {r} sent or received "
+            "a gradient before its last activation")
+    if any(o is None for o in orders):
+        return head + ". GPipe runs every micro-batch's forward, then every backward."
+    slots, gpipe = slot_makespan([[(k, i, 0) for k, i in o] for o in orders], 1), 2 * (m + p - 1)
+    shown = " ".join(f"{k}{i}" for k, i in orders[r])
+    idle = (f"each stage idles {1 - 2 * m / slots:.0%} of the step instead of GPipe's "
+            f"(p − 1)/(m + p − 1) = {(p - 1) / (m + p - 1):.0%}")
+    if all(o == [op for i in range(m) for op in (("F", i), ("B", i))] for o in orders):
+        return (f"{head} — each micro-batch's backward ran right after its forward ({shown}), "
+                f"so only one stage is ever busy: counted in slots (every forward and backward "
+                f"one slot) the step takes 2·p·m = {slots} slots instead of GPipe's "
+                f"2(m + p − 1) = {gpipe}, and {idle}. Run every forward, then every backward.")
+    if slots > gpipe:
+        return (f"{head} (rank {r} ran {shown}): counted in slots the step takes {slots} slots "
+                f"instead of GPipe's 2(m + p − 1) = {gpipe}, and {idle}. Run every forward, "
+                "then every backward.")
+    return (f"{head} (rank {r} ran {shown}): as short as GPipe's {gpipe} slots, a 1F1B-like "
+            "order (task 2's, which keeps fewer activations) — this task asks for GPipe's: "
+            "every forward, then every backward.")
+
+
+# ------------------------------------------------------------------
+# The design check: a pipeline plan — GPipe or 1F1B, and the number of micro-batches m —
+# whose bubble stays under a target while no stage keeps more than a budget of examples'
+# activations, run on real workers.
+#
+# The bubble is counted in operation slots (every forward and backward one slot, as with the
+# lesson's padded stages): the orders the stages really ran, replayed with their
+# dependencies, give the makespan, and 1 − 2m/makespan is the idle share — (p − 1)/(m + p −
+# 1) for both schedules. The clock's bubble of the same run is quoted beside it. The memory
+# is measured: the bytes autograd kept for backward on each stage (``ActivationMeter``), in
+# examples.
+
+PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
+FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},
+         {"p": 3, "batch": 36, "max_bubble": 0.25, "max_examples": 36},
+         {"p": 2, "batch": 24, "max_bubble": 0.1, "max_examples": 4}]
+
+
+DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
+
+
+def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Feasible cases: 1F1B with some m0 meets each (bubble rounded up, its memory). The
+    first drawn is small enough to run on the workers; the others range far (up to 8
+    stages, batches up to 512), judged by the schedules' arithmetic."""
+    calls = itertools.count()
+
+    def draw(rng: np.random.Generator) -> dict[str, Any]:
+        far = next(calls) > 0
+        p, batch = int(rng.integers(2, 9 if far else 5)), int(rng.integers(16, 513 if far else 49))
+        m0 = int(rng.integers(p, batch // 2 + 1))
+        bubble = np.ceil(100 * (p - 1) / (m0 + p - 1)) / 100
+        roomy = far and rng.random() < 0.3              # memory to spare: GPipe fits too
+        return {"p": p, "batch": batch, "max_bubble": float(bubble),
+                "max_examples": batch if roomy else min(p, m0) * -(-batch // m0)}
+    return draw
+
+
+def _kept(p: int, batch: int, schedule: str, m: int) -> int:
+    """The most examples a stage keeps for backward: GPipe every micro-batch (the batch);
+    1F1B on stage 0 the first min(p, m) micro-batches of ``torch.tensor_split``, the largest."""
+    if schedule == "gpipe":
+        return batch
+    sizes = [batch // m + (1 if i < batch % m else 0) for i in range(m)]
+    return sum(sizes[:min(p, m)])
+
+
+def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
+    if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
+                             f" ({case})"):
+        fail(problem)
+    schedule, m = out["schedule"], answers.whole(out["m"])
+    if schedule not in ("gpipe", "1f1b"):
+        fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
+    batch = case.params["batch"]
+    if m is None or not 1 <= m <= batch:
+        fail(f"{name} chose m = {out['m']!r}: the number of micro-batches is a whole number "
+             f"from 1 to the batch size, {batch} (a micro-batch holds at least one example) "
+             f"({case}).")
+    return str(schedule), m
+
+
+def slot_bubble(orders: Sequence[Sequence[tuple[str, int]]]) -> float:
+    """The idle share of a pipeline whose stage r ran ``orders[r]``, every operation one slot
+    (lesson 09's slot replay, one chunk per stage): 1 − (busy slots) / (p × makespan)."""
+    from ddl_lab.model_parallel.interleaved import slot_makespan
+    chunked = [[(op, i, 0) for op, i in order] for order in orders]
+    return 1.0 - sum(len(o) for o in orders) / (len(orders) * slot_makespan(chunked, 1))
+
+
+def _ran(runs: Sequence[Any]) -> list[list[tuple[str, int]]]:
+    """The order each stage ran in its last step, read off its timeline."""
+    kinds = {"forward": "F", "backward": "B"}
+    return [[(kinds[s.kind], s.step) for s in sorted(r.timelines[-1].spans, key=lambda s: s.start)
+             if s.kind in kinds] for r in runs]
+
+
+@functools.lru_cache(maxsize=16)
+def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
+    """Bytes each stage keeps for backward per example: one micro-batch of the whole batch."""
+    from ddl_lab.model_parallel.pipeline import pipeline_run
+    runs = run_in_world(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch, fn=pipeline_run)
+    return tuple(r.peak_activations / batch for r in runs)
+
+
+def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
+    """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
+    from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
+    runs = run_in_world(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
+                        fn=pipeline_run)
+    per = _bytes_per_example(p, batch)
+    # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per
+    # micro-batch that are not an example's, so the stages before it are the ones measured
+    held = {r: runs[r].peak_activations / per[r] for r in range(p - 1 if p > 1 else 1)
+            if per[r] > 0}
+    worst = max(held, key=held.get)
+    return slot_bubble(_ran(runs)), bubble_fraction(runs), held[worst], worst
+
+
+_KEYS = ("p", "batch", "max_bubble", "max_examples")
+
+
+@task("model_parallel")
+def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
+                  seed: int = 0) -> None:
+    """Lesson 09, design: ``my_pipeline_plan(p, batch, max_bubble, max_examples)`` returns
+    {schedule: 'gpipe' | '1f1b', m} for the lesson's MLP cut into p padded stages training
+    on batches of ``batch``: its bubble at most ``max_bubble`` and no stage keeping the
+    activations of more than ``max_examples`` examples at once. Every case's plan is judged
+    by the schedules' arithmetic — the fixed ones and budgets drawn per call, far from them —
+    and two (the first fixed, the first drawn) run on p real workers: the bubble counted in
+    slots, the memory measured."""
+    name = getattr(my_pipeline_plan, "__name__", "your function")
+    trial = Trial("pipeline_plan", my_pipeline_plan, seed, FIXED, draws=DRAWN, draw=_draws())
+    plans = [_choice(answers.plan_call(my_pipeline_plan, {k: c.params[k] for k in _KEYS}, name,
+                                       str(c), c.index >= len(FIXED)), name, c)
+             for c in trial]
+    for case, (schedule, m) in zip(trial, plans):
+        p, batch = case.params["p"], case.params["batch"]
+        slots = (p - 1) / (m + p - 1)            # slot_bubble of either schedule's orders
+        _judge(name, case, schedule, m, slots, None, _kept(p, batch, schedule, m), 0, plans)
+    done = []
+    for case, (schedule, m) in ((trial.cases[i], plans[i]) for i in (0, len(FIXED))):
+        p, batch = case.params["p"], case.params["batch"]
+        try:
+            slots, clock, held, stage = _measure(p, batch, schedule, m)
+        except WorldFailed as e:
+            fail(e.failure.message(name, p))
+        _judge(name, case, schedule, m, slots, clock, held, stage, plans)
+        done.append(f"p={p}: {schedule} m={m}, bubble {slots:.2f} ({clock:.2f} on the clock), "
+                    f"{held:.0f} ≤ {case.params['max_examples']} examples")
+    passed("pipeline_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - 2} more "
+           "budgets (up to 8 stages, batches up to 512) met by the schedules' arithmetic")
+
+
+def _judge(name: str, case: Any, schedule: str, m: int, slots: float, clock: float | None,
+           held: float, stage: int, plans: list) -> None:
+    """Fails if the plan breaks the case's bubble target or memory budget, saying which."""
+    p, batch = case.params["p"], case.params["batch"]
+    target, budget = case.params["max_bubble"], case.params["max_examples"]
+    chose = (f"{name}(p={p}, batch={batch}, max_bubble={target:g}, max_examples={budget}) "
+             f"chose {schedule} with m = {m}")
+    unseen = (" These budgets were drawn by the check, not shown in the prompt." if
+              case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+    measured = f" ({clock:.3f} on the clock)" if clock is not None else " (counted in slots)"
+    if slots > target + 1e-9:
+        fail(f"{chose}: its bubble is {slots:.3f} of each step{measured}, over {target:g}. "
+             + _bubble_hint(p, m, target) + f"{unseen} ({case})")
+    if held > budget + 0.25:
+        fail(f"{chose}: stage {stage} kept the activations of {held:.0f} examples at once, "
+             f"over {budget}. " + _memory_hint(p, batch, schedule, m) + f"{unseen} ({case})")
+
+
+def _bubble_hint(p: int, m: int, target: float) -> str:
+    need = int(np.ceil((p - 1) * (1 - target) / target - 1e-9))
+    if m < p:
+        return (f"The bubble is (p − 1)/(m + p − 1): with m = {m} ≤ p micro-batches most of "
+                f"each step is filling and draining; it takes m ≥ {need}.")
+    return (f"The bubble is (p − 1)/(m + p − 1), the same for GPipe and 1F1B: it falls to "
+            f"{target:g} only at m ≥ {need}.")
+
+
+def _memory_hint(p: int, batch: int, schedule: str, m: int) -> str:
+    if schedule == "gpipe":
+        return (f"GPipe runs every forward before any backward, so each stage keeps all m "
+                f"micro-batches — the whole batch of {batch}, whatever m is. 1F1B keeps at "
+                "most p − rank micro-batches.")
+    return (f"1F1B keeps up to p micro-batches on the first stages (p − rank on rank rank), "
+            f"here of up to ⌈{batch}/{m}⌉ = {-(-batch // m)} examples each: more, smaller "
+            "micro-batches keep fewer examples.")

@@ -1,17 +1,20 @@
 """Checks for lesson 02 (parallel models): a race-free threaded sum; a dynamic schedule's
 dispenser; Amdahl's bound from a measured speedup (reasoning) and a chunk size for an uneven
-loop on real threads (design) — those two in ``_parallel_models_plans``.
+loop on real threads (design).
 
 Verdicts never depend on scheduling luck: the threaded sum's threads are made to meet at
-their first touch of x and again just before their first writes of shared state
-(``_parallel_models_race``), so an unguarded shared total loses its updates every time, and
+their first touch of x and again just before their first writes of shared state, so an
+unguarded shared total loses its updates every time, and
 threads that never overlap are seen from their start/join order; the dispenser's lock scope
 is tested by pausing one caller inside it while another claims.
 """
 from __future__ import annotations
 
+import dis
 import fcntl
+import math
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -20,10 +23,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._core import call_local, fail, passed, run_on_workers, task
-from ._diagnose import Cases, Snapshot, describe_value, differs
-from ._parallel_models_plans import amdahl_bound, dynamic_chunk
-from ._parallel_models_race import MEET_TIMEOUT_S, Meeting, Watched, watch_threads
+from . import _answers as answers
+from ._core import call_local, fail, passed, on_workers, task
+from ._diagnose import Case, Cases, Snapshot, describe_value, differs, returned_none, same
+from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
 
@@ -50,25 +53,23 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
     """Lesson 02, task 1: ``my_threaded_sum(x, num_threads)`` returns ``x.sum()`` computed
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
     that many workers), each summing one block — with no lost update, x unchanged."""
-    __tracebackhide__ = True
     fixed = [{"n": 10_007, "num_threads": 4, "dtype": "float64"},
              {"n": 0, "num_threads": 3, "dtype": "float64"},
              {"n": 1, "num_threads": 2, "dtype": "float64"},
              {"n": 3, "num_threads": 5, "dtype": "float64"},
              {"n": 1_000, "num_threads": 1, "dtype": "float64"},
              {"n": 9_973, "num_threads": 3, "dtype": "float64"}]
-    cases = Cases("threaded_sum", seed, fixed, draws=3, draw=_sum_case)
+    trial = Trial("threaded_sum", my_threaded_sum, seed, fixed, draws=3, draw=_sum_case)
     pausing = True                  # off once a paused write waited in vain (a hidden lock)
-    for case in cases:
+    for case in trial:
         pausing = _sum_one(my_threaded_sum, case, pausing)
-    passed("threaded_sum", f"exact sums on {len(cases)} cases (lengths 0, 1, fewer than the "
+    passed("threaded_sum", f"exact sums on {len(trial)} cases (lengths 0, 1, fewer than the "
            "threads, primes; 1–6 threads; float32 too), the threads running at the same "
            "time, each paused before its writes of shared state: no update lost")
 
 
 def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
     """One case; whether the writes of shared state may still be paused in the next."""
-    __tracebackhide__ = True
     name = getattr(fn, "__name__", "my_threaded_sum")
     n, t, dtype = case.params["n"], case.params["num_threads"], case.params["dtype"]
     data = (case.rng.integers(0, 1000, n).astype(dtype) if dtype == "float64" else
@@ -104,7 +105,6 @@ def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
 
 def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
                writes: list[str]) -> None:
-    __tracebackhide__ = True
     try:
         value = float(got)
     except (TypeError, ValueError):
@@ -187,19 +187,18 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
-    __tracebackhide__ = True
     name = getattr(my_next_chunk, "__name__", "my_next_chunk")
     fixed = [{"chunk": 4, "stop": 10, "start": 0}, {"chunk": 3, "stop": 13, "start": 2},
              {"chunk": 1, "stop": 1, "start": 0}, {"chunk": 5, "stop": 0, "start": 0},
              {"chunk": 7, "stop": 5, "start": 5}, {"chunk": 50, "stop": 17, "start": 0}]
-    cases = Cases("next_chunk", seed, fixed, draws=3, draw=_chunk_case)
-    for case in cases:
+    trial = Trial("next_chunk", my_next_chunk, seed, fixed, draws=3, draw=_chunk_case)
+    for case in trial:
         _claims_in_turn(my_next_chunk, name, case)
     for pause in ("acquire", "release"):
         _forced_interleaving(my_next_chunk, name, pause)
     with shared_file(16) as path:
-        out = run_on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, FileLock(path),
-                             3, stop, learner_fn=my_next_chunk)
+        out = on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, FileLock(path), 3,
+                         stop, fn=my_next_chunk)
     claims = [np.asarray(c).reshape(-1, 2) for c in out]
     seen = np.zeros(stop, dtype=np.int64)
     for pairs in claims:
@@ -211,14 +210,13 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
              f"({int((seen > 1).sum()):,} claimed twice, {int((seen == 0).sum()):,} never, of "
              f"{stop:,}): every iteration must be handed out exactly once.")
     counts = [len(p) for p in claims]
-    passed("next_chunk", f"right chunks on {len(cases)} cases (chunk 1–50, stop 0–39, "
+    passed("next_chunk", f"right chunks on {len(trial)} cases (chunk 1–50, stop 0–39, "
            "counters already moved on); the read and the write of next_iter[0] happen in "
            f"one hold of the lock; {PROCESSES} processes claimed all {stop:,} iterations "
            f"exactly once ({' + '.join(f'{c:,}' for c in counts)} chunks of 3)")
 
 
 def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
-    __tracebackhide__ = True
     c, stop, start = case.params["chunk"], case.params["stop"], case.params["start"]
     counter, lock = np.array([start], np.int64), _SpyLock()
     want = [range(lo, min(lo + c, stop)) for lo in range(start, stop, c)] + [None, None]
@@ -252,7 +250,6 @@ def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
 def _forced_interleaving(fn: Callable, name: str, pause: str) -> None:
     """Pause one caller just before it takes the lock (or just after it lets go), let a
     second caller claim meanwhile, then let the first go on: their chunks must not overlap."""
-    __tracebackhide__ = True
     counter, lock = np.zeros(1, np.int64), _SpyLock(pause)
     first: list[Any] = []
 
@@ -371,3 +368,457 @@ def _claim_on_worker(fn: Callable, path: str, lock: FileLock, chunk: int,
 
 # ------------------------------------------------------------------ task 4 (design)
 
+
+# ------------------------------------------------------------------
+# The reasoning and design checks: Amdahl's serial fraction from one measured speedup and
+# the speedup it allows on more cores; the dynamic schedule's chunk size for an uneven loop,
+# run on real threads.
+#
+# The chunk check runs the loop with the package's ``parallel_for(schedule="dynamic")`` on
+# real threads (each iteration sleeps its cost, so the threads overlap even on busy cores)
+# and counts the chunks the dispenser handed out. The balance it judges is that of those
+# chunks when each thread claims the next one the moment it is free — what the schedule does
+# on free cores — so a busy machine's scheduling noise cannot flip the verdict; the split
+# the threads really did is quoted beside it.
+
+def _amdahl_case(rng: np.random.Generator) -> dict[str, Any]:
+    n = int(rng.integers(2, 33))
+    return {"n": n, "speedup": float(f"{rng.uniform(1.05, 0.95 * n):.3g}"),
+            "cores": int(2 ** rng.uniform(1, 12))}
+
+
+@task("parallel_models", refuses=("ddl_lab.parallel_models", "amdahl", "fit_parallel_fraction"))
+def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
+    workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
+    Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
+    fn = my_amdahl_bound
+    name = getattr(fn, "__name__", "my_amdahl_bound")
+    fixed = [{"n": 4, "speedup": 3.0, "cores": 16}, {"n": 2, "speedup": 2.0, "cores": 64},
+             {"n": 8, "speedup": 1.0, "cores": 3}, {"n": 2, "speedup": 1.6, "cores": 1024},
+             {"n": 6, "speedup": 2.2, "cores": 6}]
+    trial = Trial("amdahl_bound", my_amdahl_bound, seed, fixed, draws=3, draw=_amdahl_case)
+    for case in trial:
+        n, s, cores = case.params["n"], case.params["speedup"], case.params["cores"]
+        got = call_local(fn, n, s, cores)
+        f, sp = answers.two_numbers(got, ("serial_fraction", "speedup"), name, case)
+        rtol = answers.answer_rtol(got)
+        want_f = (n / s - 1) / (n - 1)
+        want_s = 1 / (want_f + (1 - want_f) / cores)
+        if not same(want_f, f, rtol=rtol, scale=1.0):
+            fail(f"measured S({n}) = {s:g}: serial fraction {f:.6g}, expected "
+                 f"(n/S − 1)/(n − 1) = {want_f:.6g} — {_fraction_fault(f, n, s)} [{case}].")
+        if not same(want_s, sp, rtol=rtol):
+            fail(f"the serial fraction {f:.4g} is right; the speedup on {cores} cores is "
+                 f"{sp:.6g}, expected 1/(f + (1 − f)/{cores}) = {want_s:.6g} — "
+                 f"{_speedup_fault(sp, f, n, s, cores)} [{case}].")
+    passed("amdahl_bound", f"on {len(trial)} measurements (perfect, none, 2–32 workers, up to "
+           "4096 cores): f = (n/S − 1)/(n − 1) and S(cores) = 1/(f + (1 − f)/cores) ≤ 1/f")
+
+
+def _named(got: float, right: float, named: dict[str, float]) -> str | None:
+    return next((why for why, v in named.items() if not same(v, right, rtol=1e-6, scale=1.0)
+                 and same(v, got, rtol=1e-6, scale=1.0)), None)
+
+
+def _fraction_fault(f: float, n: int, s: float) -> str:
+    right = (n / s - 1) / (n - 1)
+    return _named(f, right, {
+        "that is 1 − S/n, one minus the efficiency: idle time is not the serial fraction. "
+        "Solve S = 1/(f + (1 − f)/n) for f": 1 - s / n,
+        "that is the parallel fraction p = 1 − f; the serial fraction is what is left": 1 - right,
+        "divide by n − 1, not n: 1/S = f + (1 − f)/n ⇒ n/S − 1 = f·(n − 1)":
+            (n / s - 1) / n,
+        "1/S is the time on n workers as a fraction of one, not the serial fraction": 1 / s,
+    }) or "solve Amdahl's law S = 1/(f + (1 − f)/n) for f"
+
+
+def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
+    right = 1 / (f + (1 - f) / cores)
+    return _named(sp, right, {
+        "that scales the measured speedup linearly (S·cores/n): the serial part does not "
+        "shrink with more cores": s * cores / n,
+        "1/f is the limit for infinitely many cores, not for this many": 1 / f if f else math.inf,
+        "that divides the serial part by the cores: it is the parallel part (1 − f) that "
+        "shrinks": 1 / ((1 - f) + f / cores),
+        "that is Gustafson's scaled speedup f + (1 − f)·cores, for a problem that grows with "
+        "the machine; Amdahl's law keeps the problem fixed": f + (1 - f) * cores,
+    }) or "plug the serial fraction into S = 1/(f + (1 − f)/cores)"
+
+
+# ------------------------------------------------------------------ a dynamic chunk size
+
+UNIT_S = 5e-5                   # seconds a unit of cost sleeps in the real run
+CHUNK_CASES = [
+    {"loop": "triangular", "n": 120, "threads": 4, "max_claims": 30, "max_imbalance": 1.13},
+    {"loop": "uniform", "n": 120, "threads": 4, "max_claims": 10, "max_imbalance": 1.05},
+]
+
+
+def loop_costs(case: Case) -> np.ndarray:
+    """The cost of each iteration: 1, 2, …, n (triangular), 60 each (uniform), or a heavy
+    tail drawn from the case's generator (random)."""
+    p = case.params
+    if p["loop"] == "triangular":
+        return np.arange(1, p["n"] + 1)
+    if p["loop"] == "uniform":
+        return np.full(p["n"], 60)
+    return np.minimum(1 + np.floor(5 * case.rng.pareto(1.5, p["n"])), 200).astype(int)
+
+
+def balance(costs: np.ndarray, threads: int, chunk: int) -> tuple[float, list[float]]:
+    """Busiest thread's work over the mean, and each thread's work, when the chunks of a
+    dynamic schedule go in order to whichever thread is free first (ties: the lowest)."""
+    finish = [0.0] * threads
+    for lo in range(0, len(costs), chunk):
+        t = finish.index(min(finish))
+        finish[t] += float(costs[lo:lo + chunk].sum())
+    return max(finish) / (sum(finish) / threads), finish
+
+
+def _random_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
+    """A heavy-tailed loop whose bound some chunk within the claims meets (by 0.05)."""
+    n, threads = int(rng.integers(60, 161)), int(rng.integers(2, 7))
+    max_claims = math.ceil(n / int(rng.integers(2, 7)))
+    return {"loop": "random", "n": n, "threads": threads, "max_claims": max_claims,
+            "max_imbalance": None}
+
+
+def _paper_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
+    """A loop judged on paper, far from the prompt's: triangular, uniform or heavy-tailed,
+    40–400 iterations, 2–8 threads, 2–8 claims per thread's share."""
+    n, threads = int(rng.integers(40, 401)), int(rng.integers(2, 9))
+    return {"loop": str(rng.choice(["triangular", "uniform", "random"])), "n": n,
+            "threads": threads, "max_claims": math.ceil(n / int(rng.integers(2, 9))),
+            "max_imbalance": None}
+
+
+CHUNK_REAL = len(CHUNK_CASES) + 1     # the prompt's two loops and one drawn run on threads
+
+
+def _chunk_cases(seed: int) -> list[tuple[Case, np.ndarray]]:
+    """The cases with their loops' costs: the prompt's two, one drawn heavy-tailed loop (run
+    on real threads) and four drawn loops judged on paper; a drawn loop's bound is set 0.05
+    above the best balance a chunk within its claims reaches."""
+    out = []
+    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)
+    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=5,
+                      draw=lambda rng: next(kinds)(rng)):
+        p, costs = case.params, loop_costs(case)
+        if p["max_imbalance"] is None:
+            best = min(balance(costs, p["threads"], c)[0]
+                       for c in range(math.ceil(p["n"] / p["max_claims"]), p["n"] + 1))
+            p["max_imbalance"] = math.ceil(100 * (best + 0.05)) / 100
+        out.append((case, costs))
+    return out
+
+
+def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list[float]]:
+    """The loop on real threads, schedule(dynamic, chunk): chunks claimed, work per thread."""
+    from ddl_lab.parallel_models.threads import parallel_for
+    work: dict[int, float] = {}
+    guard = threading.Lock()
+
+    def body(i: int) -> None:
+        time.sleep(float(costs[i]) * UNIT_S)
+        me = threading.get_ident()
+        with guard:
+            work[me] = work.get(me, 0.0) + float(costs[i])
+
+    result = parallel_for(body, len(costs), num_threads=threads, schedule="dynamic",
+                          chunk=chunk, timeout=30.0)
+    split = sorted(work.values(), reverse=True) + [0.0] * (threads - len(work))
+    return len(result.chunks), split
+
+
+@task("parallel_models")
+def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
+    """Lesson 02, task 4: ``my_dynamic_chunk(costs, num_threads, max_claims, max_imbalance)``
+    returns a chunk size with which ``schedule(dynamic, chunk)`` hands out at most
+    max_claims chunks and leaves the busiest thread at most max_imbalance × the mean work
+    (each chunk going to the first free thread): on real threads for a triangular, a uniform
+    and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
+    iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
+    fn = my_dynamic_chunk
+    name = getattr(fn, "__name__", "my_dynamic_chunk")
+    cases = _chunk_cases(seed)
+    outs = [call_local(fn, costs.copy(), c.params["threads"], c.params["max_claims"],
+                       c.params["max_imbalance"]) if k < len(CHUNK_CASES) else
+            answers.plan_call(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
+                                   c.params["max_imbalance"]), name, _loop_words(c))
+            for k, (c, costs) in enumerate(cases)]
+    same = answers.same_for_all([answers.whole(o) for o in outs])
+    report = []
+    for k, ((case, costs), got) in enumerate(zip(cases, outs)):
+        p = case.params
+        chunk = answers.whole(got)
+        if chunk is None or not 1 <= chunk <= p["n"]:
+            fail((returned_none(got, name, "a chunk size") or
+                  f"{name} returned {describe_value(got)}; the chunk is a whole number of "
+                  f"iterations from 1 to n = {p['n']}") + f"{same} [{case}].")
+        real = k < CHUNK_REAL
+        claims, split = _run_threads(costs, p["threads"], chunk) if real else \
+            (math.ceil(p["n"] / chunk), None)
+        ratio = balance(costs, p["threads"], chunk)[0]
+        measured = f" (on the real threads, busy as this machine is: " \
+                   f"{max(split) / (sum(split) / p['threads']):.2f}×)" if real else ""
+        if claims > p["max_claims"]:
+            floor = (f" (⌊n/max_claims⌋ = {chunk} is enough only when max_claims divides n "
+                     f"= {p['n']}: round up)" if chunk == p["n"] // p["max_claims"] else "")
+            fail(f"chunk {chunk}: the dispenser handed out {claims} chunks, more than "
+                 f"max_claims = {p['max_claims']} — every claim is a trip through the lock: "
+                 f"a chunk of at least ⌈n/max_claims⌉ = {math.ceil(p['n'] / p['max_claims'])}"
+                 f"{floor}.{same} [{case}]")
+        if ratio > p["max_imbalance"]:
+            fail(f"chunk {chunk}: {claims} claims (≤ {p['max_claims']}), but the busiest "
+                 f"thread gets {ratio:.3f}× the mean work, over max_imbalance = "
+                 f"{p['max_imbalance']:g} — {_balance_fault(costs, p['threads'], chunk)}"
+                 f"{measured}.{same} [{case}]")
+        if real:
+            report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}×{measured}")
+    passed("dynamic_chunk", "on real threads — " + "; ".join(report) + f"; and on paper for "
+           f"{len(cases) - CHUNK_REAL} more loops drawn far from them")
+
+
+def _loop_words(case: Case) -> str:
+    p = case.params
+    return (f"a {p['loop']} loop of {p['n']} iterations on {p['threads']} threads, max_claims = "
+            f"{p['max_claims']}, max_imbalance = {p['max_imbalance']:g}")
+
+
+def _balance_fault(costs: np.ndarray, threads: int, chunk: int) -> str:
+    """Why the threads' shares of a dynamic schedule came out uneven."""
+    pieces = [float(costs[lo:lo + chunk].sum()) for lo in range(0, len(costs), chunk)]
+    share = sum(pieces) / threads
+    if len(pieces) <= threads:
+        return (f"{len(pieces)} chunk(s) for {threads} threads is a static split in disguise: "
+                "nothing is left to balance once the first claims are made")
+    if max(pieces) / min(pieces[:-1] or pieces) < 1.5 and len(pieces) % threads:
+        short = threads - len(pieces) % threads
+        return (f"the {len(pieces)} chunks are about equal, but {len(pieces)} is not a "
+                f"multiple of {threads}: in the last round {short} thread(s) get nothing — "
+                "choose a chunk whose number of chunks the threads share evenly")
+    return (f"the largest chunk costs {max(pieces) / share:.0%} of a thread's fair share "
+            f"({share:.0f} units): near the end of the loop, chunks that big cannot be evened "
+            "out — simulate the claims (each chunk to the first free thread) for a few sizes")
+
+
+# ------------------------------------------------------------------
+# Lesson 02's threaded sum, watched so that its verdict never depends on scheduling luck
+# (``check/parallel_models.py`` uses it; issue 26, "a race the check cannot observe").
+#
+# Two forced meetings:
+#
+# - at the first touch of x (``_Watched``): every thread waits until all have touched x, so
+# a shared total read *before* the block's sum (``total[0] += block.sum()``) loses its
+# updates; threads that never overlap are seen from their start/join order; - at the first
+# writes of shared state (a global, a variable of the enclosing function, an element or
+# attribute of a shared object): the learner's code is traced opcode by opcode
+# (``sys.settrace`` with ``f_trace_opcodes``) and each thread is paused just before such a
+# write until every other thread has reached its own write, finished, or waits for a lock
+# another thread holds. So ``s = block.sum(); total += s`` without a lock reads the same old
+# total in every thread and loses all but one update, every time; a locked accumulation,
+# private slots or results joined afterwards come out right.
+
+MEET_TIMEOUT_S = 3.0    # how long the first thread to touch x waits for the others
+STORE_TIMEOUT_S = 2.0   # how long a paused write waits for the others (then pauses stop)
+STORE_PAUSES = 2        # writes of shared state paused per thread
+_SHARED_STORES = {"STORE_GLOBAL": "the global `{}`",
+                  "STORE_DEREF": "`{}`, a variable of the enclosing function",
+                  "STORE_ATTR": "the attribute `.{}` of a shared object",
+                  "STORE_SUBSCR": "an element of a shared container",
+                  "STORE_SLICE": "a slice of a shared container"}
+
+
+class Meeting:
+    """Who works on x: the threads that touch it, thread starts and joins; the first touch
+    in each thread waits until ``parties`` threads have touched x (or that cannot happen).
+    Then each thread's first writes of shared state wait for the others' (``store``)."""
+
+    def __init__(self, parties: int):
+        self.parties, self.cond = parties, threading.Condition()
+        self.caller = threading.get_ident()
+        self.touched: set[int] = set()
+        self.started = self.open = self.most_open = 0
+        self.joining = self.apart = self.gave_up = False
+        self.arrivals: dict[int, int] = {}           # paused writes per thread
+        self.done: set[int] = set()
+        self.waiting_on: dict[int, "_NotedLock"] = {}
+        self.writes: list[str] = []                  # what the paused writes wrote
+
+    def touch(self) -> None:
+        me = threading.get_ident()
+        with self.cond:
+            if me in self.touched:
+                return
+            self.touched.add(me)
+            self.cond.notify_all()
+            alone = me == self.caller and self.started < self.parties - 1   # none can come
+            met = alone or self.cond.wait_for(
+                lambda: len(self.touched) >= self.parties or self.apart
+                or (self.joining and self.started < self.parties), MEET_TIMEOUT_S)
+            if not met or len(self.touched) < self.parties:
+                self.apart = True
+                self.cond.notify_all()
+
+    def store(self, what: str) -> None:
+        """Pause this thread before a write of shared state until every other thread that
+        works on x has reached as many such writes, finished, or waits for a held lock."""
+        me = threading.get_ident()
+        with self.cond:
+            if (self.parties < 2 or self.apart or self.gave_up or me == self.caller
+                    or me not in self.touched or len(self.touched) < self.parties
+                    or self.arrivals.get(me, 0) >= STORE_PAUSES):
+                return
+            self.arrivals[me] = k = self.arrivals.get(me, 0) + 1
+            self.writes.append(what)
+            self.cond.notify_all()
+            others = self.touched - {me, self.caller}
+            if not self.cond.wait_for(lambda: all(self._settled(q, k) for q in others),
+                                      STORE_TIMEOUT_S):
+                self.gave_up = True                  # e.g. a lock the check cannot see
+                self.cond.notify_all()
+
+    def _settled(self, q: int, k: int) -> bool:
+        lock = self.waiting_on.get(q)
+        return (self.arrivals.get(q, 0) >= k or q in self.done or
+                lock is not None and lock.holder not in (None, q))
+
+
+class Watched(np.ndarray):
+    """x as the learner gets it: its slices too tell the meeting when a thread uses them."""
+    meeting: Meeting | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.meeting = getattr(obj, "meeting", None)
+
+    def _arrive(self) -> None:
+        if self.meeting is not None:
+            self.meeting.touch()
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        self._arrive()
+        plain = [np.asarray(i) if isinstance(i, Watched) else i for i in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(o) if isinstance(o, Watched) else o
+                                  for o in kwargs["out"])
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._arrive()
+        return iter(np.asarray(self).tolist())
+
+
+class _NotedLock:
+    """``threading.Lock()`` while the check runs: a real lock that tells the meeting who
+    holds it and who waits for it (a thread waiting for a held lock cannot reach a write)."""
+
+    def __init__(self, meeting: Meeting, inner: Any):
+        self._m, self._inner, self.holder = meeting, inner, None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        me, got = threading.get_ident(), False
+        with self._m.cond:
+            self._m.waiting_on[me] = self
+            self._m.cond.notify_all()
+        try:
+            got = self._inner.acquire(blocking, timeout)
+        finally:
+            with self._m.cond:
+                self._m.waiting_on.pop(me, None)
+                if got:
+                    self.holder = me
+                self._m.cond.notify_all()
+        return got
+
+    def release(self) -> None:
+        with self._m.cond:
+            self.holder = None
+            self._inner.release()
+            self._m.cond.notify_all()
+
+    def locked(self) -> bool:
+        return self._inner.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+_LIBRARY = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                 | {os.path.dirname(os.path.dirname(os.path.realpath(__file__)))})
+_STORES: dict[Any, dict[int, str] | None] = {}
+
+
+def _shared_writes(code: Any) -> dict[int, str] | None:
+    """Offsets of the writes of shared state in the learner's ``code`` (None: not the
+    learner's — the standard library, site-packages, ddl_lab)."""
+    if code not in _STORES:
+        mine = not (code.co_filename.startswith("<frozen") or
+                    os.path.realpath(code.co_filename).startswith(_LIBRARY))
+        _STORES[code] = {i.offset: _SHARED_STORES[i.opname].format(i.argval)
+                         for i in dis.get_instructions(code)
+                         if i.opname in _SHARED_STORES} if mine else None
+    return _STORES[code]
+
+
+def _tracer(meeting: Meeting) -> Callable:
+    def opcodes(frame: Any, event: str, arg: Any) -> Callable:
+        if event == "opcode":
+            what = _shared_writes(frame.f_code).get(frame.f_lasti)
+            if what:
+                meeting.store(what)
+        return opcodes
+
+    def calls(frame: Any, event: str, arg: Any) -> Callable | None:
+        if event != "call" or not _shared_writes(frame.f_code):
+            return None
+        frame.f_trace_opcodes = True
+        return opcodes
+    return calls
+
+
+@contextmanager
+def watch_threads(meeting: Meeting) -> Iterator[None]:
+    """While the learner's function runs: count thread starts, the most threads started but
+    not yet joined at once, and finished threads; trace the threads' writes of shared state
+    (``Meeting.store``); hand out noted locks for ``threading.Lock()``."""
+    start, join, lock = threading.Thread.start, threading.Thread.join, threading.Lock
+    previous = threading.gettrace()
+
+    def counted_start(self: threading.Thread) -> None:
+        run = self.run
+
+        def noted_run() -> None:
+            try:
+                run()
+            finally:
+                with meeting.cond:
+                    meeting.done.add(threading.get_ident())
+                    meeting.cond.notify_all()
+        self.run = noted_run                                     # type: ignore[method-assign]
+        with meeting.cond:
+            meeting.started += 1
+            meeting.open += 1
+            meeting.most_open = max(meeting.most_open, meeting.open)
+        start(self)
+
+    def counted_join(self: threading.Thread, timeout: float | None = None) -> None:
+        with meeting.cond:
+            meeting.joining = True
+            meeting.cond.notify_all()
+        join(self, timeout)
+        with meeting.cond:
+            meeting.open -= 0 if self.is_alive() else 1
+
+    threading.Thread.start, threading.Thread.join = counted_start, counted_join  # type: ignore
+    threading.Lock = lambda: _NotedLock(meeting, lock())                        # type: ignore
+    threading.settrace(_tracer(meeting))
+    try:
+        yield
+    finally:
+        threading.settrace(previous)                                            # type: ignore
+        threading.Thread.start, threading.Thread.join = start, join             # type: ignore
+        threading.Lock = lock                                                    # type: ignore

@@ -1,6 +1,7 @@
 """Checks for lesson 06 (ring allreduce): the ring's cost, the learner's ring on real gloo
-workers, the message size where the ring overtakes the tree, and the size of DDP-style
-gradient buckets (run with the lesson's hooks on real workers, timed in the α–β model).
+workers, the message size where the ring overtakes the tree, the size of DDP-style gradient
+buckets (run with the lesson's hooks on real workers, timed in the α–β model), and §7's
+recursive halving/doubling and choice of an allreduce algorithm.
 
 ``ring_allreduce(my_ring_allreduce)`` runs the learner's function on seeded cases: world
 sizes 2–5 and lengths that divide by n, that do not, primes, 1, 0 and fewer elements than
@@ -11,31 +12,29 @@ whose dtype is not the tensor's (gloo would kill the process on the size mismatc
 records the built-in collectives called and every message's source and destination: a
 ring sends only to (p+1) % n and receives only from (p−1) % n, and an all-to-all exchange
 (the same 2(n−1)/n·S bytes, every rank talking to every rank) or a star through one rank
-is named as such.
+is named as such. ``halving_doubling`` is judged by the same run and the same sums, with
+its own shape (p XOR 2^k in round k).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ddl_lab.ring_allreduce.cost import sent_bytes
-from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure, WorldFailed
+from ddl_lab.ring_allreduce.cost import cost_model, sent_bytes
+from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
-from . import _ring_allreduce_beyond as beyond
-from ._ring_allreduce_wire import DTYPE_MARK as _DTYPE_MARK
-from ._ring_allreduce_wire import inputs as _inputs
-from ._ring_allreduce_wire import run_case as _run_case
-from . import _ring_allreduce_design as design
-from ._core import call_local, fail, passed, run_cases, run_in_world, task
-from ._diagnose import (Case, Cases, differs, explain, factor_of, only_right_for,
-                        returned_none, tolerance)
+from ._core import call_local, fail, task
+from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
 from ._formula import formula_cases
+from ._trial import Trial
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]
+
+TARGET = 1.10                 # a bucket size, or a choice, within 10 % of the best passes
 
 
 # ------------------------------------------------------------------ the cost model
@@ -75,45 +74,75 @@ def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
-    __tracebackhide__ = True
-    name = getattr(my_ring_cost, "__name__", "your function")
-    cases = Cases("ring_cost", seed, [
+    trial = Trial("ring_cost", my_ring_cost, seed, [
         {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
         {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
         {"n": 3, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
         {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=_cost_draw)
-    right: list[str] = []
-    for case in cases:
-        n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
-        call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
-        try:
-            got = my_ring_cost(n, S, a, b)
-        except ZeroDivisionError:
-            fail(f"{call} divided by zero ({case}): with one rank nothing is sent, and the "
-                 "formula gives 0 without any special case; divide by n only.")
-        except Exception:
-            got = call_local(my_ring_cost, n, S, a, b)
-        value = answers.scalar(got)
-        if value is None:
-            fail(returned_none(got, name, "the predicted seconds as a number") or
-                 f"{call} returned {got!r}; return the predicted seconds as a number.")
-        want = _ring_seconds(n, S, a, b)
-        rel = max(1e-7, tolerance(got))            # a float32 answer: float32's tolerance
-        if math.isclose(value, want, rel_tol=rel, abs_tol=1e-18):
-            right.append(f"n = {n}")
-            continue
-        why = next((msg for msg, f in _COST_MISTAKES.items()
-                    if math.isclose(value, f(n, S, a, b), rel_tol=rel, abs_tol=1e-18)), None)
-        if why is None:
-            fixed = [k for k in range(1, 65) if k != n
-                     and math.isclose(value, _ring_seconds(k, S, a, b), rel_tol=rel)]
-            why = (f"that is the cost for n = {fixed[0]} ranks: use the n you are given."
-                   + only_right_for(right, f"n = {n}") if fixed else
-                   "compare with 2(n−1)·α + 2(n−1)/n · S·β.")
-        fail(f"{call} returned {value:.6g} s, expected {want:.6g} s ({case}): "
-             + (why if why[-1] in ".?" else why + "."))
-    passed("ring_cost", f"matches 2(n−1)·α + 2(n−1)/n·S·β on {len(cases)} cases (n = 1 to "
-           "64, S = 0 to 3 GB, α = 0 included)")
+
+    def other_n(value: float, args: list) -> str | None:
+        n, S, a, b = args
+        return next((f"that is the cost for n = {k} ranks: use the n you are given."
+                     for k in range(1, 65) if k != n
+                     and math.isclose(value, _ring_seconds(k, S, a, b), rel_tol=1e-6)), None)
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"), _ring_seconds, _COST_MISTAKES,
+                  "the predicted seconds as a number", "compare with 2(n−1)·α + 2(n−1)/n · "
+                  "S·β.", guess=other_n, zero_division="with one rank nothing is sent, and "
+                  "the formula gives 0 without any special case; divide by n only.")
+    trial.passed(f"matches 2(n−1)·α + 2(n−1)/n·S·β on {len(trial)} cases (n = 1 to 64, S = 0 "
+                 "to 3 GB, α = 0 included)")
+
+
+# ------------------------------------------------- what a hand-written allreduce did
+
+DTYPE_MARK = "[dtype]"       # starts the message of a buffer-dtype refusal on a worker
+
+
+def inputs(length: int, rank: int, dtype: str, seed: int):
+    """Rank ``rank``'s tensor: multiples of 1/4, so every order of summing is exact."""
+    import torch
+    g = torch.Generator().manual_seed(seed * 101 + rank)
+    return torch.randint(-40, 40, (length,), generator=g).to(getattr(torch, dtype)) / 4
+
+
+def _guard(what: str, tensors: list, dtype: Any) -> None:
+    """Refuse a send/recv buffer of another dtype than the tensor being summed."""
+    for t in tensors:
+        if t.dtype != dtype:
+            raise TypeError(
+                f"{DTYPE_MARK} called dist.{what} with a {str(t.dtype)[6:]} buffer while the "
+                f"tensor being summed is {str(dtype)[6:]}: a message must land in a "
+                "buffer of the same dtype and length as the chunk sent "
+                "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
+
+
+def run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
+    """Worker: call ``fn(tensor)`` with the process group wiretapped; report what it did."""
+    import torch
+    import torch.distributed as dist
+    from ddl_lab.runtime.wiretap import Wiretap
+    tensor = inputs(length, dist.get_rank(), dtype, seed)
+    before, used = tensor.clone(), []
+
+    def watch(op: Any, args: tuple) -> None:
+        if op.method in ("send", "recv"):
+            _guard(op.method, args[0], tensor.dtype)
+        elif op.op not in ("send", "recv", "barrier"):      # a built-in collective
+            used.append(op.call or op.op)
+
+    with Wiretap(on_op=watch, refuse_new_group=(
+            "dist.new_group was called: the ring runs on the group it is given (the default "
+            "group, dist.get_world_size() ranks) — a group of your own would talk past the "
+            "check. Send to your neighbours with dist.send/recv or isend/irecv.")) as tap:
+        returned = fn(tensor)
+    other = (returned.detach().double().cpu().numpy().copy()
+             if isinstance(returned, torch.Tensor) and returned is not tensor
+             and returned.numel() == length else None)
+    return {"result": tensor.double().cpu().numpy(), "returned": other,
+            "sent": tap.payload["send"], "used": sorted(set(used)),
+            "messages": [(op.op, op.src, op.dst) for op in tap.ops
+                         if op.op in ("send", "recv") and not op.refused],
+            "unchanged": bool(torch.equal(tensor, before))}
 
 
 # ------------------------------------------------------------------ the ring
@@ -145,6 +174,51 @@ def _where(case: Case) -> str:
     return f"with {what} — {case}"
 
 
+def _allreduces(trial: Trial, p2p_only: str) -> Iterator[tuple[Case, int, list[dict]]]:
+    """Each case of a hand-written allreduce (ring or halving/doubling), run on its world with
+    ``run_case``: (case, its data's seed, what each rank did), the sums already right and
+    no built-in collective called (``p2p_only`` ends that message); the case is added to
+    ``trial.right`` once the caller's own judge has passed it."""
+    seeds = [int(case.rng.integers(1 << 30)) for case in trial]
+    outcomes = trial.run(run_case, [(c.params["n"], (trial.fn, c.params["length"],
+                                                    c.params["dtype"], s))
+                                    for c, s in zip(trial, seeds)])
+    for case, data_seed, outcome in zip(trial, seeds, outcomes):
+        got, where = trial.results(outcome, case), _where(case)
+        used = sorted({u for g in got for u in g["used"]})
+        if used:
+            fail(f"{trial.name} called {', '.join('dist.' + u for u in used)} ({where}): "
+                 + p2p_only)
+        yield case, data_seed, got
+        trial.right.append((case.params["n"], case.params["length"]))
+
+
+def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str | None:
+    """A rank that ends with a wrong sum, and the likely reason."""
+    n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
+    expected = sum(inputs(length, r, dtype, data_seed).double() for r in range(n)).numpy()
+    for rank, g in enumerate(got):
+        if g["unchanged"] and g["returned"] is not None \
+                and differs(expected, g["returned"], rtol=0.0) is None and length:
+            return (f"{trial.name} returned the sum in a new tensor but left the tensor it was "
+                    f"given unchanged ({_where(case)}): write the result into `tensor` itself "
+                    "(in place, as dist.all_reduce does), e.g. with `+=`, `.add_()` or "
+                    "`.copy_()`.")
+        diff = differs(expected, g["result"], rtol=0.0)
+        if diff:
+            return (f"{_where(case)}: rank {rank} ends with a wrong sum: {diff}."
+                    + _wrong_sum_hint(expected, g["result"], rank, case, data_seed,
+                                      trial.right))
+    return None
+
+
+def _allreduce_trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
+                     timeout: float) -> Trial:
+    trial = Trial(task, fn, seed, fixed, draws=3, draw=draw, timeout=timeout,
+                  word=lambda f, case: _failure_message(f, trial.name, case, trial.right))
+    return trial
+
+
 @task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "ring_allreduce", "allreduce",
                                  "tree_allreduce", "reduce_broadcast_allreduce",
                                  "builtin_allreduce", "shm_allreduce"))
@@ -152,72 +226,44 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    __tracebackhide__ = True
-    name = getattr(my_ring_allreduce, "__name__", "your function")
-    cases = list(Cases("ring_allreduce", seed, _FIXED, draws=3, draw=_ring_draw))
-    seeds = [int(case.rng.integers(1 << 30)) for case in cases]
-    try:
-        outcomes = run_cases(_run_case, [
-            (c.params["n"], (my_ring_allreduce, c.params["length"], c.params["dtype"], s))
-            for c, s in zip(cases, seeds)], fn=my_ring_allreduce, timeout=timeout)
-    except WorldFailed as e:
-        fail(_failure_message(e.failure, name, None, []))
-    right: list[tuple[int, int]] = []
+    trial = _allreduce_trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, _ring_draw,
+                             timeout)
     ratios: dict[int, float] = {}
-    for case, data_seed, outcome in zip(cases, seeds, outcomes):
+    for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
+                                            "point-to-point messages (dist.send, dist.recv, "
+                                            "dist.isend, dist.irecv). Build the ring from "
+                                            "those."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-        if outcome.failure:
-            fail(_failure_message(outcome.failure, name, case, right))
-        got = outcome.results
-        _judge(got, name, case, data_seed, right)
-        right.append((n, length))
+        shape = _shape_fault(got, n)
+        if shape:
+            fail(f"{trial.name} is not a ring ({_where(case)}): {shape}")
+        trial.judge(_sum_fault(trial, got, case, data_seed) or
+                    _bandwidth_fault(trial.name, got, case))
         if length >= 1000:
             ratios[n] = max(g["sent"] for g in got) / (length * (4 if dtype == "float32" else 8))
     shown = ", ".join(f"{r:.3f}·S on {k} ranks (2(n−1)/n = {2 * (k - 1) / k:.3f})"
                       for k, r in sorted(ratios.items()))
-    passed("ring_allreduce", f"exact sums in {len(cases)} cases (2–5 ranks; lengths 0, 1, "
-           f"fewer than n, primes, multiples of n or not; float32 and float64); the busiest "
-           f"rank sent {shown}; point-to-point messages only, each rank sending only to "
-           "(p+1) % n and receiving only from (p−1) % n")
+    trial.passed(f"exact sums in {len(trial)} cases (2–5 ranks; lengths 0, 1, fewer than n, "
+                 f"primes, multiples of n or not; float32 and float64); the busiest rank sent "
+                 f"{shown}; point-to-point messages only, each rank sending only to (p+1) % n "
+                 "and receiving only from (p−1) % n")
 
 
-def _judge(got: list[dict], name: str, case: Case, data_seed: int,
-           right: list[tuple[int, int]]) -> None:
-    """Fail with a named fault if the ranks' results, calls or bytes are wrong."""
-    __tracebackhide__ = True
+def _bandwidth_fault(name: str, got: list[dict], case: Case) -> str | None:
     n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-    where = _where(case)
-    used = sorted({u for g in got for u in g["used"]})
-    if used:
-        fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): a hand-written "
-             "allreduce may use only point-to-point messages (dist.send, dist.recv, "
-             "dist.isend, dist.irecv). Build the ring from those.")
-    shape = _shape_fault(got, n)
-    if shape:
-        fail(f"{name} is not a ring ({where}): {shape}")
-    expected = sum(_inputs(length, r, dtype, data_seed).double() for r in range(n)).numpy()
-    for rank, g in enumerate(got):
-        if g["unchanged"] and g["returned"] is not None \
-                and differs(expected, g["returned"], rtol=0.0) is None and length:
-            fail(f"{name} returned the sum in a new tensor but left the tensor it was given "
-                 f"unchanged ({where}): write the result into `tensor` itself (in place, as "
-                 "dist.all_reduce does), e.g. with `+=`, `.add_()` or `.copy_()`.")
-        diff = differs(expected, g["result"], rtol=0.0)
-        if diff:
-            fail(f"{where}: rank {rank} ends with a wrong sum: {diff}."
-                 + _wrong_sum_hint(expected, g["result"], rank, case, data_seed, right))
     esize = 4 if dtype == "float32" else 8
     S = length * esize
     allowed = 2 * (n - 1) * math.ceil(length / n) * esize
     worst = max(range(n), key=lambda r: got[r]["sent"])
-    if S and got[worst]["sent"] > allowed:
-        fail(f"{name} gives the right sum but is not bandwidth-optimal ({where}, S = {S:,} "
-             f"bytes): rank {worst} sent {got[worst]['sent']:,} bytes = "
-             f"{got[worst]['sent'] / S:.2f}·S, while a ring sends 2(n−1)/n·S = "
-             f"{2 * (n - 1) / n:.2f}·S ≈ {2 * (n - 1) * S // n:,} bytes per rank. Passing the "
-             "whole tensor from rank to rank costs (n−1)·S or more: cut it into n chunks and "
-             "send one chunk (S/n bytes) per step, n−1 steps of share-reduce then n−1 steps "
-             "of share-only.")
+    if not S or got[worst]["sent"] <= allowed:
+        return None
+    return (f"{name} gives the right sum but is not bandwidth-optimal ({_where(case)}, S = "
+            f"{S:,} bytes): rank {worst} sent {got[worst]['sent']:,} bytes = "
+            f"{got[worst]['sent'] / S:.2f}·S, while a ring sends 2(n−1)/n·S = "
+            f"{2 * (n - 1) / n:.2f}·S ≈ {2 * (n - 1) * S // n:,} bytes per rank. Passing the "
+            "whole tensor from rank to rank costs (n−1)·S or more: cut it into n chunks and "
+            "send one chunk (S/n bytes) per step, n−1 steps of share-reduce then n−1 steps "
+            "of share-only.")
 
 
 def _shape_fault(got: list[dict], n: int) -> str | None:
@@ -263,8 +309,8 @@ def _failure_message(f: RankFailure, name: str, case: Case | None,
                      right: list[tuple[int, int]]) -> str:
     if f.kind == "stub":
         return f.line
-    if _DTYPE_MARK in f.line:
-        return f"{name} {f.line.split(_DTYPE_MARK, 1)[1].strip()} ({_where(case)}, rank {f.rank})"
+    if DTYPE_MARK in f.line:
+        return f"{name} {f.line.split(DTYPE_MARK, 1)[1].strip()} ({_where(case)}, rank {f.rank})"
     if case is None:                      # a killed worker, or the whole check's time limit
         return f.message(name, 0) + (
             ". gloo kills a process whose dist.recv gets a message longer than its buffer: "
@@ -296,7 +342,7 @@ def _failure_message(f: RankFailure, name: str, case: Case | None,
 def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case,
                     data_seed: int, right: list[tuple[int, int]]) -> str:
     n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-    own = _inputs(length, rank, dtype, data_seed).double().numpy()
+    own = inputs(length, rank, dtype, data_seed).double().numpy()
     bad = ~np.isclose(got, expected, rtol=0, atol=1e-9)
     tail = length - length % n
     named = explain(got, {
@@ -336,24 +382,189 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
 
 # ------------------------------------------------------- where the ring overtakes the tree
 
+def _tree_rounds(n: int) -> int:
+    return math.ceil(math.log2(n))
+
+
+def _solve(n: int, a: float, b: float, tree_lat: float, tree_bw: float, ring_lat: float,
+           ring_bw: float) -> float | None:
+    """S where tree_lat·α + tree_bw·S·β = ring_lat·α + ring_bw·S·β, if the tree's bandwidth
+    term is the larger (else None: the equation has no crossover of that shape)."""
+    if tree_bw <= ring_bw:
+        return None
+    return (ring_lat - tree_lat) * a / ((tree_bw - ring_bw) * b)
+
+
+def crossover(n: int, a: float, b: float) -> float:
+    """Tree 2⌈log2 n⌉·(α + S·β) = ring 2(n−1)·α + 2(n−1)/n·S·β (0: the tree never wins)."""
+    L = _tree_rounds(n)
+    return max(_solve(n, a, b, 2 * L, 2 * L, 2 * (n - 1), 2 * (n - 1) / n), 0.0)
+
+
+CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
+    "the tree never wins only while its 2⌈log2 n⌉ rounds are no fewer than the ring's 2(n−1) "
+    "steps (n ≤ 3); here it has fewer, so it is faster for small enough messages — return the "
+    "S where the two times meet": lambda n, a, b: 0.0 if n > 3 else None,
+    "that is the crossover of a tree that only reduces: the tree allreduce reduces to the "
+    "root and broadcasts back down, 2⌈log2 n⌉ rounds of α + S·β":
+        lambda n, a, b: _solve(n, a, b, _tree_rounds(n), _tree_rounds(n), 2 * (n - 1),
+                               2 * (n - 1) / n),
+    "the tree needs ⌈log2 n⌉ rounds each way — a whole number — not log2 n":
+        lambda n, a, b: _solve(n, a, b, 2 * math.log2(n), 2 * math.log2(n), 2 * (n - 1),
+                               2 * (n - 1) / n),
+    "α and β are swapped: α is paid per message, β per byte":
+        lambda n, a, b: crossover(n, b, a),
+    "that is the time at the crossover, in seconds: return the message size S, in bytes":
+        lambda n, a, b: 2 * _tree_rounds(n) * (a + crossover(n, a, b) * b),
+    "that is the size in bits: return bytes (α + S·β with β in seconds per byte)":
+        lambda n, a, b: 8 * crossover(n, a, b),
+    "the ring's latency term is 2(n−1)·α — both phases pay α at each step":
+        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), n - 1,
+                               2 * (n - 1) / n),
+    "the ring's bandwidth term is 2(n−1)/n·S·β — both phases send chunks":
+        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), 2 * (n - 1),
+                               (n - 1) / n),
+}
+
+CROSSOVER_FIXED = [{"n": 4, "alpha": 5e-5, "beta": 1e-9}, {"n": 8, "alpha": 2e-5, "beta": 4e-10},
+                   {"n": 5, "alpha": 1e-4, "beta": 1e-9}, {"n": 3, "alpha": 5e-5, "beta": 1e-9},
+                   {"n": 2, "alpha": 1e-5, "beta": 1e-9}, {"n": 64, "alpha": 1e-6, "beta": 1e-10}]
+
+
+def crossover_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
+            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+            "beta": float(10 ** rng.uniform(-10.5, -8.5))}
+
 @task("ring_allreduce")
 def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None:
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
     does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
-    __tracebackhide__ = True
-    cases = Cases("tree_ring_crossover", seed, design.CROSSOVER_FIXED, draws=4,
-                  draw=design.crossover_draw)
-    formula_cases(my_tree_ring_crossover, cases, ("n", "alpha", "beta"), design.crossover,
-                  design.CROSSOVER_MISTAKES, "the message size in bytes, as a number",
+    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, CROSSOVER_FIXED,
+                  draws=4, draw=crossover_draw)
+    formula_cases(trial, ("n", "alpha", "beta"), crossover, CROSSOVER_MISTAKES,
+                  "the message size in bytes, as a number",
                   "set the tree's time equal to the ring's (lesson 06 §4) and solve for S; "
                   "where the tree never wins, return 0.", unit=" bytes")
-    passed("tree_ring_crossover", f"{len(cases)} cases (n = 2 to 256, powers of two and not): "
-           "below S* the tree's fewer rounds win, above it the ring's 2(n−1)/n·S bytes; for "
-           "n ≤ 3 the tree has no fewer rounds, and never wins")
+    trial.passed(f"{len(trial)} cases (n = 2 to 256, powers of two and not): below S* the "
+                 "tree's fewer rounds win, above it the ring's 2(n−1)/n·S bytes; for n ≤ 3 "
+                 "the tree has no fewer rounds, and never wins")
 
 
-# ------------------------------------------------------------ gradient buckets
+# ------------------------------------------------------------------ gradient buckets
+
+BUCKET_CASES = [  # widths of a chain of Linear layers; the α–β machine; backward s per byte
+    {"n": 4, "widths": [64, 256, 256, 128, 128, 64, 10], "alpha": 2e-5, "beta": 2e-9,
+     "compute": 2e-9},
+    {"n": 3, "widths": [32, 512, 256, 256, 64, 10], "alpha": 2e-4, "beta": 5e-10,
+     "compute": 2e-9},
+    {"n": 5, "widths": [64, 256, 256, 256, 256, 256, 10], "alpha": 4e-5, "beta": 1e-9,
+     "compute": 3e-9},
+]
+
+REAL_DRAWS = 1                # drawn cases run on real workers too (n <= 5); the rest: model
+
+
+def bucket_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A network and machine the prompt does not show: 3–8 layers of 8–1024 units, 2–64
+    ranks, α 1 µs–1 ms, β 0.1–10 ns/byte, backward 0.3–10 ns/byte."""
+    layers = int(rng.integers(3, 9))
+    return {"n": int(rng.choice([2, 3, 4, 5, 8, 16, 64])),
+            "widths": [int(2 ** rng.uniform(3, 10)) for _ in range(layers + 1)],
+            "alpha": float(f"{10 ** rng.uniform(-6, -3):.2g}"),
+            "beta": float(f"{10 ** rng.uniform(-10, -8):.2g}"),
+            "compute": float(f"{10 ** rng.uniform(-9.5, -8):.2g}")}
+
+
+def grad_bytes(widths: list[int]) -> list[int]:
+    """float32 gradient sizes in the order the backward pass produces them (last layer
+    first; a layer's bias, then its weight)."""
+    out: list[int] = []
+    for a, b in reversed(list(zip(widths, widths[1:]))):
+        out += [4 * b, 4 * a * b]
+    return out
+
+
+def buckets_of(grads: list[int], bucket_bytes: int) -> list[int]:
+    """The bytes of each bucket GradientBuckets makes of gradients of ``grads`` bytes."""
+    from ddl_lab.ring_allreduce.buckets import bucket_indices
+    return [sum(grads[i] for i in b) for b in bucket_indices(grads, bucket_bytes)]
+
+
+def step_time(sizes: list[int], n: int, a: float, b: float, compute: float) -> float:
+    """Bucket j's allreduce (a ring) starts when backward has produced its gradients and the
+    previous allreduce is done; the step ends with the last allreduce."""
+    done = ready = 0.0
+    for s in sizes:
+        ready += compute * s
+        done = max(done, ready) + 2 * (n - 1) * a + 2 * (n - 1) / n * s * b
+    return done
+
+
+def best_bucket(grads: list[int], n: int, a: float, b: float,
+                compute: float) -> tuple[int, list[int], float]:
+    """The bucket size (among all the partitions the rule can make) with the least step
+    time: (bytes, bucket sizes, seconds)."""
+    runs = {sum(grads[i:j]) for i in range(len(grads)) for j in range(i + 1, len(grads) + 1)}
+    timed = [(step_time(buckets_of(grads, t), n, a, b, compute), t) for t in sorted(runs)]
+    t, size = min(timed)
+    return size, buckets_of(grads, size), t
+
+
+def bucket_bytes_of(got: Any, call: str) -> int:
+    """The learner's bucket size as a whole number of bytes >= 1, or a failure."""
+    value = answers.scalar(got)
+    if value is None or isinstance(got, (bool, np.bool_)):
+        fail(f"{call} returned {describe_value(got)}; return the bucket size in bytes, a "
+             "whole number >= 1.")
+    if value < 1 or value != int(value):
+        fail(f"{call} returned {value:g}; a bucket size is a whole number of bytes, at least 1.")
+    return int(value)
+
+
+def bucket_run(widths: list[int], bucket_bytes: int) -> list[int]:
+    """Worker: one backward pass of a chain of Linear layers with the lesson's
+    GradientBuckets; the bytes of each allreduce its hooks launched, in order."""
+    import torch
+
+    from ddl_lab.ring_allreduce.buckets import GradientBuckets
+    from ddl_lab.runtime.wiretap import Wiretap
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
+    with Wiretap() as tap:
+        buckets = GradientBuckets(model, bucket_bytes)
+        model(torch.randn(8, widths[0])).pow(2).mean().backward()
+        buckets.wait()
+        buckets.remove()
+    return [op.nbytes for op in tap.ops if op.method == "allreduce"]
+
+
+def judge_buckets(case: dict, bucket_bytes: int, launched: list[int]) -> tuple[bool, str]:
+    """(True, what the run achieved) if the step time of the allreduces the hooks launched
+    is within TARGET of the best bucket size's, else (False, what happened and why)."""
+    n, a, b, c = (case[k] for k in ("n", "alpha", "beta", "compute"))
+    grads = grad_bytes(case["widths"])
+    t = step_time(launched, n, a, b, c)
+    best, best_sizes, best_t = best_bucket(grads, n, a, b, c)
+    ran = (f"buckets of {bucket_bytes:,} bytes: the hooks launched {len(launched)} "
+           f"allreduce(s), the step ends at {1e3 * t:.3g} ms")
+    if t <= TARGET * best_t:
+        return True, f"{ran} (best {1e3 * best_t:.3g} ms)"
+    start = 2 * (n - 1) * a
+    if len(launched) == 1:
+        why = ("one bucket: its allreduce can start only when backward has finished, so none "
+               "of the communication overlaps the backward pass.")
+    elif len(launched) > len(best_sizes):
+        why = (f"too many small buckets: every allreduce pays 2(n−1)·α = {1e6 * start:.3g} µs, "
+               "and the allreduces fall behind the backward pass.")
+    else:
+        why = ("too few, too large buckets: the last one starts only when backward ends, and "
+               "its allreduce is not hidden behind anything.")
+    count = "1 allreduce" if len(best_sizes) == 1 else f"{len(best_sizes)} allreduces"
+    return False, (f"{ran} in the α–β model, while buckets of {best:,} bytes "
+                   f"({count}) end at {1e3 * best_t:.3g} ms: yours is "
+                   f"{t / best_t - 1:.0%} slower (the target: within {TARGET - 1:.0%}) — {why}")
 
 @task("ring_allreduce")
 def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0) -> None:
@@ -363,53 +574,112 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
     against the backward pass, must end within 10 % of the best bucket size's — for the
     prompt's three networks and for drawn ones it does not show (one run for real, the
     others by the rule's buckets in the model)."""
-    __tracebackhide__ = True
-    name = getattr(my_bucket_bytes, "__name__", "my_bucket_bytes")
-    fixed = len(design.BUCKET_CASES)
-    cases = [c.params for c in Cases("bucket_bytes", seed, design.BUCKET_CASES, draws=4,
-                                     draw=design.bucket_draw)]
+    trial = Trial("bucket_bytes", my_bucket_bytes, seed, BUCKET_CASES, draws=4,
+                  draw=bucket_draw, name="my_bucket_bytes", plan=True, timeout=timeout)
     chosen: list[int] = []
-    for i, case in enumerate(cases):
-        n, a, b, c = (case[k] for k in ("n", "alpha", "beta", "compute"))
-        grads = design.grad_bytes(case["widths"])
-        call = f"{name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, compute={c:g})"
-        args = (list(grads), n, a, b, c)
-        got = call_local(my_bucket_bytes, *args) if i < fixed else \
-            answers.plan_call(my_bucket_bytes, args, name, call)
-        chosen.append(design.bucket_bytes_of(got, call))
-    real = [i for i, c in enumerate(cases) if i < fixed or c["n"] <= MAX_WORLD]
-    real = real[:fixed + design.REAL_DRAWS]
-    try:
-        outcomes = run_cases(design.bucket_run, [
-            (cases[i]["n"], (cases[i]["widths"], chosen[i])) for i in real],
-            fn=my_bucket_bytes, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 0))
-    launched = {i: o for i, o in zip(real, outcomes)}
+    for case in trial:
+        n, a, b, c = (case.params[k] for k in ("n", "alpha", "beta", "compute"))
+        grads = grad_bytes(case.params["widths"])
+        call = (f"{trial.name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, "
+                f"compute={c:g})")
+        chosen.append(bucket_bytes_of(trial.call(case, list(grads), n, a, b, c, where=call),
+                                      call))
+    real = [c for c in trial if not trial.unseen(c) or c.params["n"] <= MAX_WORLD]
+    real = real[:trial.shown + REAL_DRAWS]
+    outcomes = trial.run(bucket_run, [(c.params["n"], (c.params["widths"], chosen[c.index]))
+                                      for c in real])
+    launched = {c.index: o for c, o in zip(real, outcomes)}
     shown = []
-    for i, (case, size) in enumerate(zip(cases, chosen)):
-        outcome = launched.get(i)
-        if outcome is not None and outcome.failure is not None:
-            fail(outcome.failure.message(name, case["n"]))
-        sizes = (outcome.results[0] if outcome is not None else
-                 design.buckets_of(design.grad_bytes(case["widths"]), size))
-        good, text = design.judge_buckets(case, size, sizes)
+    for case, size in zip(trial, chosen):
+        p, outcome = case.params, launched.get(case.index)
+        sizes = (trial.results(outcome, case)[0] if outcome is not None else
+                 buckets_of(grad_bytes(p["widths"]), size))
+        good, text = judge_buckets(p, size, sizes)
         if not good:
-            p = case
             unseen = (" — a network and machine the prompt does not show: "
-                      f"{answers.FUNCTION_OF_INPUTS}" if i >= fixed else "")
+                      f"{answers.FUNCTION_OF_INPUTS}" if trial.unseen(case) else "")
             fail(f"a {len(p['widths']) - 1}-layer network on {p['n']} ranks (α = {p['alpha']:g} "
                  f"s, β = {p['beta']:g} s/byte, backward {p['compute']:g} s/byte): "
                  f"{text.rstrip('.')}{unseen}."
-                 + answers.same_for_all(chosen[:i + 1], "bucket size", "networks and machines"))
+                 + answers.same_for_all(chosen[:case.index + 1], "bucket size",
+                                        "networks and machines"))
         shown.append(text)
-    passed("bucket_bytes", "; ".join(shown[:fixed]) + f"; and {len(cases) - fixed} networks "
-           f"and machines the prompt does not show ({len(real) - fixed} run for real) — within "
-           f"{design.TARGET - 1:.0%} of the best bucket size each time, counted from the "
-           "allreduces the real hooks launched")
+    trial.passed("; ".join(shown[:trial.shown]) + f"; and {len(trial) - trial.shown} networks "
+                 f"and machines the prompt does not show ({len(real) - trial.shown} run for "
+                 f"real) — within {TARGET - 1:.0%} of the best bucket size each time, counted "
+                 "from the allreduces the real hooks launched")
 
 
 # --------------------------------------------------- §7: recursive halving and doubling
+
+CHOICES = ("tree", "ring", "halving_doubling", "pipelined_tree")
+REAL_SLACK = 1.5              # the real run: the choice within 1.5× of the model's best, timed
+
+
+HD_FIXED = [  # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
+    {"n": 4, "length": 16, "dtype": "float32"},
+    {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
+    {"n": 2, "length": 7, "dtype": "float32"},
+    {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
+    {"n": 4, "length": 0, "dtype": "float64"},
+    {"n": 1, "length": 5, "dtype": "float32"},
+    {"n": 4, "length": 40_009, "dtype": "float32"},      # large, prime: the bytes sent
+]
+
+
+def hd_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice([2, 4])), "length": int(rng.choice([11, 97, 257, 1009, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"]))}
+
+
+def hd_bytes_allowed(n: int, length: int, esize: int) -> int:
+    """Most bytes a rank may send: 2·Σ_k ⌈L/2^(k+1)⌉ elements (halves of uneven lengths)."""
+    rounds = n.bit_length() - 1
+    return 2 * esize * sum(-(-length // (1 << (k + 1))) for k in range(rounds))
+
+
+def hd_shape_fault(got: list[dict], n: int, length: int, esize: int) -> str | None:
+    """What the messages show, if they are not recursive halving then doubling: rank p
+    talks in round k only to p XOR 2^k, sends 2·log2 n messages, 2(n−1)/n·S bytes."""
+    if n < 2:
+        return None
+    rounds, S = n.bit_length() - 1, length * esize
+    links = [(op, s, d) for g in got for op, s, d in g["messages"]]
+    stray = sorted({(s, d) for _, s, d in links if s is not None and d is not None
+                    and bin(s ^ d).count("1") != 1})
+    xor = (f"In round k rank p exchanges with p XOR 2^k only (for n = {n}: "
+           + ", ".join(f"k = {k}: 0↔{1 << k}" for k in range(rounds)) + ").")
+    if stray:
+        if all(d == (s + 1) % n for s, d in stray):
+            return ("it sends to (p+1) % n — a ring. The ring needs 2(n−1) rounds; recursive "
+                    f"halving/doubling needs 2·log2 n = {2 * rounds}. {xor}")
+        s, d = stray[0]
+        return f"rank {s} exchanged a message with rank {d}, which is not p XOR 2^k. {xor}"
+    if length < n:
+        return None
+    worst = max(range(n), key=lambda r: got[r]["sent"])
+    sends = [d for op, s, d in got[worst]["messages"] if op == "send" and s == worst]
+    if got[worst]["sent"] >= rounds * S and got[worst]["sent"] > hd_bytes_allowed(n, length,
+                                                                                  esize):
+        tree = len({sum(op == "send" and s == r for op, s, _ in g["messages"])
+                    for r, g in enumerate(got)}) > 1       # ranks send unequally: a tree
+        kind = ("a binomial tree (reduce up, broadcast down)" if tree else
+                "recursive doubling of the whole tensor")
+        return (f"every message carries the whole tensor: rank {worst} sent "
+                f"{got[worst]['sent']:,} bytes = {got[worst]['sent'] / S:.2f}·S — {kind}. "
+                "Halve the segment each round: send the half your partner keeps, add the "
+                "half it sends you, so the rounds carry S/2, S/4, … and the total is "
+                f"(n−1)/n·S per phase ({2 * (n - 1) / n:.2f}·S in all). {xor}")
+    want = sorted(2 * [worst ^ (1 << k) for k in range(rounds)])
+    if sorted(sends) != want:
+        return (f"rank {worst} sent {len(sends)} messages, to ranks {sends}: recursive "
+                f"halving then doubling sends {2 * rounds} — one to each of "
+                f"{sorted(set(want))} while halving, and again while doubling. {xor}")
+    if got[worst]["sent"] > hd_bytes_allowed(n, length, esize):
+        return (f"rank {worst} sent {got[worst]['sent']:,} bytes = "
+                f"{got[worst]['sent'] / S:.2f}·S, more than 2(n−1)/n·S = "
+                f"{2 * (n - 1) / n:.2f}·S: send only the half your partner keeps.")
+    return None
 
 @task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "_halving_doubling", "allreduce",
                                  "_ring_allreduce", "tree_allreduce", "pipelined_tree_allreduce",
@@ -419,42 +689,84 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    __tracebackhide__ = True
-    name = getattr(my_halving_doubling, "__name__", "your function")
-    cases = list(Cases("halving_doubling", seed, beyond.HD_FIXED, draws=3, draw=beyond.hd_draw))
-    seeds = [int(case.rng.integers(1 << 30)) for case in cases]
-    try:
-        outcomes = run_cases(_run_case, [
-            (c.params["n"], (my_halving_doubling, c.params["length"], c.params["dtype"], s))
-            for c, s in zip(cases, seeds)], fn=my_halving_doubling, timeout=timeout)
-    except WorldFailed as e:
-        fail(_failure_message(e.failure, name, None, []))
-    right: list[tuple[int, int]] = []
-    for case, data_seed, outcome in zip(cases, seeds, outcomes):
+    trial = _allreduce_trial("halving_doubling", my_halving_doubling, seed, HD_FIXED, hd_draw,
+                             timeout)
+    for case, data_seed, got in _allreduces(trial, "build the allreduce from dist.send/recv "
+                                            "or isend/irecv only."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-        if outcome.failure:
-            fail(_failure_message(outcome.failure, name, case, right))
-        got, where = outcome.results, _where(case)
-        used = sorted({u for g in got for u in g["used"]})
-        if used:
-            fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): build the "
-                 "allreduce from dist.send/recv or isend/irecv only.")
-        expected = sum(_inputs(length, r, dtype, data_seed).double() for r in range(n)).numpy()
-        for rank, g in enumerate(got):
-            diff = differs(expected, g["result"], rtol=0.0)
-            if diff:
-                fail(f"{where}: rank {rank} ends with a wrong sum: {diff}."
-                     + _wrong_sum_hint(expected, g["result"], rank, case, data_seed, right))
-        shape = beyond.hd_shape_fault(got, n, length, 4 if dtype == "float32" else 8)
+        trial.judge(_sum_fault(trial, got, case, data_seed))
+        shape = hd_shape_fault(got, n, length, 4 if dtype == "float32" else 8)
         if shape:
-            fail(f"{name} is not recursive halving/doubling ({where}): {shape}")
-        right.append((n, length))
-    passed("halving_doubling", f"exact sums in {len(cases)} cases (1, 2 and 4 ranks; lengths "
-           "0, 1, fewer than n, primes); in round k every rank talked only to p XOR 2^k, "
-           "2·log2 n messages and at most 2(n−1)/n·S bytes per rank")
+            fail(f"{trial.name} is not recursive halving/doubling ({_where(case)}): {shape}")
+    trial.passed(f"exact sums in {len(trial)} cases (1, 2 and 4 ranks; lengths 0, 1, fewer "
+                 "than n, primes); in round k every rank talked only to p XOR 2^k, 2·log2 n "
+                 "messages and at most 2(n−1)/n·S bytes per rank")
 
 
 # ------------------------------------------------------ §7: choosing the algorithm
+
+# ---------------------------------------------------------------- the design task
+
+def modelled(n: int, S: float, a: float, b: float) -> dict[str, float]:
+    """Seconds of each choice in the α–β models (the pipelined tree with its best pieces)."""
+    return {c: cost_model(c, n, S, a, b) for c in CHOICES}
+
+
+CHOICE_FIXED = [  # the prompt's cases
+    {"n": 8, "nbytes": 1 << 10, "alpha": 2e-5, "beta": 1e-9},
+    {"n": 8, "nbytes": 64 << 20, "alpha": 2e-5, "beta": 1e-9},
+    {"n": 6, "nbytes": 256 << 10, "alpha": 5e-6, "beta": 1e-10},
+]
+REAL_CASE = {"n": 4, "nbytes": 4 << 20, "alpha": 5e-5, "beta": 1e-9}   # a clear choice
+
+
+def choice_draw(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice([3, 5, 6, 7, 12, 16, 24, 64, 100, 256, 1000])),
+            "nbytes": int(10 ** rng.uniform(1, 9.5)),
+            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+            "beta": float(10 ** rng.uniform(-11, -8.5))}
+
+
+def clear(case: dict[str, Any]) -> bool:
+    """A draw where the best choice beats every choice outside the 10 % band by ≥ 20 %
+    (so the verdict does not hinge on rounding)."""
+    times = sorted(modelled(*(case[k] for k in ("n", "nbytes", "alpha", "beta"))).values())
+    best = times[0]
+    return all(t <= best * TARGET or t >= best * TARGET * 1.2 for t in times)
+
+
+def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str]:
+    """(fault or None, one line): the chosen algorithm against the models' best."""
+    n, S, a, b = (case[k] for k in ("n", "nbytes", "alpha", "beta"))
+    times = modelled(n, S, a, b)
+    best = min(times, key=times.get)
+    if not isinstance(got, str) or got not in CHOICES:
+        return (f"returned {got!r}: return one of {list(CHOICES)}", "")
+    ratio = times[got] / times[best]
+    line = (f"n = {n}, S = {S:,} B: {got} {_ms(times[got])} vs best {best} "
+            f"{_ms(times[best])}")
+    if ratio <= TARGET:
+        return None, line
+    why = {"ring": "its 2(n−1) rounds of α dominate at this size",
+           "tree": "it sends the whole tensor in each of its 2⌈log2 n⌉ rounds",
+           "pipelined_tree": "its inner ranks send every byte three times (to a parent and "
+                             "two children)",
+           "halving_doubling": "with n not a power of two its fold sends S twice more"
+           if n & (n - 1) else "its log2 n rounds are not what this size needs"}[got]
+    return (f"{got} takes {_ms(times[got])} in the model, {ratio:.2f}× the best, {best} "
+            f"({_ms(times[best])}; α·rounds = {_ms(a * _rounds(best, n))}, S·β = "
+            f"{_ms(S * b)}): {why}", line)
+
+
+def _rounds(algorithm: str, n: int) -> int:
+    p = 1 << (n.bit_length() - 1)
+    return {"ring": 2 * (n - 1), "tree": 2 * math.ceil(math.log2(n)),
+            "halving_doubling": 2 * (p.bit_length() - 1) + (2 if n > p else 0),
+            "pipelined_tree": 2 * (n.bit_length() - 1)}[algorithm]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
 
 def _time_choice(algorithms: list[str], nbytes: int) -> dict[str, list[float]]:
     """Worker: each algorithm timed (3 runs after a warm-up) on this world."""
@@ -469,43 +781,35 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
     to run — "tree", "ring", "halving_doubling" or "pipelined_tree" — and must come within
     10 % of the best in the α–β models, on the prompt's cases and on draws it does not
     show; at one size where the choice is clear it is also run on real workers."""
-    __tracebackhide__ = True
-    name = getattr(my_allreduce_choice, "__name__", "my_allreduce_choice")
-    fixed = len(beyond.CHOICE_FIXED)
-    draws = Cases("allreduce_choice", seed, [], draws=40, draw=beyond.choice_draw)
-    cases = beyond.CHOICE_FIXED + [c.params for c in draws if beyond.clear(c.params)][:8]
+    trial = Trial("allreduce_choice", my_allreduce_choice, seed, CHOICE_FIXED, draws=40,
+                  draw=choice_draw, name="my_allreduce_choice", plan=True, timeout=timeout)
+    trial.cases[trial.shown:] = [c for c in trial.cases[trial.shown:] if clear(c.params)][:8]
     chosen: list[Any] = []
-    for i, case in enumerate(cases):
-        args = tuple(case[k] for k in ("n", "nbytes", "alpha", "beta"))
-        call = (f"{name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
+    for case in trial:
+        args = tuple(case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
+        call = (f"{trial.name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
                 f"beta={args[3]:.3g})")
-        got = call_local(my_allreduce_choice, *args) if i < fixed else \
-            answers.plan_call(my_allreduce_choice, args, name, call)
-        chosen.append(got)
-        fault, _ = beyond.judge_choice(got, case)
+        chosen.append(got := trial.call(case, *args, where=call))
+        fault, _ = judge_choice(got, case.params)
         if fault:
             unseen = f" — a case the prompt does not show: {answers.FUNCTION_OF_INPUTS}" \
-                if i >= fixed else ""
+                if trial.unseen(case) else ""
             fail(f"{call} {fault}{unseen}."
                  + answers.same_for_all(chosen, "choice", "message sizes and machines"))
-    real = beyond.REAL_CASE
+    real = REAL_CASE
     got = call_local(my_allreduce_choice, *(real[k] for k in ("n", "nbytes", "alpha", "beta")))
-    fault, line = beyond.judge_choice(got, real)
+    fault, line = judge_choice(got, real)
     if fault:
-        fail(f"{name}(n=4, nbytes={real['nbytes']:,}, alpha={real['alpha']:g}, "
+        fail(f"{trial.name}(n=4, nbytes={real['nbytes']:,}, alpha={real['alpha']:g}, "
              f"beta={real['beta']:g}) {fault}.")
-    times = beyond.modelled(real["n"], real["nbytes"], real["alpha"], real["beta"])
+    times = modelled(real["n"], real["nbytes"], real["alpha"], real["beta"])
     best = min(times, key=times.get)
-    try:
-        ran = run_in_world(_time_choice, real["n"], sorted({got, best}), real["nbytes"],
-                           fn=my_allreduce_choice, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, real["n"]))
+    ran = trial.world(_time_choice, real["n"], sorted({got, best}), real["nbytes"])
     measured = {a: min(max(ts) for ts in zip(*(r[a] for r in ran))) for a in ran[0]}
-    if measured[got] > beyond.REAL_SLACK * measured[best]:
+    if measured[got] > REAL_SLACK * measured[best]:
         fail(f"on 4 real ranks with {real['nbytes'] >> 20} MiB, {got} took "
              f"{measured[got] * 1e3:.3g} ms against {best}'s {measured[best] * 1e3:.3g} ms: "
              "choose by the model's terms, rounds·α against bytes·β.")
-    passed("allreduce_choice", f"within {beyond.TARGET - 1:.0%} of the model's best on "
-           f"{len(cases)} cases ({len(cases) - fixed} the prompt does not show); run for "
-           f"real ({line}): measured {measured[got] * 1e3:.3g} ms")
+    trial.passed(f"within {TARGET - 1:.0%} of the model's best on {len(trial)} cases "
+                 f"({len(trial) - trial.shown} the prompt does not show); run for real "
+                 f"({line}): measured {measured[got] * 1e3:.3g} ms")

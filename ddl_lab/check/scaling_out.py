@@ -2,9 +2,11 @@
 FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
 multi-host layout, with real processes joining (in two network namespaces where possible,
 else on loopback); when adding workers pays, in this process; a FedAvg plan within budgets
-(design, in ``_scaling_out_plans.py``; the entry point is here)."""
+(design)."""
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import tempfile
 from typing import Any, Callable
@@ -12,10 +14,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ddl_lab.ring_allreduce.cost import sent_bytes
+
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_on_workers, stub_message, task
-from ._diagnose import Cases, describe_value, differs, explain
-from ._scaling_out_plans import fedavg_plan
+from ._core import call_local, fail, on_workers, passed, stub_message, task
+from ._diagnose import describe_value, differs, explain
+from ._trial import Trial
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
 
@@ -28,7 +31,6 @@ def _name(fn: Callable) -> str:
 
 def _stub_first(fn: Callable, *args: Any) -> None:
     """The stub reported here, before any worker starts (other errors: on the workers)."""
-    __tracebackhide__ = True
     try:
         fn(*args)
     except NotImplementedError:
@@ -38,7 +40,6 @@ def _stub_first(fn: Callable, *args: Any) -> None:
 
 
 def _probe_checkpoint(save: Callable, load: Callable) -> None:
-    __tracebackhide__ = True
     import torch
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -139,22 +140,21 @@ def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     """Lesson 11, task 1: ``my_fedavg(states, sizes)`` — the server's step of FedAvg: the
     clients' state_dicts averaged entry by entry, client k weighted by its data size n_k:
     w = Σ n_k·w_k / Σ n_k, as a new dict (the clients' tensors unchanged)."""
-    __tracebackhide__ = True
     import torch
     _stub_first(my_fedavg, [{"w": torch.ones(1)}], [1])
     fixed = [{"K": 3, "sizes": [10, 50, 200], "dtype": "float32", "d": 4},
              {"K": 1, "sizes": [7], "dtype": "float64", "d": 2},
              {"K": 2, "sizes": [1, 99], "dtype": "float64", "d": 3},
              {"K": 5, "sizes": [3, 3, 3, 3, 3], "dtype": "float32", "d": 1}]
-    cases = list(Cases("fedavg", seed, fixed, draws=4, draw=_fed_case))
-    payload = [{**c.params, "seed": seed * 100 + c.index} for c in cases]
-    got = run_on_workers(_fed_rounds, WORKERS, my_fedavg, payload, learner_fn=my_fedavg)[0]
-    for case, (before, sizes, answer, after) in zip(cases, got):
+    trial = Trial("fedavg", my_fedavg, seed, fixed, draws=4, draw=_fed_case)
+    payload = [{**c.params, "seed": seed * 100 + c.index} for c in trial]
+    got = on_workers(_fed_rounds, WORKERS, my_fedavg, payload, fn=my_fedavg)[0]
+    for case, (before, sizes, answer, after) in zip(trial, got):
         message = _fed_message(_name(my_fedavg), before, sizes, answer, after, case)
         if message:
             fail(message)
     passed("fedavg", f"the server on rank 0 averaged real client models from {WORKERS} "
-           f"workers in {len(cases)} rounds (1–{max(c.params['K'] for c in cases)} clients, "
+           f"workers in {len(trial)} rounds (1–{max(c.params['K'] for c in trial)} clients, "
            "unequal sizes, float32 and float64), weighted by n_k")
 
 
@@ -175,6 +175,7 @@ def _train(case: dict, path: str, save: Callable | None, load: Callable | None,
     ``load`` returned, the final parameters, or None if stopped or the step is not an int)."""
     import torch
     import torch.distributed as dist
+
     from ddl_lab.ml.models import flat_params
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(case["seed"])                  # a restart runs the same code again
@@ -289,21 +290,20 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
-    __tracebackhide__ = True
     _probe_checkpoint(my_save_checkpoint, my_resume)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
              {"steps": 12, "every": 3, "kill": 6, "opt": "adam", "dtype": "float32"}]
-    cases = list(Cases("resume", seed, fixed, draws=3, draw=_resume_case))
-    payload = [{**c.params, "seed": seed * 100 + c.index} for c in cases]
+    trial = Trial("resume", my_save_checkpoint, seed, fixed, draws=3, draw=_resume_case)
+    payload = [{**c.params, "seed": seed * 100 + c.index} for c in trial]
     with tempfile.TemporaryDirectory(prefix="ddl-check-resume-") as folder:
-        got = run_on_workers(_resume_runs, WORKERS, my_save_checkpoint, my_resume, payload,
-                             folder, timeout=60, learner_fn=my_resume)[0]
-    for case, r in zip(cases, got):
+        got = on_workers(_resume_runs, WORKERS, my_save_checkpoint, my_resume, payload, folder,
+                         fn=my_resume, timeout=60)[0]
+    for case, r in zip(trial, got):
         message = _resume_message(_name(my_resume), r, case)
         if message:
             fail(message)
-    passed("resume", f"{len(cases)} runs on {WORKERS} workers stopped mid-way (before and "
+    passed("resume", f"{len(trial)} runs on {WORKERS} workers stopped mid-way (before and "
            "after checkpoints, SGD with momentum and Adam, float32 and float64) and resumed "
            "with fresh objects ended exactly where uninterrupted runs end")
 
@@ -379,9 +379,7 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
 
 def _real_run(fn: Callable) -> str:
     """Start 2 hosts × 2 processes with the learner's settings; what they reported."""
-    __tracebackhide__ = True
-    from ddl_lab.scaling_out.hosts import (Layout, VirtualHosts, free_port, run_with_env,
-                                           unavailable)
+    from ddl_lab.scaling_out.hosts import Layout, VirtualHosts, free_port, run_with_env, unavailable
     name, why = _name(fn), unavailable()
     if why is None:
         with VirtualHosts() as vh:
@@ -407,20 +405,19 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) of process
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
-    __tracebackhide__ = True
     from ddl_lab.scaling_out.hosts import Layout
     name = _name(my_rendezvous_env)
     fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
         (("10.200.0.1", "10.200.0.2"), 2, 29400), (("10.0.0.5", "10.0.0.9"), 1, 23456),
         (("192.168.1.10", "192.168.1.11", "192.168.1.12"), 3, 29500))]
-    cases = list(Cases("rendezvous_env", seed, fixed, draws=4, draw=_env_case))
-    for case in cases:
+    trial = Trial("rendezvous_env", my_rendezvous_env, seed, fixed, draws=4, draw=_env_case)
+    for case in trial:
         layout = Layout(**case.params)
         message = _env_message(name, layout, _envs(my_rendezvous_env, layout), case)
         if message:
             fail(message)
     where = _real_run(my_rendezvous_env)
-    passed("rendezvous_env", f"right for {len(cases)} layouts (2–4 hosts, 1–4 processes "
+    passed("rendezvous_env", f"right for {len(trial)} layouts (2–4 hosts, 1–4 processes "
            f"each), and 2 hosts × 2 processes started with your settings met on {where} "
            "and summed their ranks")
 
@@ -456,27 +453,26 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     max_workers)`` is the n in 1…max_workers with the shortest step of synchronous SGD on a
     fixed global batch: compute per_example·batch/n, plus for n > 1 a ring allreduce of the
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""
-    __tracebackhide__ = True
     name = _name(my_best_workers)
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
     fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle
                                            (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
                                            (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
                                            (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
-    cases = list(Cases("best_workers", seed, fixed, draws=8, draw=_pays_case))
+    trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=_pays_case)
     got = []
-    for case in cases:
+    for case in trial:
         n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
                               str(case), case.index >= len(fixed))
         if answers.whole(n) is None:
             fail(f"{name} returned {describe_value(n)}: return the number of workers, an int "
                  f"(a whole number, not the time per step). [{case}]")
         got.append(answers.whole(n))
-    wrong = [(c, n) for c, n in zip(cases, got)
+    wrong = [(c, n) for c, n in zip(trial, got)
              if _times(c.params, int(n)) > _times(c.params, _best(c.params)) * (1 + 1e-9)
              or not 1 <= n <= c.params["max_workers"]]
     if not wrong:
-        passed("best_workers", f"the best n for {len(cases)} cases (params 10⁴–10⁹, "
+        passed("best_workers", f"the best n for {len(trial)} cases (params 10⁴–10⁹, "
                "batches 32–16384, links 0.1–100 GB/s, 2–128 workers)")
         return
     mistakes = {
@@ -487,7 +483,7 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
         "undivided": "the compute is not divided among the workers: each computes batch/n",
         "range": "max_workers itself is never tried: the range is 1…max_workers inclusive"}
     for key, message in mistakes.items():
-        if all(_best(c.params, key) == n for c, n in zip(cases, got)):
+        if all(_best(c.params, key) == n for c, n in zip(trial, got)):
             fail(f"{name}: {message}. [{wrong[0][0]}]")
     c, n = wrong[0]
     b = _best(c.params)
@@ -498,3 +494,136 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
          f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).{unseen}")
 
 
+# ------------------------------------------------------------------
+# The design check: a FedAvg plan — local epochs E and the fraction C of clients per round —
+# that reaches a target test accuracy within R rounds, uploading at most U client models and
+# spending at most W client-epochs, run as the lesson's federated training on 3 real workers
+# (deterministic: every random choice comes from the seed, the round and the client).
+
+CLIENTS = 10                # K, as in the lesson
+SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
+TARGET = 0.85               # test accuracy to reach
+MAX_E = 20                  # local epochs a client may run in one round
+FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
+         {"rounds": 8, "uploads": 16, "epochs": 240}]
+DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
+
+
+def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
+    """Budgets the prompt never shows. The first drawn is run for real, so it is one that
+    k = 2 or 3 clients a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by
+    round 5 with them); the others range far (3–40 rounds, 1–10 uploads and 1–20 epochs a
+    round), judged by their arithmetic."""
+    calls = itertools.count()
+
+    def draw(rng: np.random.Generator) -> dict[str, int]:
+        if next(calls) == 0:
+            R, k, E = int(rng.integers(6, 11)), int(rng.integers(2, 4)), int(rng.integers(10, 16))
+            U = k * R + int(rng.integers(0, R))
+            return {"rounds": R, "uploads": U, "epochs": U * E + int(rng.integers(0, U))}
+        R = int(rng.integers(3, 41))
+        U = int(rng.integers(R, 10 * R + 1))
+        return {"rounds": R, "uploads": U, "epochs": int(rng.integers(U, 20 * U + 1))}
+    return draw
+
+
+def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
+    if problem := answers.plan(out, name, {"E": "local epochs",
+                                         "C": "the fraction of clients per round"}, f" ({case})"):
+        fail(problem)
+    E, C = answers.whole(out["E"]), answers.scalar(out["C"])
+    if E is None or not 1 <= E <= MAX_E:
+        fail(f"{name} chose E = {out['E']!r}: a whole number of local epochs from 1 to {MAX_E} "
+             f"(what a client can afford in one round) ({case}).")
+    if C is None or not 0 < C <= 1:
+        fail(f"{name} chose C = {out['C']!r}: the fraction of the {CLIENTS} clients picked "
+             f"each round, 0 < C ≤ 1 ({case}).")
+    return E, C
+
+
+def clients_per_round(C: float) -> int:
+    """⌊C·K⌋ clients, at least one (a float32 0.7 still picks 7)."""
+    return max(1, int(np.floor(C * CLIENTS + 1e-6)))
+
+
+@functools.lru_cache(maxsize=16)
+def _federated(rounds: int, E: int, C: float) -> tuple[list[float], int]:
+    """(test accuracy after each round, models uploaded) of the lesson's FedAvg run."""
+    from ddl_lab.scaling_out.federated import federated
+    run = on_workers(functools.partial(federated, K=CLIENTS, rounds=rounds, E=E, C=C,
+                                       skew=SKEW), 3, fn=federated, timeout=120)[0]
+    return run.accuracy, sum(run.alive)
+
+
+@task("scaling_out")
+def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) -> None:
+    """Lesson 11, design: ``my_fedavg_plan(rounds, uploads, epochs)`` returns {E, C} such that
+    FedAvg on the lesson's 10 label-skewed clients (skew 0.5) reaches 85 % test accuracy
+    within ``rounds`` rounds, with at most ``uploads`` client models sent to the server and
+    at most ``epochs`` local epochs in all (each picked client runs E per round). Every
+    case's budgets are checked — the fixed ones and budgets drawn per call, far from them —
+    and the fixed ones and the first drawn run as federated training on real workers."""
+    name = getattr(my_fedavg_plan, "__name__", "your function")
+    trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN, draw=_draws())
+    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
+                                       c.index >= len(FIXED)), name, c) for c in trial]
+    for case, (E, C) in zip(trial, plans):
+        _budgets(name, case, E, C, plans)
+    done = []
+    for case, (E, C) in zip(trial.cases[:len(FIXED) + 1], plans):
+        R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
+        per_round = clients_per_round(C)
+        accuracy, uploaded = _federated(R, E, per_round / CLIENTS)
+        reached = next((t for t, a in enumerate(accuracy) if a >= TARGET), None)
+        if reached is None:
+            fail(f"{_chose(name, case, E, C)}: after {R} rounds the test accuracy was "
+                 f"{', '.join(f'{100 * a:.1f}%' for a in accuracy[1:])} — never {TARGET:.0%}. "
+                 + _accuracy_hint(E, per_round, R, U, W) + _unseen(case, plans) + f" ({case})")
+        done.append(f"{TARGET:.0%} in round {reached} of {R}, {uploaded} of {U} uploads, "
+                    f"{uploaded * E} of {W} epochs")
+    passed("fedavg_plan", f"FedAvg on 3 real workers — {'; '.join(done)}; and {len(trial)} "
+           "budgets (3–40 rounds) kept")
+
+
+def _chose(name: str, case: Any, E: int, C: float) -> str:
+    R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
+    return (f"{name}(rounds={R}, uploads={U}, epochs={W}) chose E = {E}, C = {C:g} "
+            f"({clients_per_round(C)} client(s) a round)")
+
+
+def _unseen(case: Any, plans: list) -> str:
+    return (" These budgets were drawn by the check, not shown in the prompt." if
+            case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+
+
+def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
+    """Fails if the plan uploads more models or runs more local epochs than the budgets."""
+    R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
+    per_round = clients_per_round(C)
+    if per_round * R > U:
+        fail(f"{_chose(name, case, E, C)}: {R} rounds upload {per_round * R} models, over {U}. "
+             + _upload_hint(per_round, U) + _unseen(case, plans) + f" ({case})")
+    if per_round * R * E > W:
+        fail(f"{_chose(name, case, E, C)}: the clients would run {per_round * R} × {E} = "
+             f"{per_round * R * E} local epochs, over {W}: fewer epochs per round, or fewer "
+             f"clients.{_unseen(case, plans)} ({case})")
+
+
+def _upload_hint(per_round: int, U: int) -> str:
+    if per_round >= min(U, CLIENTS):
+        return ("The budget is for the whole run, not one round: every picked client uploads "
+                "its model in every round.")
+    return f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}."
+
+
+def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:
+    if clients == 1:
+        return ("One client a round: the average of one model is that client's model, which "
+                "knows its own digits best — take more clients a round.")
+    spare = W // (clients * R)
+    if E < spare:
+        return (f"Local epochs cost no bytes: with {clients} clients a round the budget allows "
+                f"E = {min(spare, MAX_E)}, and more local work makes each round count more "
+                "(FedAvg's point against FedSGD).")
+    return ("Spend the budgets differently: more clients a round average out the clients' "
+            f"skew, more local epochs make each round count (U = {U}, W = {W}).")

@@ -2,19 +2,20 @@
 the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
 darts that lands within a tolerance of π in most runs.
 
-Tasks 1, 2 and 4 run on real workers with 4 ranks (the lesson's) and then 3, so a hard-coded
-world size shows; lesson 04's checks use the same two warm clusters (task 4 carves its worlds
-of 1–4 ranks out of the 4-rank one)."""
+Tasks 1 and 2 run on whole clusters of 4 ranks (the lesson's) and then 3, so a hard-coded
+world size shows and a timeout says where each rank waited (``_core.run_on_workers``); task
+4 runs its plans on worlds of 1–4 ranks carved out of the checks' one warm cluster."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from ddl_lab.runtime.worlds import Raised, in_worlds
+from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_on_workers, task
-from ._diagnose import Cases, describe_value, only_right_for, returned_none
+from ._core import call_local, fail, passed, run_cases, run_on_workers, task
+from ._diagnose import describe_value, only_right_for, returned_none
+from ._trial import Trial
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
@@ -42,7 +43,6 @@ def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
 @task("welcome")
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
-    __tracebackhide__ = True
     name, right = getattr(my_rank, "__name__", "my_rank"), []
     for n in world_sizes:
         got = run_on_workers(my_rank, n, learner_fn=my_rank)
@@ -86,7 +86,6 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
                  world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
-    __tracebackhide__ = True
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
     for n in world_sizes:                   # the sums first, at every size; then the calls
         want = n * (n - 1) // 2
@@ -178,12 +177,11 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
     ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
     √(π(4−π)/N) ≤ eps: ⌈π(4−π) / (workers·eps²)⌉ (one more is accepted)."""
-    __tracebackhide__ = True
     name = getattr(my_darts_per_rank, "__name__", "my_darts_per_rank")
     fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
              {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
-    cases = Cases("darts_per_rank", seed, fixed, draws=3, draw=_darts_case)
-    for case in cases:
+    trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=_darts_case)
+    for case in trial:
         eps, w = case.params["eps"], case.params["workers"]
         got = call_local(my_darts_per_rank, eps, w)
         n = _as_count(got)
@@ -197,7 +195,7 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
         fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
              f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
              f"{_darts_fault(n, need, w, eps)} [{case}].")
-    passed("darts_per_rank", f"on {len(cases)} cases (eps from 0.2 down to 0.0005, 1–16 "
+    passed("darts_per_rank", f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 "
            "workers): N = π(4−π)/eps² darts in all, shared by the ranks, rounded up")
 
 
@@ -267,28 +265,28 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     darts)`` — 1–4 workers, at most per_rank_max darts each, at most budget in all — and the
     lesson's ``monte_carlo_pi``, run for real on that many ranks with seeds 0…199, lands
     within tol of π in at least 80 % of the runs."""
-    __tracebackhide__ = True
     name = getattr(my_pi_plan, "__name__", "my_pi_plan")
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
-    everything = list(Cases("pi_plan", seed, fixed, draws=6, draw=lambda rng: next(kinds)(rng)))
+    everything = Trial("pi_plan", my_pi_plan, seed, fixed, draws=6, name="my_pi_plan",
+                       plan=True, draw=lambda rng: next(kinds)(rng))
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
-    outs = [call_local(my_pi_plan, *args) if k < len(fixed) else answers.plan_call(
-        my_pi_plan, args, name, f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, budget = "
-        f"{args[2]:,}") for k, args in enumerate(limits)]
+    outs = [everything.call(c, *args, where=f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, "
+                            f"budget = {args[2]:,}") for c, args in zip(everything, limits)]
     same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
-    per_rank = run_on_workers(in_worlds, PI_WORKERS, _pi_runs,
-                              [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
-                              learner_fn=my_pi_plan,
-                              timeout=60.0)
+    try:
+        outcomes = run_cases(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
+                             fn=my_pi_plan, timeout=60.0)
+    except WorldFailed as e:
+        fail(e.failure.message(name, 0))
     report = []
-    for k, (case, (w, d)) in enumerate(zip(cases, plans)):
-        estimates = per_rank[0][k]
-        if isinstance(estimates, Raised):
+    for case, (w, d), outcome in zip(cases, plans, outcomes):
+        if outcome.failure is not None:
             fail(f"the workers failed running monte_carlo_pi({d}, seed) on {w} ranks: "
-                 f"{estimates.text.splitlines()[-1]} [{case}]")
+                 f"{outcome.failure.line} [{case}]")
+        estimates = outcome.results[0]
         tol = case.params["tol"]
         within = sum(abs(e - math.pi) <= tol for e in estimates)
         if within < PI_SHARE * PI_RUNS:
@@ -306,7 +304,6 @@ PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1
 
 def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
     """A plan judged by its arithmetic: the normal approximation's share of runs within tol."""
-    __tracebackhide__ = True
     tol = case.params["tol"]
     z = tol / _standard_error(w * d)
     share = math.erf(z / math.sqrt(2))
@@ -319,7 +316,6 @@ def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
 
 def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int, int]:
     """The learner's (workers, darts) as ints, or a CheckFailed naming the broken limit."""
-    __tracebackhide__ = True
     p = case.params
     if not isinstance(plan, (tuple, list)) or len(plan) != 2:
         fail((returned_none(plan, name, "a pair (workers, darts)") or

@@ -3,9 +3,7 @@ course, lesson by lesson, as passed / failed / not tried, read from the verdicts
 checks record locally (``ddl_lab/check/_record.py``)."""
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +25,14 @@ class Status:
 
 def course_tasks() -> dict[str, list[str]]:
     """Every graded task, by lesson slug, in the order of the lessons' numbers."""
-    import ddl_lab.check as check
-    course = Path(check.__file__).resolve().parents[2] / "lessons"
+    from ddl_lab import check                 # declares every task, listed in lesson order
+    from ddl_lab.check._core import TASKS
+    course = Path(__file__).resolve().parents[2] / "lessons"
     number = {p.stem[3:]: p.stem[:2] for p in course.glob("[0-9][0-9]_*.ipynb")}
-    slugs = [m.name for m in pkgutil.iter_modules(check.__path__) if not m.name.startswith("_")]
-    slugs.sort(key=lambda s: (number.get(s, "99"), s))
-    return {s: list(importlib.import_module(f"ddl_lab.check.{s}").__all__) for s in slugs}
+    by_lesson: dict[str, list[str]] = {}
+    for spec in sorted(TASKS.values(), key=lambda t: check.__all__.index(t.name)):
+        by_lesson.setdefault(spec.lesson, []).append(spec.name)
+    return dict(sorted(by_lesson.items(), key=lambda kv: (number.get(kv[0], "99"), kv[0])))
 
 
 def read_progress(path: Path | None = None) -> dict[tuple[str, str], Status]:

@@ -8,7 +8,7 @@ import pytest
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
-from ddl_lab.check._compression_plans import sample_gradient
+from ddl_lab.check.compression import sample_gradient
 from tests.learner_types import STYLES, in_learner_types
 
 STEM = "08_compression"

@@ -8,7 +8,7 @@ import pytest
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
-from ddl_lab.check._model_parallel_plans import slot_bubble
+from ddl_lab.check.model_parallel import slot_bubble
 from ddl_lab.model_parallel.pipeline import SCHEDULES, ideal_bubble
 
 STEM = "09_model_parallel"

@@ -243,12 +243,6 @@ def test_restore_mistakes_are_named(wrong, fault):
 
 # ------------------------------------------------------------- every check
 
-def test_the_package_rate_is_refused():
-    from ddl_lab.parameter_server import rules
-    with pytest.raises(CheckFailed, match="package's own implementation"):
-        check.staleness_lr(rules._staleness_lr)
-
-
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("task", ["ssp_gate", "staleness_lr", "restore_shard"])
 def test_solutions_in_learner_number_types_pass(task, style, solution, capsys):

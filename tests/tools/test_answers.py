@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ddl_lab.check._answers import pair, plan, scalar, whole
+from ddl_lab.check import CheckFailed
+from ddl_lab.check._answers import Real, Whole, answer, pair, plan, scalar, whole
 
 NUMBERS = [(3, 3.0), (2.5, 2.5), (np.float32(3.25), 3.25), (np.int64(-4), -4.0),
            (np.array(2.0), 2.0), (np.array([2.0]), 2.0), (torch.tensor(1.5), 1.5),
@@ -54,3 +55,25 @@ def test_plan_names_the_missing_keys():
     assert plan({"tau": 1}, "my_plan", keys) == (
         "my_plan returned dict {'tau': 1}; return a dict with the keys tau and "
         "error_feedback.")
+
+
+def test_declared_constraints_read_their_interval_and_say_it_in_one_wording():
+    assert str(Whole(1, 64)) == "a whole number from 1 to 64"
+    assert str(Real(0, 1, closed="right")) == "a number in (0, 1]"
+    assert str(Real(0, what="the seconds")) == "the seconds ≥ 0"
+    assert Whole(1, 64).read(np.float32(3.0)) == 3 and Whole(1, 64).read(0) is None
+    assert Whole(1, 64).read(2.5) is None and Whole(1, 64).read(True) is None
+    assert Real(0, 1, closed="right").read(1) == 1.0
+    assert Real(0, 1, closed="right").read(0.0) is None
+    assert Real(closed="neither").read(float("inf")) is None
+    assert Real().read(float("nan")) is None
+
+
+def test_an_answer_outside_its_constraint_fails_saying_what_came_back():
+    with pytest.raises(CheckFailed, match=r"f\(n=3\) returned a list of shape \(2,\); "
+                                          r"return a whole number from 1 to 64\."):
+        answer([1, 2], Whole(1, 64), "f", "f(n=3)")
+    with pytest.raises(CheckFailed, match="f returned None: the function has no `return`"):
+        answer(None, Whole(1, 64), "f", "f(n=3)")
+    assert answer(torch.tensor(5.0), Whole(1, 64), "f", "f(n=3)") == 5
+

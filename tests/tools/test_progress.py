@@ -88,5 +88,5 @@ def test_every_check_records_its_own_task_and_lesson(task, progress):
              if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
     with pytest.raises(CheckFailed, match="not implemented"):
         fn(*[_stub] * len(needs))
-    lesson = check._owner[task]                 # the lesson module that exports the check
+    lesson = fn.task.lesson                     # the lesson that declares the check
     assert read_progress(progress)[(lesson, task)].state == "failed"

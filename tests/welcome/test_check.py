@@ -24,11 +24,6 @@ def stub(*args):
 
 # ------------------------------------------------------------------ task 1: my_rank
 
-def test_rank_solution_passes(solution, capsys):
-    check.rank(solution("00_welcome", "my_rank"))
-    assert "✔ rank: passed" in capsys.readouterr().out
-
-
 def test_rank_accepts_a_tensor_style_answer(cell, capsys):
     ns = cell("""
 def my_rank():
@@ -36,11 +31,6 @@ def my_rank():
 """, torch=torch, dist=dist)
     check.rank(ns["my_rank"])
     assert "✔ rank: passed" in capsys.readouterr().out
-
-
-def test_rank_stub_is_not_implemented_yet():
-    with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.rank(stub)
 
 
 def right_only_with_four_ranks():
@@ -128,11 +118,6 @@ def only_rank_zero_reduces():            # the others never join: a deadlock
     return int(t.item())
 
 
-def test_sum_solution_passes(solution, capsys):
-    check.sum_of_ranks(solution("00_welcome", "my_sum_of_ranks"))
-    assert "✔ sum_of_ranks: passed" in capsys.readouterr().out
-
-
 def test_sum_accepts_a_float_tensor_and_a_0d_tensor_from_a_cell(cell, capsys):
     check.sum_of_ranks(float_tensor_style)
     ns = cell("""
@@ -145,11 +130,6 @@ def my_sum_of_ranks():
 """, torch=torch)
     check.sum_of_ranks(ns["my_sum_of_ranks"])
     assert capsys.readouterr().out.count("✔ sum_of_ranks: passed") == 2
-
-
-def test_sum_stub_is_not_implemented_yet():
-    with pytest.raises(CheckFailed, match="stub is not implemented yet"):
-        check.sum_of_ranks(stub)
 
 
 @pytest.mark.parametrize("wrong, hint", [

@@ -32,10 +32,10 @@ def watched_modules(load: bool = True) -> list[types.ModuleType]:
     """The modules a fingerprint covers (imported first unless ``load`` is False)."""
     names = list(MODULES)
     if load:
-        for package in PACKAGES:
-            root = importlib.import_module(package)
-            for info in pkgutil.iter_modules(root.__path__):
-                importlib.import_module(f"{package}.{info.name}")
+        importlib.import_module("ddl_lab.check")    # every check module (``_core.TASKS``)
+        runtime = importlib.import_module("ddl_lab.runtime")
+        for info in pkgutil.iter_modules(runtime.__path__):
+            importlib.import_module(f"ddl_lab.runtime.{info.name}")
     names += sorted(n for n in sys.modules if n.startswith(tuple(p + "." for p in PACKAGES))
                     or n in PACKAGES)
     return [sys.modules[n] for n in names if n in sys.modules]

@@ -8,8 +8,8 @@ fresh process (``python -P -s -c "…serve()"``: an empty folder of its own, kep
 (``fingerprint.py``), and then, one task at a time as the grader asks over its stdin:
 
 1. loads the learner's functions (unpickling runs learner code: fingerprinted after);
-2. runs the pristine check on them with the judge's own recorder (``_record.SINK``) —
-   under the instructor's seed if there is one (``_diagnose.GRADING_SEED``);
+2. runs the pristine check on them with the judge's own recorder and under the instructor's
+   seed if there is one (``_record.grade_with``);
 3. fingerprints again — itself, and the workers of every cluster the check used — and
    looks for threads of learner code still running;
 4. answers on a channel of its own (a copy of its stdout made before any learner code
@@ -280,12 +280,11 @@ def serve() -> None:
     os.dup2(2, 1)                            # learner prints go to the log, not the channel
     seed = json.loads(sys.stdin.readline()).get("seed")
     import ddl_lab.check as check
-    from ddl_lab.check import _core, _diagnose, _record
+    from ddl_lab.check import _core, _record
     from .fingerprint import changes, fingerprint
     from dill import loads as load     # the calls, as the kernel took them (handover.py)
     entries: list[dict] = []
-    _record.SINK = entries.append
-    _diagnose.GRADING_SEED = seed
+    _record.grade_with(entries.append, seed)
     checks = {name: getattr(check, name) for name in check.__all__}
     failure, text = _core.CheckFailed, BaseException.__str__
     base, base_value = fingerprint(), fingerprint(exact=False)

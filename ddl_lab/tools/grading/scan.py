@@ -21,7 +21,7 @@ import nbformat
 from .discover import Exercise
 
 PRIVATE = re.compile(r"\b(ddl_lab\.check\._\w+|_record|_core|_diagnose|_answers|"
-                     r"ddl_lab\.tools\.grading|handover|wiretap|GRADING_SEED|SINK|"
+                     r"ddl_lab\.tools\.grading|handover|wiretap|GRADING_SEED|SINK|grade_with|"
                      r"CheckFailed|DDL_LAB_GRADE\w*)\b")
 CALLS = {"_getframe": "reads the call stack (sys._getframe)",
          "currentframe": "reads the call stack (inspect.currentframe)",
