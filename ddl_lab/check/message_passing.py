@@ -1,13 +1,8 @@
 """Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient over shards, one Pregel superstep of PageRank, a binomial-tree gather (judged by
-its shape too), the time of a tree gather, a broadcast pipelined down a chain (its shape
-too), and the chunking of that broadcast. Each runs the learner's function on seeded cases
-(on real worker processes that talk through ``ddl_lab.message_passing.comm``, with 4 and 3
-ranks and several roots, except the tree gather's formula); a failure quotes its case.
-
-A receive from ANY_SOURCE may return the messages in any order; on the gather's root
-the check makes it return them latest rank first, so an answer that relies on arrival
-order fails every time, not when the scheduler happens to reorder them."""
+gradient, a Pregel superstep of PageRank, a binomial-tree gather and a pipelined chain
+broadcast (judged by their shape too), a tree gather's time and a broadcast's chunking. The
+learner's code runs on seeded cases on real workers that talk through the lesson's ``comm``
+(4 and 3 ranks, several roots); a failure quotes its case."""
 from __future__ import annotations
 
 import functools
@@ -17,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
+from ddl_lab.runtime.costs import message_time
 
 from . import _answers as answers
 from ._answers import FUNCTION_OF_INPUTS, same_for_all
@@ -34,23 +30,25 @@ _PKG = "ddl_lab.message_passing"
 
 
 def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable) -> Trial:
-    """Each case on n real workers that talk through the lesson's ``comm``; a failure gets
-    its case and the cases that passed when they differ from it only in the world size or
-    the root."""
     return Trial(task, fn, seed, fixed, draws=1, draw=draw, timeout=DEFAULT_TIMEOUT)
 
 
-def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any) -> tuple[list, list]:
-    """Run ``worker(comm, *args)`` on n real workers; (results, per-rank message records).
-
-    Each wait inside the communicator times out after a quarter of the check's time, so a
-    deadlock is reported by the ranks themselves (who waited for whom, which tag)."""
+def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any,
+                send_recv_only: bool = False) -> tuple[list, list]:
+    """``worker(comm, *args)`` on n real workers: (results, per-rank message records). Each
+    wait in the communicator times out after a quarter of the check's time, so the ranks
+    report a deadlock themselves; ``send_recv_only`` refuses the communicator's collectives."""
     total = DEFAULT_TIMEOUT
     out = trial.world(comm_main, n, worker, args, {}, total / 4, total / 2)
-    return [r for r, _ in out], [rec for _, rec in out]
+    records = [rec for _, rec in out]
+    used = sorted({s[3] for rec in records for s in rec["sent"]} - {"send"})
+    if send_recv_only and used:
+        fail(f"{trial.name} used comm.{used[0]}: this task is to build it from comm.send and "
+             "comm.recv only.")
+    return [r for r, _ in out], records
 
 
-def _each(trial: Trial, one: Callable[[Any], None]) -> list[str]:
+def _each(trial: Trial, one: Callable[[Any], None]) -> str:
     """``trial.each(one)``, naming the sizes and roots that passed; the sizes that passed."""
     def hint(case: Any) -> str:
         n, root = case.params["n"], case.params.get("root")
@@ -60,14 +58,7 @@ def _each(trial: Trial, one: Callable[[Any], None]) -> list[str]:
         return (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
                 only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n else "")
     trial.each(one, hint)
-    return sorted({f"{c.params['n']} ranks" for c in trial.right}, reverse=True)
-
-
-def _only_send_recv(name: str, records: list[dict]) -> None:
-    used = sorted({s[3] for rec in records for s in rec["sent"]} - {"send"})
-    if used:
-        fail(f"{name} used comm.{used[0]}: this task is to build it from comm.send and "
-             "comm.recv only.")
+    return " and ".join(sorted({f"{c.params['n']} ranks" for c in trial.right}, reverse=True))
 
 
 def _root_case(rng: np.random.Generator) -> dict[str, Any]:
@@ -92,15 +83,14 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index)
-        _only_send_recv(trial.name, records)
+        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index,
+                                   send_recv_only=True)
         want = [gather_value(r, case.index) for r in range(n)]
         _judge_gather(trial.name, got, want, root, n, records)
 
-    right = _each(trial, one)
-    trial.passed(f"on {' and '.join(right)} with roots 0, 3, 2 and a drawn one, the root "
-           "got every rank's value in rank order (its ANY_SOURCE receives answered latest "
-           "rank first), from one message per other rank")
+    trial.passed(f"on {_each(trial, one)} with roots 0, 3, 2 and a drawn one, the root got every "
+                 "rank's value in rank order (its ANY_SOURCE receives answered latest rank "
+                 "first), from one message per other rank")
 
 
 def _judge_gather(name: str, got: list, want: list, root: int, n: int,
@@ -170,14 +160,12 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index)
-        _only_send_recv(trial.name, records)
+        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index,
+                                   send_recv_only=True)
         _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
 
-    right = _each(trial, one)
-    trial.passed(f"on {' and '.join(right)} with roots 0, 2, 1 and a drawn one, every "
-           "rank got its own chunk, the root sending each other rank one message of that "
-           "chunk's size")
+    trial.passed(f"on {_each(trial, one)} with roots 0, 2, 1 and a drawn one, every rank got its "
+                 "own chunk, the root sending each other rank one message of that chunk's size")
 
 
 def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: int) -> None:
@@ -251,9 +239,8 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
                              theta, shards)
         _judge_gradient(my_parallel_gradient, got, theta, shards, case.params["sizes"])
 
-    right = _each(trial, one)
-    trial.passed(f"on {' and '.join(right)}, every rank holds ∇J(θ) over all "
-           "m examples, from shards of unequal sizes (an empty one too), float64 and float32")
+    trial.passed(f"on {_each(trial, one)}, every rank holds ∇J(θ) over all m examples, from "
+                 "shards of unequal sizes (an empty one too), float64 and float32")
 
 
 def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
@@ -316,9 +303,9 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
         {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
         {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
         _pagerank_case)
-    right = _each(trial, lambda case: _pagerank_one(trial, case))
-    trial.passed(f"on {' and '.join(right)}, every superstep matches power "
-           "iteration on graphs of 17–39 pages with dangling pages, damping 0.6–0.9")
+    trial.passed(f"on {_each(trial, lambda case: _pagerank_one(trial, case))}, every superstep "
+                 "matches power iteration on graphs of 17–39 pages with dangling pages, damping "
+                 "0.6–0.9")
 
 
 def _pagerank_one(trial: Trial, case: Any) -> None:
@@ -385,15 +372,14 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     def one(case: Any) -> None:
         n, name = case.params["n"], trial.name
         values = [gather_value(r, case.index) for r in range(n)]
-        out, records = _on_workers(trial, worker, n, my_tree_gather, values)
-        _only_send_recv(name, records)
-        judge_tree(name, [s for _, s in out], n)
+        out, _ = _on_workers(trial, worker, n, my_tree_gather, values, send_recv_only=True)
+        if fault := shape_fault([s for _, s in out]):
+            fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
         _judge_gathered(name, [r for r, _ in out], values, 0, n)
 
-    right = _each(trial, one)
-    trial.passed(f"on {' and '.join(right)}, rank 0 got every value in rank order, "
-           "each other rank sending one message — its whole subtree — to its parent "
-           "r − 2^k in the binomial tree")
+    trial.passed(f"on {_each(trial, one)}, rank 0 got every value in rank order, each other rank "
+                 "sending one message — its whole subtree — to its parent r − 2^k in the "
+                 "binomial tree")
 
 
 # ------------------------------------------------------- task 6: a tree gather's time
@@ -408,9 +394,9 @@ def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
                   _tree_gather_seconds, TREE_MISTAKES, "the predicted seconds as a number",
                   "count the rounds, and in each round the size of its longest message (how "
                   "many values its sender holds by then).")
-    trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, "
-           "S = 0 and α = 0 included) match ⌈log2 n⌉·α + (n − 1)·S·β: the tree saves latency "
-           "terms, not the bytes that reach the root")
+    trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, S = 0 and α = 0 "
+                 "included) match ⌈log2 n⌉·α + (n − 1)·S·β: the tree saves latency terms, not "
+                 "the bytes that reach the root")
 
 
 # ------------------------------------------------ task 7: a pipelined chain broadcast
@@ -428,13 +414,12 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
-        out, records = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k)
-        _only_send_recv(trial.name, records)
+        out, _ = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k,
+                             send_recv_only=True)
         judge_chain(trial.name, [r for r, _ in out], [log for _, log in out], numel, k)
 
-    right = _each(trial, one)
-    trial.passed(f"on {' and '.join(right)}, every rank got the root's array, each "
-           "link carrying one message per piece, each piece forwarded before the next came")
+    trial.passed(f"on {_each(trial, one)}, every rank got the root's array, each link carrying "
+                 "one message per piece, each piece forwarded before the next came")
 
 
 # ------------------------------------------------ task 8: pipelining a broadcast
@@ -452,8 +437,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, PIPE_FIXED,
                   draws=DRAWS, draw=pipe_draw, name="my_pipeline_chunks",
                   plan=True, timeout=DEFAULT_TIMEOUT)
-    fixed, real = trial.shown, trial.shown + REAL_DRAWS
-    name, shown, chosen = trial.name, [], []
+    name, shown, chosen, real = trial.name, [], [], REAL_DRAWS
     for case in trial:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
         call = f"{name}(n={n}, nbytes={S}, alpha={a:.3g}, beta={b:.3g})"
@@ -461,8 +445,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
         k = pieces_of(trial.call(case, n, S, a, b, where=call), name, call, S // 8)
         chosen.append(k)
         t, sent = None, (n - 1) * k
-        if k <= MAX_PIECES and (not unseen or (real > fixed and
-                                                     runs_for_real(case.params, k))):
+        if k <= MAX_PIECES and (not unseen or (real and runs_for_real(case.params, k))):
             real -= unseen                      # the first small unseen machine runs too
             ok, records = _on_workers(trial, pipeline_worker, n, S // 8, k)
             messages = join_records(records)
@@ -483,12 +466,6 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
            "chunking each time, the time modelled (α–β, not a clock) from the messages the "
            "real workers sent")
 
-
-# ------------------------------------------------------------------
-# Lesson 04's reasoning and design tasks on what messages cost: the α–β time of a binomial-
-# tree gather (and the mistakes that give other times), and a broadcast pipelined down a
-# chain of real workers, its chunking chosen by the learner and its time counted from the
-# messages it sent.
 
 TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
 MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
@@ -589,16 +566,13 @@ def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
 
 def model_time(n: int, numel: int, pieces: int, a: float, b: float, header: int) -> float:
     """The α–β time of ``pieces`` pieces (the largest sets the pace) down n − 1 links."""
-    largest = 8 * math.ceil(numel / pieces) + header
-    return (n - 2 + pieces) * (a + largest * b)
+    return (n - 2 + pieces) * message_time(8 * math.ceil(numel / pieces) + header, a, b)
 
 
 def fastest(n: int, numel: int, a: float, b: float, header: int) -> tuple[int, float]:
     """The number of pieces (1 … MAX_PIECES) with the least modelled time, and that time."""
-    k = np.arange(1, min(numel, MAX_PIECES) + 1)
-    t = (n - 2 + k) * (a + (8 * np.ceil(numel / k) + header) * b)
-    best = int(np.argmin(t))
-    return int(k[best]), float(t[best])
+    return min(((k, model_time(n, numel, k, a, b, header))
+                for k in range(1, min(numel, MAX_PIECES) + 1)), key=lambda kt: kt[1])
 
 
 def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
@@ -648,27 +622,37 @@ def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
                    f"{t / best_t - 1:.0%} slower (the target: within {TARGET - 1:.0%}) — {why}")
 
 
-# ------------------------------------------------------------------
-# Lesson 04's shaped communication, judged by its shape as well as its result.
-#
-# The binomial-tree gather: every message the learner's ranks send is recorded with the
-# ranks whose values it carries, and the shape must be the tree's — rank r ≠ 0 sends once,
-# to r − 2^k (2^k the lowest set bit of r), everything of its subtree r … r + 2^k − 1 in
-# that one message. A flat gather, a chain, a tree of another shape or a subtree sent in
-# pieces is named. The pipelined chain broadcast: every send and receive is logged in call
-# order, and each piece must go down the chain, one message per piece, each forwarded before
-# the next arrives. A flat broadcast, store-and-forward and a whole message forwarded at
-# once are named.
+# ------------------------------------------------ communicators the checks watch
 
-class LatestFirst:
-    """The root's communicator for the gather check: ``recv(ANY_SOURCE)`` (any tag) returns
-    the message of the highest rank not yet received from — an order MPI allows."""
+class Logged:
+    """The learner's communicator, every send and receive logged in call order as
+    ('send', destination, ranks carried) or ('recv', source, ranks carried)."""
 
     def __init__(self, comm: Any):
-        self._comm, self._left = comm, set(range(comm.size)) - {comm.rank}
+        self._comm, self.log = comm, []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._comm, name)
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self.log.append(("send", int(dest), carried(obj)))
+        self._comm.send(obj, dest, tag)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             timeout: float | None = None) -> Any:
+        obj = self._comm.recv(source, tag, timeout)
+        self.log.append(("recv", int(source), carried(obj)))
+        return obj
+
+
+class LatestFirst(Logged):
+    """The gather's root: ``recv(ANY_SOURCE)`` (any tag) returns the message of the highest
+    rank not yet received from — an order MPI allows, so an answer that relies on arrival
+    order fails every time, not when the scheduler happens to reorder the messages."""
+
+    def __init__(self, comm: Any):
+        super().__init__(comm)
+        self._left = set(range(comm.size)) - {comm.rank}
 
     def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              timeout: float | None = None) -> Any:
@@ -711,24 +695,11 @@ def carried(obj: Any, depth: int = 0) -> list[int]:
     return []
 
 
-class Watched:
-    """The learner's communicator, each send recorded as (destination, ranks carried)."""
-
-    def __init__(self, comm: Any):
-        self._comm, self.sends = comm, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._comm, name)
-
-    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self.sends.append((int(dest), carried(obj)))
-        self._comm.send(obj, dest, tag)
-
-
 def worker(comm: Any, fn: Callable, values: list) -> tuple[Any, list]:
-    """Worker: ``fn(comm, value)`` on a watched communicator; (result, sends)."""
-    watched = Watched(comm)
-    return fn(watched, values[comm.rank]), watched.sends
+    """Worker: ``fn(comm, value)`` on a logged communicator; (result, its sends as
+    (destination, ranks carried))."""
+    logged = Logged(comm)
+    return fn(logged, values[comm.rank]), [(d, c) for op, d, c in logged.log if op == "send"]
 
 
 def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
@@ -769,44 +740,6 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
             f"of it. {tree}")
 
 
-def judge_tree(name: str, sends: list, n: int) -> None:
-    """Fail with the named shape if the gather was not the binomial tree."""
-    fault = shape_fault(sends)
-    if fault:
-        fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
-
-
-# ------------------------------------------------------------ the pipelined chain
-
-class Logged:
-    """The learner's communicator, every send and receive logged in call order as
-    ('send', destination, numbers sent) or ('recv', source, numbers received)."""
-
-    def __init__(self, comm: Any):
-        self._comm, self.log = comm, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._comm, name)
-
-    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self.log.append(("send", int(dest), _numbers(obj)))
-        self._comm.send(obj, dest, tag)
-
-    def recv(self, source: int = -1, tag: int = -1, timeout: float | None = None) -> Any:
-        obj = self._comm.recv(source, tag, timeout)
-        self.log.append(("recv", int(source), _numbers(obj)))
-        return obj
-
-
-def _numbers(obj: Any) -> int:
-    size = getattr(obj, "size", None)
-    if isinstance(size, int):
-        return size
-    if isinstance(obj, (list, tuple)):
-        return sum(_numbers(o) for o in obj)
-    return 1
-
-
 def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any, list]:
     """Worker: ``fn(comm, data, pieces)`` on a logged communicator (data on rank 0 only)."""
     logged = Logged(comm)
@@ -829,9 +762,9 @@ def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
                         f"a chain: the root's link carries every copy, (n − 1)·S bytes. {chain}")
             return f"rank {r} exchanged messages with rank(s) {stray}. {chain}"
     for r, log in enumerate(logs[:-1]):
-        sends = [k for op, _, k in log if op == "send"]
-        if len(sends) != pieces:
-            return (f"rank {r} sent {len(sends)} message(s) to rank {r + 1} for {pieces} "
+        sends = sum(op == "send" for op, _, _ in log)
+        if sends != pieces:
+            return (f"rank {r} sent {sends} message(s) to rank {r + 1} for {pieces} "
                     f"pieces: forward each piece as its own message. {chain}")
         ops = [op for op, _, _ in log]
         if r and ops != ["recv", "send"] * pieces:
