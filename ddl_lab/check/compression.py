@@ -1,12 +1,9 @@
 """Checks for lesson 08 (compressed updates): Strom's threshold with its residual, 1-bit SGD
-with error feedback (also trained on real workers), QSGD's unbiased rounding, index coding.
-
-Each draws seeded cases (lengths 0, 1 and larger, float32 and float64, random τ and s,
-values far from ±1, the edge values of each encoding) and accepts answers in torch or numpy,
-in any float dtype, compared with a tolerance of the learner's dtype. The references are
-written here, independently of the package's compressors. Then the gossip step
-(D-PSGD on a ring, run on real workers), the reasoning task (a Strom message's size) and
-the design task (choosing τ)."""
+with error feedback (also trained on real workers), QSGD's unbiased rounding, index coding,
+the gossip step (D-PSGD on a ring, on real workers), a Strom message's size and choosing τ.
+Seeded cases (lengths 0, 1 and larger, float32 and float64, the edge values of each
+encoding); answers in torch or numpy, compared in the learner's dtype with references
+written here, independently of the package's compressors."""
 from __future__ import annotations
 
 import functools
@@ -22,7 +19,7 @@ from ddl_lab.compression.gossip import mixing_matrix, neighbours, second_eigenva
 from ddl_lab.runtime.worlds import RankFailure, WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, run_in_world, task
+from ._core import call_local, fail, run_in_world, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         returned_arrays, returned_none, same, tolerance)
 from ._trial import Trial
@@ -70,28 +67,24 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
     signs ±1, and v with τ·sign taken off the sent entries. ``grad`` stays unchanged."""
-    fn, name = my_strom_threshold, getattr(my_strom_threshold, "__name__", "your function")
     trial = Trial("strom_threshold", my_strom_threshold, seed, _STROM_FIXED, draws=3,
                   draw=_strom_draw)
     for case in trial:
         grad, residual, tau = _strom_inputs(case)
         want_idx, want_signs, want_new = _strom_ref(grad, residual, tau)
-        snap = Snapshot(grad=grad)
-        out = call_local(fn, grad, residual.clone(), tau)
-        _changed(snap, name, case)
-        idx, signs, new = _parts(out, ("indices", "signs", "new_residual"), fn)
-        message = (_strom_indices_fault(idx, want_idx, grad, residual, tau)
-                   or _strom_signs_fault(signs, want_signs, grad, want_idx)
-                   or _strom_residual_fault(new, want_new, grad, residual, want_idx, tau))
-        if message:
+        idx, signs, new = _answer(trial, case, (grad, residual.clone(), tau), {"grad": grad},
+                                  ("indices", "signs", "new_residual"))
+        if message := (_strom_indices_fault(idx, want_idx, grad, residual, tau)
+                       or _strom_signs_fault(signs, want_signs, grad, want_idx)
+                       or _strom_residual_fault(new, want_new, grad, residual, want_idx, tau)):
             fail(f"{message} ({case})")
-    sent, err = _conservation(fn, 0.5)
+    sent, err = _conservation(trial.fn, trial.name, 0.5)
     size = len(Threshold(0.5).encode(torch.ones(4)))
-    passed("strom_threshold", f"right on {len(trial)} cases (0 to 4,099 entries, float32 and "
-           f"float64, τ = 1/64 … 1, entries exactly at ±τ); over 40 steps you sent {sent} entries "
-           f"and Σ decoded + residual = Σ gradients (max error {err:.1e}): nothing is lost, only "
-           f"delayed. Each sent entry costs one sign bit and a coded index ({size} bytes for "
-           "4 entries).")
+    trial.passed(f"right on {len(trial)} cases (0 to 4,099 entries, float32 and float64, τ = "
+                 f"1/64 … 1, entries exactly at ±τ); over 40 steps you sent {sent} entries and Σ "
+                 f"decoded + residual = Σ gradients (max error {err:.1e}): nothing is lost, only "
+                 f"delayed. Each sent entry costs one sign bit and a coded index ({size} bytes "
+                 "for 4 entries).")
 
 
 def _strom_indices_fault(idx: np.ndarray, want: np.ndarray, grad: torch.Tensor,
@@ -118,11 +111,9 @@ def _strom_indices_fault(idx: np.ndarray, want: np.ndarray, grad: torch.Tensor,
         if c != tau:
             hints[f"you used τ = {c:g}, not the tau given ({tau:g})"] = \
                 np.flatnonzero(np.abs(v) >= c)
-    hint = next((h for h, w in hints.items()
-                 if (w(idx) if callable(w) else np.array_equal(idx, w))), None)
-    return hint or (f"expected {want.size} indices (the entries with |residual + grad| ≥ τ = "
-                    f"{tau:g}), got {idx.size}; the first expected are {want[:5].tolist()}, "
-                    f"yours {idx[:5].tolist()}")
+    return explain(idx, hints, rtol=0.0) or (
+        f"expected {want.size} indices (the entries with |residual + grad| ≥ τ = {tau:g}), got "
+        f"{idx.size}; the first expected are {want[:5].tolist()}, yours {idx[:5].tolist()}")
 
 
 def _strom_signs_fault(signs: np.ndarray, want: np.ndarray, grad: torch.Tensor,
@@ -162,7 +153,7 @@ def _strom_residual_fault(new: np.ndarray, want: np.ndarray, grad: torch.Tensor,
                     "should be v = residual + grad, minus τ·sign at the sent entries")
 
 
-def _conservation(fn: Callable, tau: float) -> tuple[int, float]:
+def _conservation(fn: Callable, name: str, tau: float) -> tuple[int, float]:
     """40 steps feeding the learner's residual back: Σ decoded + residual = Σ grads."""
     g = torch.Generator().manual_seed(3)
     residual = torch.zeros(300)
@@ -171,7 +162,7 @@ def _conservation(fn: Callable, tau: float) -> tuple[int, float]:
     for _ in range(40):
         grad = torch.randn(300, generator=g) * 0.2 + 0.05
         idx, signs, new = _parts(call_local(fn, grad, residual, tau),
-                                 ("indices", "signs", "new_residual"), fn)
+                                 ("indices", "signs", "new_residual"), name)
         residual = torch.from_numpy(np.array(new, dtype=np.float32).ravel())
         total += grad.double()
         np.subtract.at(total.numpy(), idx.ravel().astype(int), tau * signs.ravel())
@@ -206,7 +197,7 @@ class LearnerOneBitEF(ErrorFeedback):
         return OneBit(bucket=numel).decode(data, numel)
 
 
-def _train(compressor: LearnerOneBitEF, epochs: int) -> Any:
+def _train(compressor: Any, epochs: int) -> Any:
     from ddl_lab.compression.training import train_worker
     return train_worker(compressor, epochs=epochs)
 
@@ -224,41 +215,33 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
     """Lesson 08, task 2: ``my_error_feedback_onebit(grad, residual)`` returns (q, new_residual)
     with v = grad + residual, q = mean|v|·sign(v) (sign(0) = +1), new_residual = v − q; then
     it trains the digits MLP on ``world_size`` real workers."""
-    fn, name = my_error_feedback_onebit, getattr(my_error_feedback_onebit, "__name__", "yours")
     trial = Trial("error_feedback_onebit", my_error_feedback_onebit, seed, [
-   {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},
-   {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=_ef_draw)
+        {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},
+        {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=_ef_draw, name="yours",
+        timeout=120)
     for case in trial:
         grad, residual = _inputs(case, 2)
         k = min(3, grad.numel())
         residual[:k] = -grad[:k]                  # v = 0 exactly: sign(0) counts as +
-        snap = Snapshot(grad=grad)
-        out = call_local(fn, grad, residual.clone())
-        _changed(snap, name, case)
-        q, new = _parts(out, ("q", "new_residual"), fn)
+        q, new = _answer(trial, case, (grad, residual.clone()), {"grad": grad},
+                         ("q", "new_residual"))
         v = (grad + residual).numpy()
         want_q = (np.abs(v).mean() * np.where(v >= 0, 1.0, -1.0)).astype(v.dtype)
         q, new = (a.ravel() if a.size == v.size else a for a in (q, new))
-        message = _ef_fault(q, want_q, v, grad.numpy()) or _ef_residual_fault(new, q, v,
-                                                                              residual.numpy())
-        if message:
+        if message := (_ef_fault(q, want_q, v, grad.numpy())
+                       or _ef_residual_fault(new, q, v, residual.numpy())):
             fail(f"{message} ({case})")
-    try:
-        logs = run_in_world(_train, world_size, LearnerOneBitEF(fn), epochs, fn=fn,
-                            timeout=120)
-    except WorldFailed as e:
-        fail(e.failure.message(name, world_size))
     from ddl_lab.compression.training import merge_logs
-    result = merge_logs(logs)
+    result = merge_logs(trial.world(_train, world_size, LearnerOneBitEF(trial.fn), epochs))
     if result.final_accuracy < min_accuracy:
         fail(f"on {world_size} workers your 1-bit + EF reached {100 * result.final_accuracy:.1f}% "
              f"test accuracy after {epochs} epochs; the reference reaches over "
              f"{100 * min_accuracy:.0f}%.")
-    passed("error_feedback_onebit", f"q and the residual match on {len(trial)} cases (1 to "
-           f"4,099 entries, float32 and float64, zeros in v); trained on {world_size} workers "
-           f"for {len(result.loss)} steps: {100 * result.final_accuracy:.1f}% test accuracy "
-           f"with {result.update_bytes:,.0f}-byte updates, {result.reduction:.0f}× less than "
-           "fp32.")
+    trial.passed(f"q and the residual match on {len(trial)} cases (1 to 4,099 entries, float32 "
+                 f"and float64, zeros in v); trained on {world_size} workers for "
+                 f"{len(result.loss)} steps: {100 * result.final_accuracy:.1f}% test accuracy "
+                 f"with {result.update_bytes:,.0f}-byte updates, {result.reduction:.0f}× less "
+                 "than fp32.")
 
 
 def _ef_fault(q: np.ndarray, want: np.ndarray, v: np.ndarray, grad: np.ndarray) -> str | None:
@@ -297,18 +280,11 @@ def _ef_residual_fault(new: np.ndarray, q: np.ndarray, v: np.ndarray,
                        "expected v − q"
 
 
-# ------------------------------------------------------------------ reasoning and design
+# ------------------------------------------------------------------ shared by the tasks
 
-
-# ------------------------------------------------------------------
-# Lesson 08's checks of the encodings — QSGD's levels and delta + varint index coding — and
-# the helpers all of lesson 08's checks share; ``check/compression.py`` exports them.
-
-
-
-def _parts(out: Any, names: tuple[str, ...], fn: Callable) -> list[np.ndarray]:
+def _parts(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray]:
     """The learner's tuple of arrays, or a CheckFailed saying what came back instead."""
-    arrays = returned_arrays(out, names, getattr(fn, "__name__", "your function"))
+    arrays = returned_arrays(out, names, name)
     if isinstance(arrays, str):
         fail(arrays)
     return arrays
@@ -321,11 +297,15 @@ def _inputs(case: Case, count: int, scale: float = 1.0) -> list[torch.Tensor]:
             .to(getattr(torch, dtype)) for _ in range(count)]
 
 
-def _changed(snap: Snapshot, name: str, case: Case, allowed: tuple[str, ...] = ()) -> None:
-    """Fail if the learner changed an input it was not allowed to."""
-    message = snap.changed(name, allowed)
-    if message:
+def _answer(trial: Trial, case: Case, args: tuple, unchanged: dict[str, Any],
+            names: tuple[str, ...] = ()) -> Any:
+    """The learner's answer to ``args`` (its tuple of ``names`` as arrays, if named); it
+    fails if the function changed one of the ``unchanged`` inputs in place."""
+    snap = Snapshot(**unchanged)
+    out = trial.call(case, *args)
+    if message := snap.changed(trial.name):
         fail(f"{message} ({case})")
+    return _parts(out, names, trial.name) if names else out
 
 
 # ------------------------------------------------------------------ task 3: QSGD
@@ -365,33 +345,32 @@ def _qsgd_ref(v: np.ndarray, s: int, u: np.ndarray, norm: float | None = None) -
 def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 3: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
     with r = |v|/‖v‖₂·s, level = ⌊r⌋ + 1 if u < r − ⌊r⌋ else ⌊r⌋, times sign(v)."""
-    fn = my_qsgd_rounding
     trial = Trial("qsgd_rounding", my_qsgd_rounding, seed, [
-   {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
-   {"d": 16, "s": 4, "dtype": "float32", "scale": 0.0},
-   {"d": 9, "s": 7, "dtype": "float64", "onehot": True},
-   {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=_qsgd_draw)
+        {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
+        {"d": 16, "s": 4, "dtype": "float32", "scale": 0.0},
+        {"d": 9, "s": 7, "dtype": "float64", "onehot": True},
+        {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=_qsgd_draw)
     for case in trial:
         v, u = _qsgd_inputs(case)
         s = case.params["s"]
-        got = _levels(fn, v, s, u, case)
+        got = _levels(trial, v, s, u, case)
         v_np, u_np = v.numpy(), u.numpy()
         exact = _qsgd_ref(v_np.astype(np.float64), s, u_np.astype(np.float64))
         if not (np.array_equal(got, exact) or np.array_equal(got, _qsgd_ref(v_np, s, u_np))):
-            fail(f"{_levels_fault(fn, got, exact, v_np, s, u_np)} ({case})")
+            fail(f"{_levels_fault(trial, got, exact, v_np, s, u_np)} ({case})")
     v, _ = _qsgd_inputs(trial.cases[0])
-    worst = _bias(fn, v, 4, trial.cases[0])
+    worst = _bias(trial, v, 4, trial.cases[0])
     nbytes = len(QSGD(4, bucket=v.numel()).encode(v))
-    passed("qsgd_rounding", f"levels match on {len(trial)} cases (1 to 1,000 entries, s = 1 to "
-           f"16, a zero vector, an entry exactly at the top level); averaged over {DRAWS} draws "
-           f"of u, ‖v‖/s·level is within {worst:.1f} standard errors of v everywhere "
-           f"(unbiased); with s = 4, {v.numel()} entries take {nbytes} bytes (levels "
-           f"entropy-coded, plus the norm) instead of {4 * v.numel()}.")
+    trial.passed(f"levels match on {len(trial)} cases (1 to 1,000 entries, s = 1 to 16, a zero "
+                 f"vector, an entry exactly at the top level); averaged over {DRAWS} draws of u, "
+                 f"‖v‖/s·level is within {worst:.1f} standard errors of v everywhere (unbiased); "
+                 f"with s = 4, {v.numel()} entries take {nbytes} bytes (levels entropy-coded, "
+                 f"plus the norm) instead of {4 * v.numel()}.")
 
 
-def _levels(fn: Callable, v: torch.Tensor, s: int, u: torch.Tensor, case: Case) -> np.ndarray:
-    name = getattr(fn, "__name__", "your function")
-    raw = call_local(fn, v.clone(), s, u.clone())
+def _levels(trial: Trial, v: torch.Tensor, s: int, u: torch.Tensor, case: Case | None
+            ) -> np.ndarray:
+    name, raw = trial.name, trial.call(case, v.clone(), s, u.clone())
     out = as_array(raw)
     if out is None:
         fail(returned_none(raw, name, "the integer levels") or
@@ -410,7 +389,7 @@ def _levels(fn: Callable, v: torch.Tensor, s: int, u: torch.Tensor, case: Case) 
     return out.astype(np.int64)
 
 
-def _levels_fault(fn: Callable, got: np.ndarray, want: np.ndarray, v: np.ndarray, s: int,
+def _levels_fault(trial: Trial, got: np.ndarray, want: np.ndarray, v: np.ndarray, s: int,
                   u: np.ndarray) -> str:
     v = v.astype(np.float64)
     sign = np.sign(v)
@@ -433,17 +412,17 @@ def _levels_fault(fn: Callable, got: np.ndarray, want: np.ndarray, v: np.ndarray
     for c in range(1, 17):
         if c != s:
             guesses[f"you used s = {c}, not the s given ({s})"] = _qsgd_ref(v, c, u)
-    hint = next((h for h, w in guesses.items() if np.array_equal(got, w)), None)
-    if hint:
+    if hint := next((h for h, w in guesses.items() if np.array_equal(got, w)), None):
         return hint
-    if v.size >= 50 and _bias(fn, torch.from_numpy(v), s, None, strict=False) <= BIAS_LIMIT:
+    if v.size >= 50 and _bias(trial, torch.from_numpy(v), s, None, strict=False) <= BIAS_LIMIT:
         return ("your rounding looks unbiased but does not follow the u it is given: round up "
                 "exactly when u < r − ⌊r⌋ (so the check can reproduce your draws)")
     return (f"the levels differ: {differs(want, got, rtol=0.0)}; level = ⌊r⌋ + 1 when "
             "u < r − ⌊r⌋, else ⌊r⌋, times sign(v), with r = |v|/‖v‖₂·s")
 
 
-def _bias(fn: Callable, v: torch.Tensor, s: int, case: Case | None, strict: bool = True) -> float:
+def _bias(trial: Trial, v: torch.Tensor, s: int, case: Case | None, strict: bool = True
+          ) -> float:
     """Largest |mean of ‖v‖/s·level over DRAWS draws − v|, in standard errors of the exact
     QSGD rounding (p(1−p) per entry); with ``strict`` a biased one fails."""
     g = torch.Generator().manual_seed(17)
@@ -452,7 +431,7 @@ def _bias(fn: Callable, v: torch.Tensor, s: int, case: Case | None, strict: bool
     total = np.zeros(v.shape)
     for _ in range(DRAWS):
         u = torch.rand(v.shape, generator=g, dtype=torch.float64)
-        total += _levels(fn, v.float(), s, u.float(), case)
+        total += _levels(trial, v.float(), s, u.float(), case)
     mean = total / DRAWS * norm / s
     r = v.abs().numpy() / norm * s
     p = r - np.floor(r)
@@ -492,28 +471,25 @@ def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
     """Lesson 08, task 4: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
     index itself, then i_k − i_{k−1}) in LEB128 varints: low 7 bits first, high bit set on
     every byte but a number's last."""
-    fn, name = my_index_coding, getattr(my_index_coding, "__name__", "your function")
     fixed = [{"indices": i, "dtype": "int64"} for i in _INDEX_FIXED]
     fixed.append({"count": 400, "span": 60_000, "first": 137, "dtype": "int64"})
     trial = Trial("index_coding", my_index_coding, seed, fixed, draws=3, draw=_index_draw)
     for case in trial:
         idx = _index_array(case)
-        snap = Snapshot(indices=idx)
-        data = call_local(fn, idx)
-        _changed(snap, name, case)
+        data = _answer(trial, case, (idx,), {"indices": idx})
         if isinstance(data, (bytearray, memoryview)):
             data = bytes(data)
         if not isinstance(data, bytes):
-            fail(returned_none(data, name, "bytes") or f"{name} returned a "
+            fail(returned_none(data, trial.name, "bytes") or f"{trial.name} returned a "
                  f"{type(data).__name__}; return bytes (e.g. `bytes(out)` of a bytearray).")
         gaps = np.diff(idx.astype(np.int64), prepend=0)
         if data != varint_encode(gaps):
             fail(f"{_coding_fault(data, gaps, idx)} ({case})")
     big = _index_array(trial.cases[len(_INDEX_FIXED)])
-    passed("index_coding", f"{len(big)} indices in {len(varint_encode(np.diff(big, prepend=0)))} "
-           f"bytes instead of {4 * len(big)} as int32 (deflate on top: "
-           f"{len(encode_indices(big, 'deflate'))}); right on {len(trial)} cases: no index, a "
-           "first index 0, gaps of 127/128, 16,383/16,384 and up to 2³¹ − 1")
+    trial.passed(f"{len(big)} indices in {len(varint_encode(np.diff(big, prepend=0)))} bytes "
+                 f"instead of {4 * len(big)} as int32 (deflate on top: "
+                 f"{len(encode_indices(big, 'deflate'))}); right on {len(trial)} cases: no "
+                 "index, a first index 0, gaps of 127/128, 16,383/16,384 and up to 2³¹ − 1")
 
 
 def _coding_fault(data: bytes, gaps: np.ndarray, idx: np.ndarray) -> str:
@@ -561,19 +537,9 @@ def _coding_fault(data: bytes, gaps: np.ndarray, idx: np.ndarray) -> str:
             "follow them: write nothing after the last gap")
 
 
-# ------------------------------------------------------------------
-# The gossip task: one D-PSGD averaging step on a ring, ``my_gossip_step(tensor)``, run on
-# 2–5 real workers for three steps in a row.
-#
-# Judged in order: the structure (the wiretap records whom each rank talks to: a collective,
-# or a message to or from a rank that is not a ring neighbour, is refused and named), the
-# replicas' mean (a doubly stochastic step keeps it: it must stay the average of the
-# inputs), the consensus distance (it must shrink as fast as the ring's W does, by |λ₂| per
-# step on the slowest mode), then every rank's values against W applied step by step.
+# ------------------------------------------------- task 7: gossip, one D-PSGD step on a ring
 
-STEPS = 3
-_COLLECTIVES = {"all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter",
-                "all_to_all", "gather", "scatter", "barrier"}
+STEPS = 3                   # steps in a row on each case's 2–5 real workers
 _FIXED = [{"n": 4, "length": 1000, "dtype": "float32"},
           {"n": 5, "length": 13, "dtype": "float64"},
           {"n": 3, "length": 1, "dtype": "float32"},
@@ -597,19 +563,14 @@ def _start(n: int, length: int, seed: int) -> np.ndarray:
 
 def _gossip_case(fn: Callable, x0: np.ndarray, dtype: str, steps: int) -> dict:
     """Worker: ``fn(tensor)`` ``steps`` times (in place, or its returned tensor kept) with the
-    process group wiretapped; the values after each step and whom this rank talked to."""
-    import torch
+    process group wiretapped; the values after each step, the collectives it called and
+    whom it sent to and received from."""
     import torch.distributed as dist
 
     from ddl_lab.runtime.wiretap import Wiretap
     x = torch.tensor(x0[dist.get_rank()], dtype=getattr(torch, dtype))
-    values, used = [], []
-
-    def watch(op: Any, args: tuple) -> None:
-        if op.op in _COLLECTIVES:
-            used.append(op.op)
-
-    with Wiretap(on_op=watch, refuse_new_group=(
+    values = []
+    with Wiretap(refuse_new_group=(
             "dist.new_group was called: gossip runs on the group it is given (the default "
             "group); talk to your two ring neighbours with isend/irecv or send/recv.")) as tap:
         for _ in range(steps):
@@ -617,7 +578,7 @@ def _gossip_case(fn: Callable, x0: np.ndarray, dtype: str, steps: int) -> dict:
             if isinstance(out, torch.Tensor) and out is not x and out.shape == x.shape:
                 x = out
             values.append(x.detach().double().cpu().numpy().copy())
-    return {"values": values, "used": sorted(set(used)),
+    return {"values": values, "used": sorted({op.op for op in tap.ops} - {"send", "recv"}),
             "messages": [(op.op, op.src, op.dst) for op in tap.ops
                          if op.op in ("send", "recv") and not op.refused]}
 
@@ -679,7 +640,6 @@ def _structure_fault(got: list[dict], n: int) -> str | None:
 
 def _value_fault(got: np.ndarray, x0: np.ndarray, n: int, rtol: float) -> str | None:
     """The first step's fault (mean, then a named W, then the first wrong value), or None."""
-    W = mixing_matrix(n)
     scale = float(np.abs(x0).max(initial=1.0))
     named = next((text for text, M in _mistakes(n).items()
                   if same(M @ x0, got[0], rtol=rtol, scale=scale)), None)
@@ -688,17 +648,21 @@ def _value_fault(got: np.ndarray, x0: np.ndarray, n: int, rtol: float) -> str | 
         return (f"after one step the replicas' mean is no longer the average of the inputs "
                 f"({differs(mean0, mean1, rtol=rtol, scale=scale)}): a gossip step must keep "
                 "it (W is doubly stochastic)" + (f"; {named}" if named else ""))
-    want = W @ x0
-    if named or not same(want, got[0], rtol=rtol, scale=scale):
-        r = next(r for r in range(n) if not same(want[r], got[0][r], rtol=rtol, scale=scale))
-        return named or (f"rank {r} after one step: {differs(want[r], got[0][r], rtol=rtol, scale=scale)}"
-                         f"; expected the mean of its own value and its ring neighbours' "
-                         f"{neighbours(r, n)}")
+    if named:
+        return named
+    want = mixing_matrix(n) @ x0
+    for r in range(n):
+        if diff := differs(want[r], got[0][r], rtol=rtol, scale=scale):
+            return (f"rank {r} after one step: {diff}; expected the mean of its own value and "
+                    f"its ring neighbours' {neighbours(r, n)}")
     return None
 
 
 def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
-    """Fail with the named fault; else the consensus distance's mean factor per step."""
+    """Fail with the first fault, judged in order: whom the ranks talked to (a collective, or
+    a message to a rank that is not a ring neighbour), the replicas' mean (a doubly
+    stochastic W keeps it), the consensus distance (W shrinks it by |λ₂| per step on the
+    slowest mode), every step's values; else the consensus distance's factor per step."""
     n, length = case.params["n"], case.params["length"]
     rtol = 2e-5 if case.params["dtype"] == "float32" else 1e-10
     if fault := _structure_fault(got, n):
@@ -724,6 +688,7 @@ def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
 
 
 def _failure(f: RankFailure, name: str, case: Case | None) -> str:
+    """A failure on the workers, worded: a receive buffer of the wrong size kills a worker."""
     if f.kind == "stub":
         return f.line
     where = f" ({_where(case)})" if case is not None else ""
@@ -737,35 +702,26 @@ def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) 
     """Lesson 08, task 7: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
-    name = getattr(my_gossip_step, "__name__", "your function")
-    trial = Trial("gossip_step", my_gossip_step, seed, _FIXED, draws=3, draw=_draw)
+    trial = Trial("gossip_step", my_gossip_step, seed, _FIXED, draws=3, draw=_draw,
+                  timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
     starts = [_start(c.params["n"], c.params["length"], int(c.rng.integers(1 << 30)))
               for c in trial]
-    try:
-        outcomes = run_cases(_gossip_case, [
-            (c.params["n"], (my_gossip_step, x0, c.params["dtype"], STEPS))
-            for c, x0 in zip(trial, starts)], fn=my_gossip_step, timeout=timeout)
-    except WorldFailed as e:
-        fail(_failure(e.failure, name, None))
+    outcomes = trial.run(_gossip_case, [
+        (c.params["n"], (my_gossip_step, x0, c.params["dtype"], STEPS))
+        for c, x0 in zip(trial, starts)])
     rates: dict[int, float] = {}
     for case, x0, outcome in zip(trial, starts, outcomes):
-        if outcome.failure:
-            fail(_failure(outcome.failure, name, case))
-        rate = _judge(outcome.results, x0, case, name)
+        rate = _judge(trial.results(outcome, case), x0, case, trial.name)
         if case.params["n"] > 2 and not math.isnan(rate):
             rates[case.params["n"]] = rate
     shown = ", ".join(f"×{r:.3f} per step on {k} ranks (|λ₂| = {second_eigenvalue(k):.3f})"
                       for k, r in sorted(rates.items()))
-    passed("gossip_step", f"{len(trial)} cases (2–5 ranks, lengths 0 to 4,099, float32 and "
-           f"float64), {STEPS} steps each: messages to ring neighbours only, no collective; the "
-           f"replicas' mean stayed the average and the consensus distance shrank {shown}")
+    trial.passed(f"{len(trial)} cases (2–5 ranks, lengths 0 to 4,099, float32 and float64), "
+                 f"{STEPS} steps each: messages to ring neighbours only, no collective; the "
+                 f"replicas' mean stayed the average and the consensus distance shrank {shown}")
 
 
-# ------------------------------------------------------------------
-# The reasoning and design checks: the size of a Strom message after delta + varint coding,
-# compared with the lesson's own encoder; and a threshold τ (with or without error
-# feedback), chosen from a sample gradient, that cuts the traffic by 99 % within one point
-# of fp32's accuracy, trained on 4 real workers.
+# ---------------------------------------------- reasoning: a Strom message's size in bytes
 
 def _varint_len(v: int) -> int:
     """Bytes of v as an LEB128 varint: 7 bits a byte, at least one."""
@@ -784,27 +740,26 @@ def _message(d: int, k: int, length: Callable[[int], int] = _varint_len, sign_by
     return head + signs + (length(g) if first == "gap" else length(0)) + (k - 1) * length(g)
 
 
-def _size_mistakes() -> dict[str, Callable[[int, int], float]]:
-    return {
-        "you coded the positions themselves; delta coding sends the GAPS between sorted "
-        "indices (the first index as itself), and a gap of d // k needs far fewer bytes than a "
-        "position near d": lambda d, k: _message(d, k, first="positions"),
-        "that is 4 bytes per index (int32): after delta + varint coding each gap takes "
-        "⌈bits/7⌉ bytes": lambda d, k: _varint_len(k) + math.ceil(k / 8) + 4 * k,
-        "one byte per sign: the k signs are bits, packed 8 to a byte, ⌈k/8⌉ bytes":
-            lambda d, k: _message(d, k, sign_bytes=lambda k: k),
-        "the count is missing: the message starts with k itself, as a varint":
-            lambda d, k: _message(d, k, header=False),
-        "the first index is sent as itself (here 0, one byte), not as a gap of d // k":
-            lambda d, k: _message(d, k, first="gap"),
-        "a varint byte carries 7 bits: values up to 127 take one byte, 128 … 16,383 two — "
-        "you gave a value of exactly 7, 14, … bits one byte too many":
-            lambda d, k: _message(d, k, length=lambda v: int(v).bit_length() // 7 + 1),
-        "log₂ v undercounts the bits of a power of two (128 has 8 bits, log₂ 128 = 7): the "
-        "bits of v are ⌊log₂ v⌋ + 1, v.bit_length()":
-            lambda d, k: _message(d, k, length=lambda v: max(1, math.ceil(math.log2(v) / 7))
-                                  if v > 0 else 1),
-    }
+_SIZE_MISTAKES: dict[str, Callable[[int, int], float]] = {     # message -> the size it gives
+    "you coded the positions themselves; delta coding sends the GAPS between sorted "
+    "indices (the first index as itself), and a gap of d // k needs far fewer bytes than a "
+    "position near d": lambda d, k: _message(d, k, first="positions"),
+    "that is 4 bytes per index (int32): after delta + varint coding each gap takes "
+    "⌈bits/7⌉ bytes": lambda d, k: _varint_len(k) + math.ceil(k / 8) + 4 * k,
+    "one byte per sign: the k signs are bits, packed 8 to a byte, ⌈k/8⌉ bytes":
+        lambda d, k: _message(d, k, sign_bytes=lambda k: k),
+    "the count is missing: the message starts with k itself, as a varint":
+        lambda d, k: _message(d, k, header=False),
+    "the first index is sent as itself (here 0, one byte), not as a gap of d // k":
+        lambda d, k: _message(d, k, first="gap"),
+    "a varint byte carries 7 bits: values up to 127 take one byte, 128 … 16,383 two — "
+    "you gave a value of exactly 7, 14, … bits one byte too many":
+        lambda d, k: _message(d, k, length=lambda v: int(v).bit_length() // 7 + 1),
+    "log₂ v undercounts the bits of a power of two (128 has 8 bits, log₂ 128 = 7): the "
+    "bits of v are ⌊log₂ v⌋ + 1, v.bit_length()":
+        lambda d, k: _message(d, k, length=lambda v: max(1, math.ceil(math.log2(v) / 7))
+                              if v > 0 else 1),
+}
 
 
 _SIZE_FIXED = [{"d": 1000, "k": 10}, {"d": 1280, "k": 10}, {"d": 8970, "k": 45},
@@ -820,7 +775,6 @@ def _size_draw(rng: np.random.Generator) -> dict[str, Any]:
 def _real_message(d: int, k: int) -> int:
     """The lesson's own encoder (no entropy coder) on a vector whose entries at 0, g, … are
     ±2 (beyond τ = 1) and 0 elsewhere; its flag byte naming the coder left out."""
-    from ddl_lab.compression.compressors import Threshold
     x = torch.zeros(d)
     x[torch.arange(k) * (d // k)] = torch.tensor([2.0, -2.0]).repeat(k)[:k]
     return len(Threshold(1.0, coder="none").encode(x)) - 1
@@ -832,8 +786,8 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
     for k sent entries of a d-entry vector, at 0, g, …, (k − 1)g with g = d // k: the count k
     as a varint, ⌈k/8⌉ bytes of sign bits, then the first index and the k − 1 gaps g, each
     an LEB128 varint. The lesson's encoder, run on the same entries, agrees."""
-    name = getattr(my_strom_bytes, "__name__", "your function")
     trial = Trial("strom_bytes", my_strom_bytes, seed, _SIZE_FIXED, draws=3, draw=_size_draw)
+    name = trial.name
     got = []
     for case in trial:
         d, k = case.params["d"], case.params["k"]
@@ -844,7 +798,7 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
         want = _message(d, k)
         if g == want:
             continue
-        hint = next((h for h, f in _size_mistakes().items()
+        hint = next((h for h, f in _SIZE_MISTAKES.items()
                      if all(f(c.params["d"], c.params["k"]) == v for c, v in zip(trial, got))),
                     None)
         if hint is None and not g.is_integer():
@@ -855,10 +809,10 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
              + (f": {hint}." if hint else ".") + f" ({case})")
     d, k = 8970, 45
     real = _real_message(d, k)
-    passed("strom_bytes", f"right on {len(trial)} cases (1 to 3,000,000 entries, gaps across "
-           f"the 1-, 2- and 3-byte varints); the lesson's encoder sends {real} bytes for {k} of "
-           f"{d:,} entries (plus one byte naming its coder) — {4 * k + math.ceil(k / 8)} with "
-           f"32-bit indices, {4 * d:,} as fp32")
+    trial.passed(f"right on {len(trial)} cases (1 to 3,000,000 entries, gaps across the 1-, 2- "
+                 f"and 3-byte varints); the lesson's encoder sends {real} bytes for {k} of {d:,} "
+                 f"entries (plus one byte naming its coder) — {4 * k + math.ceil(k / 8)} with "
+                 f"32-bit indices, {4 * d:,} as fp32")
 
 
 # ------------------------------------------------------------------ design: choosing τ
@@ -888,11 +842,6 @@ def sample_gradient() -> torch.Tensor:
     return gradient(net, X[batch], y[batch])[0]
 
 
-def _train_plan(scheme: Any) -> Any:
-    from ddl_lab.compression.training import train_worker
-    return train_worker(scheme, epochs=PLAN_EPOCHS)
-
-
 @functools.lru_cache(maxsize=16)
 def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     """(test accuracy, bytes per update, fp32 bytes) of the lesson's run on 4 workers, with
@@ -901,7 +850,7 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     from ddl_lab.compression.compressors import Scheme
     from ddl_lab.compression.training import merge_logs
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
-    result = merge_logs(run_in_world(_train_plan, PLAN_WORKERS, scheme, fn=_train_plan,
+    result = merge_logs(run_in_world(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,
                                      timeout=120))
     return result.final_accuracy, result.update_bytes, result.fp32_bytes
 
@@ -949,8 +898,8 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     bytes than fp32 and ends within one point of fp32's test accuracy — for gradients of
     several scales: the loss multiplied by c, the rate divided by c. A threshold τ on
     gradients c× larger sends exactly what τ/c sends on the lesson's, so that is what trains."""
-    name = getattr(my_strom_plan, "__name__", "your function")
     trial = Trial("strom_plan", my_strom_plan, seed, _SHOWN, draws=3, draw=_scale_draw)
+    name = trial.name
     base = sample_gradient()
     plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in trial]
     try:
@@ -960,18 +909,17 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
             c = case.params["scale"]
             acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
             results.append((acc, sent))
-            message = _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial)
-            if message:
+            if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
                 fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
                      f"{_scale_words(c)} — {message} ({case})")
     except WorldFailed as e:
         fail(e.failure.message(name, PLAN_WORKERS))
     acc, sent = results[0]
     scales = ", ×".join(f"{c.params['scale']:g}" for c in trial)
-    passed("strom_plan", f"{len(trial)} gradient scales (×{scales}); "
-           f"the lesson's run on 4 workers with your τ: {100 * acc:.1f}% test accuracy (fp32 "
-           f"{100 * fp32_acc:.1f}%) with {sent:,.0f}-byte updates, "
-           f"{100 * (1 - sent / fp32_bytes):.2f}% less than fp32's {fp32_bytes:,}")
+    trial.passed(f"{len(trial)} gradient scales (×{scales}); the lesson's run on 4 workers with "
+                 f"your τ: {100 * acc:.1f}% test accuracy (fp32 {100 * fp32_acc:.1f}%) with "
+                 f"{sent:,.0f}-byte updates, {100 * (1 - sent / fp32_bytes):.2f}% less than "
+                 f"fp32's {fp32_bytes:,}")
 
 
 def _plan_fault(tau: float, ef: bool, c: float, acc: float, sent: float, fp32_acc: float,
