@@ -1,15 +1,8 @@
-"""Checks for lesson 05 (synchronous data parallelism): one synchronous SGD step, local SGD,
-the time of local SGD with a straggler, and a plan of averaging steps.
-
-The first two run the learner's function on real workers, on seeded cases (world sizes 2–5,
-random learning rates, averaging periods and batch sizes, a small linear regression whose
-replicas see different data) and compare every rank's parameters with a single-process
-float64 simulation of all replicas. When they differ, simulations of the usual mistakes (no
-allreduce, no division by R, averaging at the wrong steps, …) name the mistake. The
-straggler's time is a formula tried on seeded cases; the averaging plan is trained on real
-workers with the lesson's engine (non-IID digits) and judged by accuracy and allreduces.
-The noise-scale reasoning task (large batches) judges real per-example gradients.
-"""
+"""Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD
+(run on 2–5 real workers, every rank's parameters against a float64 simulation of all
+replicas, simulated mistakes named), a straggler's time (a formula), a plan of averaging
+steps (trained on real workers, non-IID digits) and the gradient noise scale (real
+per-example gradients)."""
 from __future__ import annotations
 
 import functools
@@ -40,7 +33,6 @@ _RTOL = 2e-4                     # float32 workers against a float64 simulation
 def _watched_model(d: int, theta: np.ndarray):
     """Worker: the linear model y = x·w + b with parameters ``theta`` (float32), whose
     ``parameters()`` remembers being iterated again after it ran out."""
-    import torch
 
     class Once:
         def __init__(self, it, owner):
@@ -137,11 +129,31 @@ def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable
     return trial
 
 
+def _replicas(trial: Trial, worker: Callable, fault: Callable[..., str | None],
+              right: Callable[[dict], str]) -> None:
+    """Each case on its n workers: ``worker(fn, d, θ, batches, lr[, H])`` from a drawn θ and
+    each rank's ``steps`` batches (3 by default); ``fault(results, θ, batches, case, name,
+    trial.right)`` judges it, and a case that passes adds ``right(params)`` to the sizes
+    that worked."""
+    data = []
+    for case in trial:
+        n, d = case.params["n"], case.params["d"]
+        theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
+        data.append((theta, _draw_batches(case.rng, n, case.params.get("steps", 3), d)))
+    args = [(trial.fn, c.params["d"], *x, *(c.params[k] for k in ("lr", "H") if k in c.params))
+            for c, x in zip(trial, data)]
+    outcomes = trial.run(worker, [(c.params["n"], a) for c, a in zip(trial, args)])
+    for case, (theta, batches), outcome in zip(trial, data, outcomes):
+        if message := fault(trial.results(outcome, case), theta, batches, case, trial.name,
+                            trial.right):
+            fail(f"{message} ({case})")
+        trial.right.append(right(case.params))
+
+
 # ------------------------------------------------------------- synchronous step
 
 def _sync_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float) -> dict:
     """Worker: the learner's steps on this rank's batches; what each did."""
-    import torch
     import torch.distributed as dist
     model = _watched_model(d, theta)
     out: dict[str, Any] = {"params": [], "returned": [], "changed": [], "grads_zero": []}
@@ -189,31 +201,18 @@ def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60
     trial = _trial("sync_sgd_step", my_sync_sgd_step, seed, [
         {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
         _draw, timeout)
-    data = []
-    for case in trial:
-        n, d = case.params["n"], case.params["d"]
-        theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
-        data.append((d, theta, _draw_batches(case.rng, n, 3, d), case.params["lr"]))
-    outcomes = trial.run(_sync_case, [(c.params["n"], (my_sync_sgd_step, *a))
-                                      for c, a in zip(trial, data)])
-    for case, (d, theta, batches, lr), outcome in zip(trial, data, outcomes):
-        got = trial.results(outcome, case)
-        want, losses = _sync_reference(theta, batches, lr, d)
-        message = _sync_fault(got, want, losses, theta, batches, case, trial.name, trial.right)
-        if message:
-            fail(f"{message} ({case})")
-        trial.right.append(f"{case.params['n']} ranks")
+    _replicas(trial, _sync_case, _sync_fault, lambda p: f"{p['n']} ranks")
     trial.passed(f"{len(trial)} cases (2–5 ranks, random lr, batch sizes 1–9), 3 steps each: "
                  "every rank's parameters match one process averaging all the ranks' "
                  "gradients, and each step returned its rank's loss")
 
 
-def _sync_fault(got: list[dict], want: list[np.ndarray], losses: list[list[float]],
-                theta: np.ndarray, batches: list, case: Case, name: str,
+def _sync_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, name: str,
                 right: list[str]) -> str | None:
     """What is wrong with the ranks' steps, in words; None if nothing (``right``: the world
     sizes that worked, named when nothing else explains a difference)."""
     n, d, lr = (case.params[k] for k in ("n", "d", "lr"))
+    want, losses = _sync_reference(theta, batches, lr, d)
     for r, g in enumerate(got):
         for changed in g["changed"]:
             if changed:
@@ -244,20 +243,17 @@ def _sync_fault(got: list[dict], want: list[np.ndarray], losses: list[list[float
             return (f"after one step rank 0 and rank {r} hold different parameters "
                     f"({differs(first[0], first[r])}): every replica must take the same step."
                     + only_right_for(right, f"{n} ranks"))
-    diff = differs(want[0], first[0], _RTOL)
-    if diff:
+    if differs(want[0], first[0], _RTOL):
         return _step_fault(first[0] - theta, step_want, want[0], first[0], case, right)
     for t in (1, 2):
         for r in range(n):
-            diff = differs(want[t], got[r]["params"][t], _RTOL)
-            if diff:
+            if diff := differs(want[t], got[r]["params"][t], _RTOL):
                 return (f"the first step is right but step {t + 1} is not (rank {r}: {diff}). "
                         "Did you zero the gradients before backward()? .grad accumulates across "
                         "calls: call model.zero_grad() at the start of each step.")
     for r in range(n):
         for t, ret in enumerate(got[r]["returned"]):
-            fault = _loss_fault(ret, losses[t], r, t, want, batches, d, name)
-            if fault:
+            if fault := _loss_fault(ret, losses[t], r, t, want, batches, d, name):
                 return fault
     return None
 
@@ -312,7 +308,6 @@ def _loss_fault(ret: Any, local: list[float], r: int, t: int, want: list[np.ndar
 def _local_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float,
                 H: int) -> dict:
     """Worker: the learner's local SGD over this rank's batches; the final parameters."""
-    import torch
     import torch.distributed as dist
     model = _watched_model(d, theta)
     mine = [(torch.from_numpy(X.copy()), torch.from_numpy(y.copy()))
@@ -392,20 +387,7 @@ def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> N
         {"n": 2, "d": 3, "lr": 0.15, "H": 1, "steps": 3},
         {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], lambda rng: _draw(rng, H=True),
         timeout)
-    data = []
-    for case in trial:
-        n, d, T = (case.params[k] for k in ("n", "d", "steps"))
-        theta = case.rng.normal(size=d + 1).astype(np.float32).astype(np.float64)
-        data.append((theta, _draw_batches(case.rng, n, T, d)))
-    outcomes = trial.run(_local_case, [
-        (c.params["n"], (my_local_sgd, c.params["d"], *x, c.params["lr"], c.params["H"]))
-        for c, x in zip(trial, data)])
-    for case, (theta, batches), outcome in zip(trial, data, outcomes):
-        got = trial.results(outcome, case)
-        message = _local_fault(got, theta, batches, case, trial.name, trial.right)
-        if message:
-            fail(f"{message} ({case})")
-        trial.right.append(f"{case.params['n']} ranks with H = {case.params['H']}")
+    _replicas(trial, _local_case, _local_fault, lambda p: f"{p['n']} ranks with H = {p['H']}")
     trial.passed(f"{len(trial)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts that "
                  "are and are not multiples of H): every rank's parameters match a simulation "
                  "of all replicas")
@@ -488,18 +470,10 @@ STRAGGLER_MISTAKES: dict[str, Callable[..., float | None]] = {
         lambda n, T, H, c, k, a, rot: _period(T, H, H * c, a),
 }
 
-STRAGGLER_FIXED = [
-    {"n": 4, "steps": 12, "H": 1, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
-     "rotating": False},
-    {"n": 4, "steps": 12, "H": 4, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
-     "rotating": True},
-    {"n": 4, "steps": 12, "H": 4, "compute": 0.1, "slow": 3.0, "allreduce": 0.02,
-     "rotating": False},
-    {"n": 4, "steps": 24, "H": 6, "compute": 0.05, "slow": 2.5, "allreduce": 0.03,
-     "rotating": True},
-    {"n": 3, "steps": 10, "H": 1, "compute": 0.05, "slow": 2.0, "allreduce": 0.01,
-     "rotating": True},
-]
+STRAGGLER_FIXED = [dict(zip(ARGS, values)) for values in [      # in the order of ARGS
+    (4, 12, 1, 0.1, 3.0, 0.02, False), (4, 12, 4, 0.1, 3.0, 0.02, True),
+    (4, 12, 4, 0.1, 3.0, 0.02, False), (4, 24, 6, 0.05, 2.5, 0.03, True),
+    (3, 10, 1, 0.05, 2.0, 0.01, True)]]
 
 
 def straggler_draw(rng: np.random.Generator) -> dict[str, Any]:
@@ -615,11 +589,6 @@ def worst_accuracy(results: list) -> float:
 REFERENCES: dict[tuple[int, int], float] = {}   # (steps, budget) -> the even spread's worst
 
 
-def missing_references(cases: list[dict]) -> list[dict]:
-    """The trained unseen budgets whose even-spread run is not known yet in this process."""
-    return [c for c in cases if (c["steps"], c["max_allreduces"]) not in REFERENCES]
-
-
 def unseen_targets(cases: list[dict], missing: list[dict], references: list) -> None:
     """Record the even-spread runs of ``missing`` (``references``), then give each trained
     unseen budget its target: the even spread's worst replica, less MARGIN."""
@@ -684,7 +653,8 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
                               + same_for_all([*chosen, got])) from None
     trained = shown_cases + TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
-    missing = missing_references(cases[shown_cases:trained])
+    missing = [c for c in cases[shown_cases:trained]          # even spreads not yet run
+               if (c["steps"], c["max_allreduces"]) not in REFERENCES]
     runs += [(c["steps"], even_spread(c["steps"], c["max_allreduces"])) for c in missing]
     outcomes = trial.run(plan_run, [(RANKS, r) for r in runs])
     for outcome in outcomes:
@@ -700,13 +670,10 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
                  + f"; and {len(cases) - shown_cases - TRAINED} more unseen budgets kept")
 
 
-# ------------------------------------------------------------------
-# The large-batch reasoning task: from real per-example gradients, the gradient noise scale
-# B_noise = tr(Σ)/|G|² (McCandlish et al. 2018) and the largest batch at which doubling it
-# still cuts the steps by a given factor. The gradients are measured on the course's digits
-# MLP (torch.func, one row per example) at several points of a real training run, on drawn
-# subsets of examples, in float32 or float64; two small hand-made cases pin the edges (two
-# examples; all gradients equal).
+# ------------------------------------------------------------------ the gradient noise scale
+# B_noise = tr(Σ)/|G|² (McCandlish et al. 2018) from real per-example gradients of the digits
+# MLP at several points of a training run, on drawn subsets, float32 or float64; two small
+# hand-made cases pin the edges (two examples; all gradients equal).
 
 _STATES = (30, 100, 300)         # SGD steps trained before the gradients are measured
 _NOISE_FIXED = [
@@ -760,13 +727,6 @@ def _noise_grads(case: Case) -> torch.Tensor:
     return g.to(getattr(torch, p["dtype"]))
 
 
-def _noise_parts(g: np.ndarray) -> tuple[float, float, float, float]:
-    """(tr Σ unbiased, tr Σ with N, |ḡ|², mean |g_i|²) of an (N, d) float64 array."""
-    mean = g.mean(0)
-    return (float(g.var(0, ddof=1).sum()), float(g.var(0).sum()), float(mean @ mean),
-            float((g * g).sum(1).mean()))
-
-
 def _b_max(b_noise: float, f: float) -> float:
     """Largest B with S(B)/S(2B) ≥ f, S(B) = S_min(1 + B_noise/B): B_noise(2 − f)/(2(f − 1))."""
     return b_noise * (2 - f) / (2 * (f - 1))
@@ -781,19 +741,15 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else (0.0 if a == 0 else float("inf"))
 
 
-def _noise_want(g: np.ndarray, f: float) -> tuple[float, float]:
-    tr, _, m2, _ = _noise_parts(g)
-    b = _ratio(tr, m2 - tr / len(g))
-    return b, _b_max(b, f)
-
-
-def _noise_mistakes(g: np.ndarray, f: float) -> dict[str, tuple[float | None, float | None]]:
-    """Named wrong answers: (B_noise, B_max) they give (None: any value)."""
-    tr, tr0, m2, sq = _noise_parts(g)
-    n = len(g)
+def _noise_answers(g: np.ndarray, f: float) -> tuple[tuple[float, float], dict[str, tuple]]:
+    """The right (B_noise, B_max) of an (N, d) float64 array, and the named wrong answers:
+    the (B_noise, B_max) each gives (None: any value)."""
+    mean, n = g.mean(0), len(g)
+    tr, tr0 = float(g.var(0, ddof=1).sum()), float(g.var(0).sum())     # unbiased, with N
+    m2, sq = float(mean @ mean), float((g * g).sum(1).mean())            # |ḡ|², mean |g_i|²
     g2 = m2 - tr / n
     b = _ratio(tr, g2)
-    return {
+    return (b, _b_max(b, f)), {
         "|ḡ|² over-estimates |G|² by tr(Σ)/N (the mean of N noisy gradients is noisier than "
         "G): take tr(Σ)/N off |ḡ|² before dividing": (_ratio(tr, m2), None),
         "tr(Σ) came from the population variance (dividing by N): the unbiased estimate "
@@ -834,13 +790,13 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
                  f"{name} returned {describe_value(out)}; return two numbers, (B_noise, B_max) "
                  f"({case}).")
         g64 = g.double().numpy()
-        want = _noise_want(g64, f)
+        want, mistakes = _noise_answers(g64, f)
         rtol = 2e-3 if g.dtype == torch.float32 else 1e-7
         if all(_noise_close(w, x, rtol) for w, x in zip(want, got)):
             if case.params["grads"] == "digits MLP":
                 shown.append(want[0])
             continue
-        hint = next((text for text, m in _noise_mistakes(g64, f).items()
+        hint = next((text for text, m in mistakes.items()
                      if all(w is None or _noise_close(w, x, rtol) for w, x in zip(m, got))), None)
         which = "B_noise" if not _noise_close(want[0], got[0], rtol) else "B_max"
         fail(f"{name} returned B_noise = {got[0]:.6g}, B_max = {got[1]:.6g}; expected "
