@@ -85,24 +85,18 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
         n, root = case.params["n"], case.params["root"]
         got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index,
                                    send_recv_only=True)
-        want = [gather_value(r, case.index) for r in range(n)]
-        _judge_gather(trial.name, got, want, root, n, records)
+        _judge_gather(trial.name, got, [gather_value(r, case.index) for r in range(n)], root, n)
+        sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
+        if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
+            fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
+                 f"exactly {n - 1}: one from each other rank to the root.")
 
     trial.passed(f"on {_each(trial, one)} with roots 0, 3, 2 and a drawn one, the root got every "
                  "rank's value in rank order (its ANY_SOURCE receives answered latest rank "
                  "first), from one message per other rank")
 
 
-def _judge_gather(name: str, got: list, want: list, root: int, n: int,
-                  records: list[dict]) -> None:
-    _judge_gathered(name, got, want, root, n)
-    sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
-    if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
-        fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
-             f"exactly {n - 1}: one from each other rank to the root.")
-
-
-def _judge_gathered(name: str, got: list, want: list, root: int, n: int) -> None:
+def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
     """Fail unless the root returned every value in rank order and the others None."""
     res = got[root]
     if not isinstance(res, (list, tuple)):
@@ -325,8 +319,7 @@ def _pagerank_one(trial: Trial, case: Any) -> None:
         expected.append(pagerank_step(graph, expected[-1], d))
     for s in range(steps):
         got, want = values[s], expected[s]
-        diff = differs(want, got)
-        if diff is None:
+        if (diff := differs(want, got)) is None:
             continue
         where = f"after superstep {s}, the values differ from power iterate {s}: {diff}"
         if np.isnan(got).any():
@@ -375,7 +368,7 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
         out, _ = _on_workers(trial, worker, n, my_tree_gather, values, send_recv_only=True)
         if fault := shape_fault([s for _, s in out]):
             fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
-        _judge_gathered(name, [r for r, _ in out], values, 0, n)
+        _judge_gather(name, [r for r, _ in out], values, 0, n)
 
     trial.passed(f"on {_each(trial, one)}, rank 0 got every value in rank order, each other rank "
                  "sending one message — its whole subtree — to its parent r − 2^k in the "
@@ -778,13 +771,11 @@ def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
 def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
     """Fail with the named fault if the chain broadcast's results or shape are wrong."""
     want = np.arange(numel, dtype=np.float64) * 0.5
-    fault = chain_fault(logs, pieces)
-    if fault:
+    if fault := chain_fault(logs, pieces):
         fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
              f"{numel} numbers): {fault}")
     for r, got in enumerate(results):
-        arr = np.asarray(got) if got is not None else None
-        if arr is None or arr.shape != want.shape or not np.array_equal(arr, want):
+        if got is None or not np.array_equal(np.asarray(got), want):
             fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
                  "numbers in order: every rank (the root too) returns the whole array, its "
                  "pieces joined in the order they were cut.")
