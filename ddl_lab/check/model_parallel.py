@@ -1,8 +1,6 @@
-"""Checks for lesson 09: a stage's GPipe step, the 1F1B order, a row-parallel linear layer
-(real workers, seeded cases, compared with float64 in one process; each stage's messages
-logged, so a deadlock says what each rank waited for, and a
-pipeline off the chain or out of GPipe's order is named), memory per rank (a warm-up) and a
-pipeline plan (design)."""
+"""Checks for lesson 09: a stage's GPipe step, the 1F1B order and a row-parallel layer (real
+workers, each stage's messages logged so that a deadlock, a pipeline off the chain or out of
+GPipe's order is named), memory per rank (reasoning) and a pipeline plan (design)."""
 from __future__ import annotations
 
 import functools
@@ -193,12 +191,11 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
             if f is not None and f.kind == "stub":
                 fail(f.line)
             if f is not None:
-                named = explain_failure(f"{f.text}\n{f.line}", read_logs(logdir, spec["p"]),
-                                        spec, name)
+                logs = [read_log(logdir, r) for r in range(spec["p"])]
+                named = explain_failure(f"{f.text}\n{f.line}", logs, spec, name)
                 head = f.message(name, spec["p"])
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
-            message = judge(o.results, spec, name)
-            if message:
+            if message := judge(o.results, spec, name):
                 fail(f"{message} ({case})")
     except WorldFailed as e:
         fail(e.failure.message(name, max(s["p"] for s in specs)))
@@ -240,16 +237,14 @@ def _order_body(spec: dict, logdir: str) -> np.ndarray:
     rank, p = dist.get_rank(), dist.get_world_size()
     stage = _stage(spec, rank)
     batches, loss_fn = _inputs(spec)
-    log = open(os.path.join(logdir, f"rank{rank}.log"), "w")
 
     def waiting(what: str, i: int, peer: int) -> None:
         log.write(f"{what} {i} {peer}\n")
         log.flush()
-    run_schedule(stage, spec["orders"][rank], batches, loss_fn,
-                 rank - 1 if rank else None, rank + 1 if rank < p - 1 else None,
-                 (spec["widths"][rank],), on_wait=waiting,
-                 dtype=stage[0].weight.dtype)
-    log.close()
+    with open(os.path.join(logdir, f"rank{rank}.log"), "w") as log:
+        run_schedule(stage, spec["orders"][rank], batches, loss_fn,
+                     rank - 1 if rank else None, rank + 1 if rank < p - 1 else None,
+                     (spec["widths"][rank],), on_wait=waiting, dtype=stage[0].weight.dtype)
     return _grads(stage)
 
 
@@ -412,12 +407,12 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
     state_bytes=8)`` returns the bytes one rank holds for parameters, gradients and optimizer
     state (fp32; ``state_bytes`` per parameter: 8 for Adam, 4 for momentum, 0 for SGD) under
     'one process', 'ddp', 'zero1', 'zero2', 'fsdp' or 'pipeline' (equal stages)."""
-    name = getattr(my_bytes_per_rank, "__name__", "your function")
-    trial = Trial("bytes_per_rank", my_bytes_per_rank, seed, [{"P": 8_400_000, "n": 2, "s": 8},
-                                           {"P": 1_200, "n": 4, "s": 0},
-                                           {"P": 6_000, "n": 3, "s": 4}], draws=2,
-                  draw=lambda rng: {"n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
-                                    "P": 840 * int(rng.integers(1, 10_000))})
+    trial = Trial("bytes_per_rank", my_bytes_per_rank, seed, [
+        {"P": 8_400_000, "n": 2, "s": 8}, {"P": 1_200, "n": 4, "s": 0},
+        {"P": 6_000, "n": 3, "s": 4}], draws=2, draw=lambda rng: {
+            "n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
+            "P": 840 * int(rng.integers(1, 10_000))})
+    name = trial.name
     for case in trial:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
@@ -449,14 +444,9 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
            "rank match ZeRO's accounting (4 + 4 + state bytes per parameter, sharded or not)")
 
 
-# ------------------------------------------------------------------
-# Lesson 09's checks: who sent what in a pipeline. On the workers, every send and receive of
-# a stage is logged (``p2p_log``), and a message that cannot be right — None, to or from a
-# rank that is not a neighbour, an input's gradient sent forward — raises at once instead of
-# hanging. In the parent, the logs say what shape the learner's pipeline took: a star
-# through rank 0 or a shortcut to the last stage (``off_the_chain``, "pipeline pieces go
-# down the chain"), and an order that is not GPipe's, with the idle time it costs
-# (``gpipe_fault``).
+# ------------------------------------------------------------------ who sent what
+# The logs (``p2p_log``) say what shape the pipeline took: a star through rank 0 or a
+# shortcut to the last stage (``off_the_chain``), an order that is not GPipe's (``gpipe_fault``).
 
 GUARD = "[neighbours]"
 
@@ -507,10 +497,6 @@ def read_log(logdir: str, rank: int) -> list[tuple[str, ...]]:
         return []
     with open(path) as f:
         return [tuple(ln.split(" ")) for ln in f.read().split("\n") if ln.strip()]
-
-
-def read_logs(logdir: str, p: int) -> list[list[tuple[str, ...]]]:
-    return [read_log(logdir, r) for r in range(p)]
 
 
 _CHAIN = ("pipeline pieces go down the chain: activations from stage s to s + 1 (nxt), "
@@ -584,17 +570,9 @@ def gpipe_fault(got: list[dict], spec: dict) -> str | None:
             "every forward, then every backward.")
 
 
-# ------------------------------------------------------------------
-# The design check: a pipeline plan — GPipe or 1F1B, and the number of micro-batches m —
-# whose bubble stays under a target while no stage keeps more than a budget of examples'
-# activations, run on real workers.
-#
-# The bubble is counted in operation slots (every forward and backward one slot, as with the
-# lesson's padded stages): the orders the stages really ran, replayed with their
-# dependencies, give the makespan, and 1 − 2m/makespan is the idle share — (p − 1)/(m + p −
-# 1) for both schedules. The clock's bubble of the same run is quoted beside it. The memory
-# is measured: the bytes autograd kept for backward on each stage (``ActivationMeter``), in
-# examples.
+# ------------------------------------------------------------------ design: a pipeline plan
+# The bubble is counted in slots (the orders the stages ran, replayed: 1 − 2m/makespan), the
+# clock's beside it; the memory is measured (``ActivationMeter``), in examples.
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
 FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},

@@ -1,12 +1,7 @@
-"""Checks for lesson 02 (parallel models): a race-free threaded sum; a dynamic schedule's
-dispenser; Amdahl's bound from a measured speedup (reasoning) and a chunk size for an uneven
-loop on real threads (design).
-
-Verdicts never depend on scheduling luck: the threaded sum's threads are made to meet at
-their first touch of x and again just before their first writes of shared state, so an
-unguarded shared total loses its updates every time, and
-threads that never overlap are seen from their start/join order; the dispenser's lock scope
-is tested by pausing one caller inside it while another claims.
+"""Checks for lesson 02 (parallel models): a race-free threaded sum, a dynamic schedule's
+dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Verdicts
+never hang on scheduling luck: the sum's threads are made to meet (``Meeting``), the
+dispenser's lock scope is tested by pausing one caller inside it while another claims.
 """
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, on_workers, task
-from ._diagnose import Case, Cases, Snapshot, describe_value, differs, returned_none, same
+from ._diagnose import Case, Snapshot, describe_value, differs, returned_none, same
 from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
@@ -53,24 +48,20 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
     """Lesson 02, task 1: ``my_threaded_sum(x, num_threads)`` returns ``x.sum()`` computed
     by ``num_threads`` threads running at the same time (threading.Thread, or a pool of
     that many workers), each summing one block — with no lost update, x unchanged."""
-    fixed = [{"n": 10_007, "num_threads": 4, "dtype": "float64"},
-             {"n": 0, "num_threads": 3, "dtype": "float64"},
-             {"n": 1, "num_threads": 2, "dtype": "float64"},
-             {"n": 3, "num_threads": 5, "dtype": "float64"},
-             {"n": 1_000, "num_threads": 1, "dtype": "float64"},
-             {"n": 9_973, "num_threads": 3, "dtype": "float64"}]
-    trial = Trial("threaded_sum", my_threaded_sum, seed, fixed, draws=3, draw=_sum_case)
+    fixed = [{"n": n, "num_threads": t, "dtype": "float64"}
+             for n, t in ((10_007, 4), (0, 3), (1, 2), (3, 5), (1_000, 1), (9_973, 3))]
+    trial = Trial("threaded_sum", my_threaded_sum, seed, fixed, draws=3, draw=_sum_case,
+                  name="my_threaded_sum")
     pausing = True                  # off once a paused write waited in vain (a hidden lock)
     for case in trial:
-        pausing = _sum_one(my_threaded_sum, case, pausing)
+        pausing = _sum_one(my_threaded_sum, trial.name, case, pausing)
     passed("threaded_sum", f"exact sums on {len(trial)} cases (lengths 0, 1, fewer than the "
            "threads, primes; 1–6 threads; float32 too), the threads running at the same "
            "time, each paused before its writes of shared state: no update lost")
 
 
-def _sum_one(fn: Callable, case: Any, pausing: bool) -> bool:
+def _sum_one(fn: Callable, name: str, case: Any, pausing: bool) -> bool:
     """One case; whether the writes of shared state may still be paused in the next."""
-    name = getattr(fn, "__name__", "my_threaded_sum")
     n, t, dtype = case.params["n"], case.params["num_threads"], case.params["dtype"]
     data = (case.rng.integers(0, 1000, n).astype(dtype) if dtype == "float64" else
             case.rng.uniform(-1, 1, n).astype(dtype))       # whole numbers: exact sums
@@ -141,7 +132,17 @@ def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
 
 # ------------------------------------------------------------------ task 2: next_chunk
 
-class _SpyLock:
+class _Held:
+    """``with lock:`` for the locks below, as for ``threading.Lock``: acquire, release."""
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _SpyLock(_Held):
     """A threading lock that counts how often it was taken and knows whether it is held;
     optionally it pauses one thread (``hold``) before acquiring or after releasing."""
 
@@ -149,13 +150,6 @@ class _SpyLock:
         self._lock, self.taken, self.held = threading.Lock(), 0, False
         self.pause, self.hold = pause, None
         self.paused, self.resume = threading.Event(), threading.Event()
-
-    def __enter__(self) -> "_SpyLock":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
     def _maybe_pause(self, when: str) -> None:
         if self.pause == when and threading.get_ident() == self.hold and not self.paused.is_set():
@@ -187,15 +181,14 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
-    name = getattr(my_next_chunk, "__name__", "my_next_chunk")
-    fixed = [{"chunk": 4, "stop": 10, "start": 0}, {"chunk": 3, "stop": 13, "start": 2},
-             {"chunk": 1, "stop": 1, "start": 0}, {"chunk": 5, "stop": 0, "start": 0},
-             {"chunk": 7, "stop": 5, "start": 5}, {"chunk": 50, "stop": 17, "start": 0}]
-    trial = Trial("next_chunk", my_next_chunk, seed, fixed, draws=3, draw=_chunk_case)
+    fixed = [{"chunk": c, "stop": stop, "start": start} for c, stop, start in
+             ((4, 10, 0), (3, 13, 2), (1, 1, 0), (5, 0, 0), (7, 5, 5), (50, 17, 0))]
+    trial = Trial("next_chunk", my_next_chunk, seed, fixed, draws=3, draw=_chunk_case,
+                  name="my_next_chunk")
     for case in trial:
-        _claims_in_turn(my_next_chunk, name, case)
+        _claims_in_turn(my_next_chunk, trial.name, case)
     for pause in ("acquire", "release"):
-        _forced_interleaving(my_next_chunk, name, pause)
+        _forced_interleaving(my_next_chunk, trial.name, pause)
     with shared_file(16) as path:
         out = on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, FileLock(path), 3,
                          stop, fn=my_next_chunk)
@@ -299,7 +292,7 @@ def shared_file(nbytes: int) -> Iterator[str]:
         os.unlink(path)
 
 
-class FileLock:
+class FileLock(_Held):
     """A lock that processes share by a file's path (``fcntl.flock``), so warm workers
     started before it existed can take it. It counts its acquisitions in the file's first
     8 bytes, and waiting longer than ``timeout`` raises instead of hanging."""
@@ -314,13 +307,6 @@ class FileLock:
 
     def __setstate__(self, state: tuple[str, float]) -> None:
         self.__init__(*state)
-
-    def __enter__(self) -> "FileLock":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
     @property
     def acquisitions(self) -> int:
@@ -366,21 +352,6 @@ def _claim_on_worker(fn: Callable, path: str, lock: FileLock, chunk: int,
 
 # ------------------------------------------------------------------ task 3 (reasoning)
 
-# ------------------------------------------------------------------ task 4 (design)
-
-
-# ------------------------------------------------------------------
-# The reasoning and design checks: Amdahl's serial fraction from one measured speedup and
-# the speedup it allows on more cores; the dynamic schedule's chunk size for an uneven loop,
-# run on real threads.
-#
-# The chunk check runs the loop with the package's ``parallel_for(schedule="dynamic")`` on
-# real threads (each iteration sleeps its cost, so the threads overlap even on busy cores)
-# and counts the chunks the dispenser handed out. The balance it judges is that of those
-# chunks when each thread claims the next one the moment it is free — what the schedule does
-# on free cores — so a busy machine's scheduling noise cannot flip the verdict; the split
-# the threads really did is quoted beside it.
-
 def _amdahl_case(rng: np.random.Generator) -> dict[str, Any]:
     n = int(rng.integers(2, 33))
     return {"n": n, "speedup": float(f"{rng.uniform(1.05, 0.95 * n):.3g}"),
@@ -392,16 +363,14 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
     """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
     workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
     Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
-    fn = my_amdahl_bound
-    name = getattr(fn, "__name__", "my_amdahl_bound")
-    fixed = [{"n": 4, "speedup": 3.0, "cores": 16}, {"n": 2, "speedup": 2.0, "cores": 64},
-             {"n": 8, "speedup": 1.0, "cores": 3}, {"n": 2, "speedup": 1.6, "cores": 1024},
-             {"n": 6, "speedup": 2.2, "cores": 6}]
-    trial = Trial("amdahl_bound", my_amdahl_bound, seed, fixed, draws=3, draw=_amdahl_case)
+    fixed = [{"n": n, "speedup": s, "cores": c}
+             for n, s, c in ((4, 3.0, 16), (2, 2.0, 64), (8, 1.0, 3), (2, 1.6, 1024), (6, 2.2, 6))]
+    trial = Trial("amdahl_bound", my_amdahl_bound, seed, fixed, draws=3, draw=_amdahl_case,
+                  name="my_amdahl_bound")
     for case in trial:
         n, s, cores = case.params["n"], case.params["speedup"], case.params["cores"]
-        got = call_local(fn, n, s, cores)
-        f, sp = answers.two_numbers(got, ("serial_fraction", "speedup"), name, case)
+        got = trial.call(case, n, s, cores)
+        f, sp = answers.two_numbers(got, ("serial_fraction", "speedup"), trial.name, case)
         rtol = answers.answer_rtol(got)
         want_f = (n / s - 1) / (n - 1)
         want_s = 1 / (want_f + (1 - want_f) / cores)
@@ -446,7 +415,10 @@ def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
     }) or "plug the serial fraction into S = 1/(f + (1 − f)/cores)"
 
 
-# ------------------------------------------------------------------ a dynamic chunk size
+# ------------------------------------------------------------------ task 4 (design)
+# The chunk is run with ``parallel_for(schedule="dynamic")`` on real threads (each iteration
+# sleeps its cost); the balance judged is that of its chunks each claimed by the first free
+# thread, so a busy machine cannot flip the verdict; the real split is quoted beside it.
 
 UNIT_S = 5e-5                   # seconds a unit of cost sleeps in the real run
 CHUNK_CASES = [
@@ -496,21 +468,15 @@ def _paper_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
 CHUNK_REAL = len(CHUNK_CASES) + 1     # the prompt's two loops and one drawn run on threads
 
 
-def _chunk_cases(seed: int) -> list[tuple[Case, np.ndarray]]:
-    """The cases with their loops' costs: the prompt's two, one drawn heavy-tailed loop (run
-    on real threads) and four drawn loops judged on paper; a drawn loop's bound is set 0.05
-    above the best balance a chunk within its claims reaches."""
-    out = []
-    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)
-    for case in Cases("dynamic_chunk", seed, CHUNK_CASES, draws=5,
-                      draw=lambda rng: next(kinds)(rng)):
-        p, costs = case.params, loop_costs(case)
-        if p["max_imbalance"] is None:
-            best = min(balance(costs, p["threads"], c)[0]
-                       for c in range(math.ceil(p["n"] / p["max_claims"]), p["n"] + 1))
-            p["max_imbalance"] = math.ceil(100 * (best + 0.05)) / 100
-        out.append((case, costs))
-    return out
+def _chunk_loop(case: Case) -> np.ndarray:
+    """A case's loop costs; a drawn loop's bound is set 0.05 above the best balance a chunk
+    within its claims reaches."""
+    p, costs = case.params, loop_costs(case)
+    if p["max_imbalance"] is None:
+        best = min(balance(costs, p["threads"], c)[0]
+                   for c in range(math.ceil(p["n"] / p["max_claims"]), p["n"] + 1))
+        p["max_imbalance"] = math.ceil(100 * (best + 0.05)) / 100
+    return costs
 
 
 def _run_threads(costs: np.ndarray, threads: int, chunk: int) -> tuple[int, list[float]]:
@@ -539,24 +505,23 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     (each chunk going to the first free thread): on real threads for a triangular, a uniform
     and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
     iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
-    fn = my_dynamic_chunk
-    name = getattr(fn, "__name__", "my_dynamic_chunk")
-    cases = _chunk_cases(seed)
-    outs = [call_local(fn, costs.copy(), c.params["threads"], c.params["max_claims"],
-                       c.params["max_imbalance"]) if k < len(CHUNK_CASES) else
-            answers.plan_call(fn, (costs.copy(), c.params["threads"], c.params["max_claims"],
-                                   c.params["max_imbalance"]), name, _loop_words(c))
-            for k, (c, costs) in enumerate(cases)]
+    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)   # one real, four on paper
+    trial = Trial("dynamic_chunk", my_dynamic_chunk, seed, CHUNK_CASES, draws=5,
+                  draw=lambda rng: next(kinds)(rng), name="my_dynamic_chunk", plan=True)
+    name, loops = trial.name, [_chunk_loop(case) for case in trial]
+    outs = [trial.call(c, costs.copy(), *(c.params[k] for k in ("threads", "max_claims",
+                                                                "max_imbalance")),
+                       where=_loop_words(c)) for c, costs in zip(trial, loops)]
     same = answers.same_for_all([answers.whole(o) for o in outs])
     report = []
-    for k, ((case, costs), got) in enumerate(zip(cases, outs)):
+    for case, costs, got in zip(trial, loops, outs):
         p = case.params
         chunk = answers.whole(got)
         if chunk is None or not 1 <= chunk <= p["n"]:
             fail((returned_none(got, name, "a chunk size") or
                   f"{name} returned {describe_value(got)}; the chunk is a whole number of "
                   f"iterations from 1 to n = {p['n']}") + f"{same} [{case}].")
-        real = k < CHUNK_REAL
+        real = case.index < CHUNK_REAL
         claims, split = _run_threads(costs, p["threads"], chunk) if real else \
             (math.ceil(p["n"] / chunk), None)
         ratio = balance(costs, p["threads"], chunk)[0]
@@ -577,7 +542,7 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
         if real:
             report.append(f"{p['loop']}: chunk {chunk}, {claims} claims, {ratio:.3f}×{measured}")
     passed("dynamic_chunk", "on real threads — " + "; ".join(report) + f"; and on paper for "
-           f"{len(cases) - CHUNK_REAL} more loops drawn far from them")
+           f"{len(trial) - CHUNK_REAL} more loops drawn far from them")
 
 
 def _loop_words(case: Case) -> str:
@@ -604,21 +569,10 @@ def _balance_fault(costs: np.ndarray, threads: int, chunk: int) -> str:
 
 
 # ------------------------------------------------------------------
-# Lesson 02's threaded sum, watched so that its verdict never depends on scheduling luck
-# (``check/parallel_models.py`` uses it; issue 26, "a race the check cannot observe").
-#
-# Two forced meetings:
-#
-# - at the first touch of x (``_Watched``): every thread waits until all have touched x, so
-# a shared total read *before* the block's sum (``total[0] += block.sum()``) loses its
-# updates; threads that never overlap are seen from their start/join order; - at the first
-# writes of shared state (a global, a variable of the enclosing function, an element or
-# attribute of a shared object): the learner's code is traced opcode by opcode
-# (``sys.settrace`` with ``f_trace_opcodes``) and each thread is paused just before such a
-# write until every other thread has reached its own write, finished, or waits for a lock
-# another thread holds. So ``s = block.sum(); total += s`` without a lock reads the same old
-# total in every thread and loses all but one update, every time; a locked accumulation,
-# private slots or results joined afterwards come out right.
+# The threaded sum, watched (issue 26, "a race the check cannot observe"): every thread waits
+# at its first touch of x until all have touched it, and is paused (traced opcode by opcode)
+# just before its first writes of shared state until the others reach theirs, finish, or
+# wait for a held lock — so an unguarded `total += s` loses its updates every time.
 
 MEET_TIMEOUT_S = 3.0    # how long the first thread to touch x waits for the others
 STORE_TIMEOUT_S = 2.0   # how long a paused write waits for the others (then pauses stop)
@@ -709,7 +663,7 @@ class Watched(np.ndarray):
         return iter(np.asarray(self).tolist())
 
 
-class _NotedLock:
+class _NotedLock(_Held):
     """``threading.Lock()`` while the check runs: a real lock that tells the meeting who
     holds it and who waits for it (a thread waiting for a held lock cannot reach a write)."""
 
@@ -739,12 +693,6 @@ class _NotedLock:
 
     def locked(self) -> bool:
         return self._inner.locked()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 _LIBRARY = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}

@@ -1,10 +1,6 @@
-"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware learning
-rate, and a shard restored from its checkpoint and push log. Each is first called here on
-seeded cases that tell the usual mistakes apart (random clocks and bounds, learning rates,
-staleness, checkpoints and logs), then plugged into the shards: real shard processes for the
-gate and the rate, the lesson's shard state for the restart. The reasoning task (the worst
-staleness SSP admits) and the design task (a Downpour plan within a message budget) close
-the module."""
+"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware rate and a
+shard restored from its checkpoint and push log — each judged on seeded cases, then plugged
+into real shards — the worst staleness SSP admits (reasoning) and a Downpour plan (design)."""
 from __future__ import annotations
 
 import math
@@ -82,8 +78,8 @@ def _ssp_max_lead(must_wait: Callable, s: int) -> int:
 def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
     """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
     ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
-    name = getattr(my_ssp_gate, "__name__", "your function")
     trial = Trial("ssp_gate", my_ssp_gate, seed, _GATE_FIXED, draws=10, draw=_gate_draw)
+    name = trial.name
     for case in trial:
         clock, clocks, s = case.params["clock"], case.params["clocks"], case.params["s"]
         given = list(clocks)
@@ -94,8 +90,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
             fail(returned_none(got, name, "True (wait) or False (go)") or
                  f"{call} returned {got!r} ({type(got).__name__}); return True (wait) or "
                  "False (go).")
-        changed = snap.changed(name)
-        if changed:
+        if changed := snap.changed(name):
             fail(f"{changed} ({case}) The shard keeps using its list of clocks: use min(clocks) "
                  "or sorted(clocks), which leave it alone.")
         want = clock - min(clocks) > s
@@ -145,8 +140,7 @@ def _rate_draw(rng: np.random.Generator) -> dict[str, Any]:
             "tau": int(rng.choice([0, 1, 2, 3, 5, 7, 16, 32, int(rng.integers(2, 1000))]))}
 
 
-def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np.ndarray,
-                                                                    np.ndarray, np.ndarray]:
+def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, ...]:
     """One replica (this process) reads θ once and pushes 6 gradients against that version
     (staleness 0..5) to a real shard using the learner's rate."""
     from ddl_lab.parameter_server.server import ParameterServer
@@ -160,7 +154,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
             client.push(g, versions)
         got, _ = client.snapshot()
         report = ps.finish()
-    rates = np.array([lr / t if t else lr for t in range(6)])
+    rates = np.array([_rate(lr, t) for t in range(6)])
     return got, theta0 - rates @ grads, report.shards[0]["lr"], rates
 
 
@@ -168,8 +162,8 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, np
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
     """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
-    name = getattr(my_staleness_lr, "__name__", "your function")
     trial = Trial("staleness_lr", my_staleness_lr, seed, _RATE_FIXED, draws=8, draw=_rate_draw)
+    name = trial.name
     params, returned = [c.params for c in trial], []
     for case in trial:
         lr, tau = case.params["lr"], case.params["tau"]
@@ -405,9 +399,9 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
-    name = getattr(my_restore_shard, "__name__", "your function")
     trial = Trial("restore_shard", my_restore_shard, seed, _RESTORE_FIXED, draws=4,
                   draw=_restore_draw)
+    name = trial.name
     given = []
     for case in trial:
         r = _restart(case)
@@ -415,13 +409,11 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
         log = [dict(x, grad=x["grad"].copy()) for x in r.log]
         with np.errstate(all="ignore"):
             got = call_local(my_restore_shard, r.checkpoint, log, r.lr, r.eps, _rate)
-        message = _checkpoint_changed(r, before, name)
-        if message:
+        if message := _checkpoint_changed(r, before, name):
             fail(f"{message} ({case})")
         given.append((r, got))
     for case, (r, got) in zip(trial, given):
-        message = _restore_fault(got, r, name, given)
-        if message:
+        if message := _restore_fault(got, r, name, given):
             fail(f"{message} ({case})")
     kept, restored, version, rtol = _shard_restart(my_restore_shard, 0.3, 1e-8)
     diff = (differs(kept["theta"], restored["theta"], rtol)
@@ -439,14 +431,7 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
            "never crashed")
 
 
-# ------------------------------------------------------------------ reasoning and design
-
-
-# ------------------------------------------------------------------
-# The reasoning and design checks: the worst staleness a stale-synchronous gate admits,
-# shown on a real shard driven through the worst schedule; and a Downpour plan (n_fetch,
-# n_push, lr) that reaches a target loss within a budget of messages, run on real shard and
-# replica processes.
+# ------------------------------------------------------------------ real runs
 
 # seconds any wait of a real run may take: starting shard processes on a busy machine is slow,
 # and only answers right on every local case get that far
@@ -536,9 +521,9 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
     (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
-    name = getattr(my_worst_staleness, "__name__", "your function")
     trial = Trial("worst_staleness", my_worst_staleness, seed, _STALE_FIXED, draws=4,
                   draw=_stale_draw)
+    name = trial.name
     got = []
     for case in trial:
         s, n = case.params["s"], case.params["replicas"]
@@ -609,13 +594,6 @@ def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     return n_fetch, n_push, lr
 
 
-def _ask(fn: Callable, name: str, case: Any, shown: bool) -> Any:
-    """The learner's plan for one case; a plan that fails only for a budget the prompt does
-    not show is named as a table of the prompt's budgets."""
-    args = (case.params["steps"], case.params["budget"])
-    return call_local(fn, *args) if shown else answers.plan_call(fn, args, name, str(case))
-
-
 def _downpour(_: Callable, steps: int, n_fetch: int, n_push: int, lr: float) -> tuple:
     """One real asynchronous Downpour run with SGD on the shards: (final loss, pulls and
     pushes per replica, as the shards counted them)."""
@@ -634,13 +612,12 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
     each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
     ends at or below 0.5. The check asks for plans at budgets it draws (their messages
     counted) and runs the tightest prompt budget and one drawn one on real processes."""
-    name = getattr(my_downpour_plan, "__name__", "your function")
     draws = iter([_budget_draw] * 6 + [lambda rng: _budget_draw(rng, tight=True)] * 2
                  + [_real_draw])                              # the last one runs for real
     trial = Trial("downpour_plan", my_downpour_plan, seed, PLAN_CASES, draws=9,
-                  draw=lambda rng: next(draws)(rng))
-    plans = [_plan(_ask(my_downpour_plan, name, c, i < len(PLAN_CASES)), name, c)
-             for i, c in enumerate(trial)]
+                  draw=lambda rng: next(draws)(rng), plan=True)
+    name = trial.name
+    plans = [_plan(trial.call(c, c.params["steps"], c.params["budget"]), name, c) for c in trial]
     for i, (case, (n_fetch, n_push, lr)) in enumerate(zip(trial, plans)):
         steps, budget = case.params["steps"], case.params["budget"]
         pulls, pushes = _messages(steps, n_fetch, n_push)

@@ -1,19 +1,8 @@
-"""Checks for lesson 06 (ring allreduce): the ring's cost, the learner's ring on real gloo
-workers, the message size where the ring overtakes the tree, the size of DDP-style gradient
-buckets (run with the lesson's hooks on real workers, timed in the α–β model), and §7's
-recursive halving/doubling and choice of an allreduce algorithm.
-
-``ring_allreduce(my_ring_allreduce)`` runs the learner's function on seeded cases: world
-sizes 2–5 and lengths that divide by n, that do not, primes, 1, 0 and fewer elements than
-ranks, in float32 and float64. Inside each worker the runtime's ``Wiretap`` listens for the
-duration of the call: it counts the bytes this rank sends (every ``dist.send``/``isend``/
-``batch_isend_irecv`` goes through it, however it was imported), refuses a send/recv buffer
-whose dtype is not the tensor's (gloo would kill the process on the size mismatch), and
-records the built-in collectives called and every message's source and destination: a
-ring sends only to (p+1) % n and receives only from (p−1) % n, and an all-to-all exchange
-(the same 2(n−1)/n·S bytes, every rank talking to every rank) or a star through one rank
-is named as such. ``halving_doubling`` is judged by the same run and the same sums, with
-its own shape (p XOR 2^k in round k).
+"""Checks for lesson 06 (ring allreduce): the ring's α–β cost; the learner's ring and §7's
+recursive halving/doubling run on real gloo workers under the runtime's ``Wiretap`` (bytes
+sent, built-in collectives refused, each message's source and destination: a ring, a star or
+an all-to-all is named); the tree/ring crossover; DDP-style bucket sizes run with the lesson's
+hooks; and the choice of an allreduce algorithm.
 """
 from __future__ import annotations
 
@@ -22,7 +11,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ddl_lab.ring_allreduce.cost import cost_model, sent_bytes
+from ddl_lab.ring_allreduce.cost import cost_model
+from ddl_lab.runtime.costs import ring_time, tree_time
 from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
@@ -39,27 +29,23 @@ TARGET = 1.10                 # a bucket size, or a choice, within 10 % of the b
 
 # ------------------------------------------------------------------ the cost model
 
-def _ring_seconds(n: float, S: float, a: float, b: float) -> float:
-    return 2 * (n - 1) * a + sent_bytes("all_reduce", n, S) * b
-
-
 _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {
     "the bandwidth term uses the whole tensor S per step: each of the 2(n−1) steps sends one "
     "chunk of S/n bytes, so the term is 2(n−1)/n · S·β":
-        lambda n, S, a, b: 2 * (n - 1) * a + 2 * (n - 1) * S * b,
+        lambda n, S, a, b: ring_time(n, n * S, a, b),
     "only one phase is counted: the ring has n−1 steps of share-reduce AND n−1 steps of "
-    "share-only, hence the factor 2": lambda n, S, a, b: (n - 1) * a + (n - 1) / n * S * b,
+    "share-only, hence the factor 2": lambda n, S, a, b: ring_time(n, S, a, b) / 2,
     "the factor 2 is on the latency term only: both phases also send chunks, so the "
-    "bandwidth term is 2(n−1)/n · S·β": lambda n, S, a, b: 2 * (n - 1) * a + (n - 1) / n * S * b,
+    "bandwidth term is 2(n−1)/n · S·β": lambda n, S, a, b: ring_time(n, S / 2, a, b),
     "there are n−1 steps per phase, not n": lambda n, S, a, b: 2 * n * a + 2 * S * b,
     "the latency term is missing: each of the 2(n−1) steps pays α":
-        lambda n, S, a, b: 2 * (n - 1) / n * S * b,
+        lambda n, S, a, b: ring_time(n, S, 0.0, b),
     "the bandwidth term is missing: each step also sends S/n bytes at β seconds a byte":
-        lambda n, S, a, b: 2 * (n - 1) * a,
+        lambda n, S, a, b: ring_time(n, S, a, 0.0),
     "α and β are swapped: α is paid per message, β per byte":
-        lambda n, S, a, b: 2 * (n - 1) * b + 2 * (n - 1) / n * S * a,
+        lambda n, S, a, b: ring_time(n, S, b, a),
     "the bytes were turned into bits (×8): nbytes and β are both per byte":
-        lambda n, S, a, b: 2 * (n - 1) * a + 16 * (n - 1) / n * S * b,
+        lambda n, S, a, b: ring_time(n, 8 * S, a, b),
 }
 
 
@@ -70,7 +56,7 @@ def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
 
 
 @task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "cost_model", "ring_bytes",
-                                 "sent_bytes"))
+                                 "sent_bytes", "ring_time"))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
@@ -84,8 +70,8 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
         n, S, a, b = args
         return next((f"that is the cost for n = {k} ranks: use the n you are given."
                      for k in range(1, 65) if k != n
-                     and math.isclose(value, _ring_seconds(k, S, a, b), rel_tol=1e-6)), None)
-    formula_cases(trial, ("n", "nbytes", "alpha", "beta"), _ring_seconds, _COST_MISTAKES,
+                     and math.isclose(value, ring_time(k, S, a, b), rel_tol=1e-6)), None)
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"), ring_time, _COST_MISTAKES,
                   "the predicted seconds as a number", "compare with 2(n−1)·α + 2(n−1)/n · "
                   "S·β.", guess=other_n, zero_division="with one rank nothing is sent, and "
                   "the formula gives 0 without any special case; divide by n only.")
@@ -234,8 +220,7 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
                                             "dist.isend, dist.irecv). Build the ring from "
                                             "those."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
-        shape = _shape_fault(got, n)
-        if shape:
+        if shape := _shape_fault(got, n):
             fail(f"{trial.name} is not a ring ({_where(case)}): {shape}")
         trial.judge(_sum_fault(trial, got, case, data_seed) or
                     _bandwidth_fault(trial.name, got, case))
@@ -415,7 +400,7 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "α and β are swapped: α is paid per message, β per byte":
         lambda n, a, b: crossover(n, b, a),
     "that is the time at the crossover, in seconds: return the message size S, in bytes":
-        lambda n, a, b: 2 * _tree_rounds(n) * (a + crossover(n, a, b) * b),
+        lambda n, a, b: tree_time(n, crossover(n, a, b), a, b),
     "that is the size in bits: return bytes (α + S·β with β in seconds per byte)":
         lambda n, a, b: 8 * crossover(n, a, b),
     "the ring's latency term is 2(n−1)·α — both phases pay α at each step":
@@ -498,7 +483,7 @@ def step_time(sizes: list[int], n: int, a: float, b: float, compute: float) -> f
     done = ready = 0.0
     for s in sizes:
         ready += compute * s
-        done = max(done, ready) + 2 * (n - 1) * a + 2 * (n - 1) / n * s * b
+        done = max(done, ready) + ring_time(n, s, a, b)
     return done
 
 
@@ -695,8 +680,7 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
                                             "or isend/irecv only."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
         trial.judge(_sum_fault(trial, got, case, data_seed))
-        shape = hd_shape_fault(got, n, length, 4 if dtype == "float32" else 8)
-        if shape:
+        if shape := hd_shape_fault(got, n, length, 4 if dtype == "float32" else 8):
             fail(f"{trial.name} is not recursive halving/doubling ({_where(case)}): {shape}")
     trial.passed(f"exact sums in {len(trial)} cases (1, 2 and 4 ranks; lengths 0, 1, fewer "
                  "than n, primes); in round k every rank talked only to p XOR 2^k, 2·log2 n "
@@ -704,8 +688,6 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
 
 
 # ------------------------------------------------------ §7: choosing the algorithm
-
-# ---------------------------------------------------------------- the design task
 
 def modelled(n: int, S: float, a: float, b: float) -> dict[str, float]:
     """Seconds of each choice in the α–β models (the pipelined tree with its best pieces)."""

@@ -54,6 +54,15 @@ def test_ring_cost_refuses_the_package_model():
         check.ring_cost(my_ring_cost)
 
 
+def test_ring_cost_refuses_the_shared_cost_layer():
+    from ddl_lab.runtime.costs import ring_time
+
+    def my_ring_cost(n, nbytes, alpha, beta):
+        return ring_time(n, nbytes, alpha, beta)
+    with pytest.raises(CheckFailed, match="runtime.costs.ring_time, the package's own"):
+        check.ring_cost(my_ring_cost)
+
+
 def test_ring_cost_failure_quotes_a_replayable_case():
     with pytest.raises(CheckFailed, match=r"case \d+ \(n=\d+.*replay: check\.ring_cost\(…, "
                                           r"seed=7\)"):
