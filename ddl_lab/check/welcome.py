@@ -2,9 +2,9 @@
 the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
 darts that lands within a tolerance of π in most runs.
 
-Tasks 1 and 2 run on whole clusters of 4 ranks (the lesson's) and then 3, so a hard-coded
-world size shows and a timeout says where each rank waited (``_core.run_on_workers``); task
-4 runs its plans on worlds of 1–4 ranks carved out of the checks' one warm cluster."""
+Tasks 1 and 2 run on worlds of 4 ranks (the lesson's) and then 3, so a hard-coded world size
+shows, and task 4 its plans on worlds of 1–4 ranks, all carved out of the checks' one warm
+cluster (``runtime.worlds``); a timeout says where each rank of the world waited."""
 from __future__ import annotations
 
 import math
@@ -13,7 +13,8 @@ from typing import Any, Callable
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, run_on_workers, task
+from . import _core
+from ._core import call_local, fail, failed_on_workers, passed, run_cases, task
 from ._diagnose import describe_value, only_right_for, returned_none
 from ._trial import Trial
 
@@ -38,14 +39,27 @@ def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
             "e.g. `return dist.get_rank()` or `int(t.item())`.")
 
 
+def _on_worlds(body: Callable, fn: Callable, sizes: tuple[int, ...], *args: Any):
+    """``body(*args)`` on a world of each size in turn: (n, the ranks' results), or the check
+    fails as the first failing world did (``_core.DEFAULT_TIMEOUT``: their time limit)."""
+    try:
+        outcomes = run_cases(body, [(n, args) for n in sizes], fn=fn,
+                             timeout=_core.DEFAULT_TIMEOUT)
+    except WorldFailed as e:
+        failed_on_workers(e.failure, fn, 0)
+    for outcome in outcomes:
+        if outcome.failure is not None:
+            failed_on_workers(outcome.failure, fn, outcome.n)
+        yield outcome.n, outcome.results
+
+
 # ------------------------------------------------------------------ task 1
 
 @task("welcome")
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     name, right = getattr(my_rank, "__name__", "my_rank"), []
-    for n in world_sizes:
-        got = run_on_workers(my_rank, n, learner_fn=my_rank)
+    for n, got in _on_worlds(my_rank, my_rank, world_sizes):
         for r, value in enumerate(got):
             if not _is_int(value):
                 fail(_not_an_int(name, n, r, value))
@@ -87,9 +101,8 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
-    for n in world_sizes:                   # the sums first, at every size; then the calls
-        want = n * (n - 1) // 2
-        out = run_on_workers(_spied_sum_of_ranks, n, my_sum_of_ranks, learner_fn=my_sum_of_ranks)
+    for n, out in _on_worlds(_spied_sum_of_ranks, my_sum_of_ranks, world_sizes, my_sum_of_ranks):
+        want = n * (n - 1) // 2         # the sums first, at every size; then the calls
         got, calls = [v for v, _ in out], [c for _, c in out]
         runs.append((n, calls))
         for r, value in enumerate(got):
