@@ -33,6 +33,13 @@ def fail(message: str) -> None:
     raise CheckFailed(message)
 
 
+def judge(fault: str | None, case: Any = None) -> None:
+    """Fail with a judge's ``fault``, quoting ``case`` as `` [case]``, unless it is None."""
+    __tracebackhide__ = True
+    if fault:
+        fail(fault if case is None else f"{fault} [{case}]")
+
+
 def stub_message(fn: Callable) -> str:
     name = getattr(fn, "__name__", "your function")
     return (f"{name} is not implemented yet: replace the `raise NotImplementedError` "

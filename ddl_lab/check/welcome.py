@@ -14,22 +14,13 @@ from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from . import _core
-from ._core import call_local, fail, failed_on_workers, passed, run_cases, task
+from ._core import call_local, fail, failed_on_workers, judge, passed, run_cases, task
 from ._diagnose import describe_value, only_right_for, returned_none
 from ._trial import Trial
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
 WORLD_SIZES = (4, 3)
-
-
-def _is_int(value: object) -> bool:
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        return False
-    try:
-        return float(value) == int(value)          # 3, 3.0 and tensor(3) all count
-    except (TypeError, ValueError, RuntimeError):
-        return False
 
 
 def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
@@ -61,9 +52,9 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
     name, right = getattr(my_rank, "__name__", "my_rank"), []
     for n, got in _on_worlds(my_rank, my_rank, world_sizes):
         for r, value in enumerate(got):
-            if not _is_int(value):
+            if answers.whole(value) is None:
                 fail(_not_an_int(name, n, r, value))
-        values = [int(v) for v in got]
+        values = [answers.whole(v) for v in got]
         if values == list(range(n)):
             right.append(f"{n} ranks")
             continue
@@ -106,17 +97,15 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
         got, calls = [v for v, _ in out], [c for _, c in out]
         runs.append((n, calls))
         for r, value in enumerate(got):
-            if not _is_int(value):
+            if answers.whole(value) is None:
                 fail(_not_an_int(name, n, r, value))
-        values = [int(v) for v in got]
+        values = [answers.whole(v) for v in got]
         if values != [want] * n:
             fail(f"with {n} ranks, the ranks returned {values}, expected 0+1+…+{n - 1} = "
                  f"{want} on every rank. " + _sum_hint(values, calls, n, right))
         right.append(f"{n} ranks")
     for n, calls in runs:
-        fault = _allreduce_fault(name, calls, n)
-        if fault:
-            fail(fault)
+        judge(_allreduce_fault(name, calls, n))
     passed("sum_of_ranks", "one all_reduce of the rank on every worker gave n(n−1)/2 — "
            + ", ".join(f"{n} ranks: {n * (n - 1) // 2}" for n in world_sizes))
 
@@ -171,14 +160,9 @@ def _standard_error(total_darts: float) -> float:
 
 
 def _as_count(value: Any) -> float | None:
-    """A finite real number (int, float, numpy or 0-d tensor scalar), else None."""
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return x if math.isfinite(x) else None
+    """A finite real number (``answers.scalar``), else None."""
+    x = answers.scalar(value)
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _darts_case(rng: Any) -> dict[str, Any]:
@@ -282,18 +266,14 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
     everything = Trial("pi_plan", my_pi_plan, seed, fixed, draws=6, name="my_pi_plan",
-                       plan=True, draw=lambda rng: next(kinds)(rng))
+                       plan=True, draw=lambda rng: next(kinds)(rng), timeout=60.0)
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
     outs = [everything.call(c, *args, where=f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, "
                             f"budget = {args[2]:,}") for c, args in zip(everything, limits)]
     same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
-    try:
-        outcomes = run_cases(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
-                             fn=my_pi_plan, timeout=60.0)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 0))
+    outcomes = everything.run(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]])
     report = []
     for case, (w, d), outcome in zip(cases, plans, outcomes):
         if outcome.failure is not None:
