@@ -314,11 +314,10 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
         fail((returned_none(plan, name, "a pair (workers, darts)") or
               f"{name} returned {describe_value(plan)}; return a pair (workers, darts)")
              + f" [{case}].")
-    counts = [_as_count(v) for v in plan]
-    if any(c is None or c != int(c) or c < 1 for c in counts):
+    w, d = (answers.whole(v) for v in plan)
+    if w is None or d is None or min(w, d) < 1:
         fail(f"{name} returned {tuple(plan)!r}; workers and darts must be whole numbers ≥ 1 "
              f"[{case}].")
-    w, d = (int(c) for c in counts)
     if w > PI_WORKERS:
         fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} "
              f"[{case}]")
