@@ -1,28 +1,7 @@
-"""How a check reads what the learner's function returned: one rule per kind of answer
-(CONTRIBUTING.md, "Checks").
-
-- ``scalar(x)``: one real number — a Python int or float, a numpy number, or an array or
-  tensor holding exactly one element — as a float (nan and ±inf included: the check judges
-  them); None for anything else (a bool, a string, None, a list or tuple, several elements).
-- ``whole(x)``: a scalar that is a whole number (3, 3.0, ``np.int64(3)``, ``tensor(3.)``), as
-  an int; None otherwise.
-- ``pair(x)``: two scalars — a tuple or list of two, or an array or tensor of shape (2,) — as
-  two floats; None otherwise.
-- ``Real(lo, hi, closed=…)``, ``Whole(lo, hi)``: declared constraints on a one-number answer
-  (scikit-learn's ``Interval``): ``rule.read(x)`` is the value or None, ``str(rule)`` says
-  what the answer must be, in one wording for every check ("a whole number from 1 to 64");
-  ``answer(got, rule, name, call, case)`` reads it or fails saying what came back.
-- ``two_numbers(got, names, name, case)``: a pair of finite numbers or a failure saying what
-  came back; ``answer_rtol(got)``: 1e-6, or the learner's dtype's tolerance if looser.
-- ``plan(out, name, keys, where)``: a design task's answer must be a dict holding every key:
-  the message saying what came back instead, or None.
-- ``plan_call(fn, args, name, where, unseen)``: a design task's plan for budgets the check
-  drew; for budgets the prompt never shows, a plan that raises (a table's KeyError) or
-  returns None fails, saying that a plan must be a function of its inputs (one sentence,
-  ``FUNCTION_OF_INPUTS``, for every design task); ``same_for_all(plans)``: the sentence for
-  a plan that came back the same whatever its budgets (issue 26, "plans that ignore their
-  inputs").
-"""
+"""How a check reads what the learner's function returned, one rule per kind of answer
+(CONTRIBUTING.md, "Checks"): ``scalar``, ``whole``, ``pair``; declared constraints ``Real``
+and ``Whole`` read by ``answer`` in one wording; ``two_numbers``; a design task's ``plan``,
+``plan_call`` (a plan must be a function of its inputs) and ``same_for_all`` (issue 26)."""
 from __future__ import annotations
 
 import math
@@ -41,7 +20,9 @@ FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from th
 
 
 def scalar(x: Any) -> float | None:
-    """One real number as a float, or None (the rule above)."""
+    """One real number — an int, a float, a numpy number, an array or tensor of one element —
+    as a float (nan and ±inf included: the check judges them); None for anything else (a
+    bool, a string, None, a list or tuple, several elements)."""
     if x is None or isinstance(x, (bool, np.bool_, str, bytes, list, tuple, dict)):
         return None
     size = getattr(x, "numel", None) or getattr(x, "size", None)

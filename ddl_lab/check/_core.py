@@ -5,7 +5,6 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
-from ddl_lab.runtime import WorkerError, WorkerTimeout, shared_cluster
 from ddl_lab.runtime import worlds
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
@@ -34,6 +33,13 @@ def fail(message: str) -> None:
     raise CheckFailed(message)
 
 
+def judge(fault: str | None, case: Any = None) -> None:
+    """Fail with a judge's ``fault``, quoting ``case`` as `` [case]``, unless it is None."""
+    __tracebackhide__ = True
+    if fault:
+        fail(fault if case is None else f"{fault} [{case}]")
+
+
 def stub_message(fn: Callable) -> str:
     name = getattr(fn, "__name__", "your function")
     return (f"{name} is not implemented yet: replace the `raise NotImplementedError` "
@@ -52,48 +58,6 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         message = f"{name} raised {type(e).__name__}: {e}"
     # raised outside the except block: no __context__ keeps the learner's frames alive
     raise CheckFailed(message)
-
-
-def run_on_workers(fn: Callable, world_size: int, *args: Any, timeout: float | None = None,
-                   learner_fn: Callable | None = None, **kwargs: Any) -> list:
-    """Run ``fn`` on a shared cluster of ``world_size`` real workers for a check.
-
-    A stub, an exception, a dead rank or a deadlock becomes a CheckFailed naming the
-    rank(s); ``learner_fn`` is the function whose name the message uses.
-    """
-    who = learner_fn or fn
-    name = getattr(who, "__name__", "your function")
-    timeout = timeout or DEFAULT_TIMEOUT
-    cluster = shared_cluster(world_size)
-    try:
-        return cluster.run_with(fn, args, kwargs, timeout=timeout)
-    except WorkerTimeout as e:
-        ranks = sorted(e.failures)
-        slow = bool(e.busy)
-        verdict = ("still computing — a loop that never ends, or far more work than the "
-                   "task needs" if slow else
-                   "probably a deadlock (a recv with no matching send, two ranks both "
-                   "waiting to receive first, or a collective not every rank called)")
-        where = "".join(f"\n  rank {r}: {e.failures[r].removeprefix('did not answer: ')}"
-                        for r in ranks)
-        raise CheckFailed(
-            f"{name} timed out after {timeout:g} s on {world_size} ranks: rank(s) {ranks} "
-            f"never finished — {verdict}. Where each was:{where}") from None
-    except WorkerError as e:
-        raise worker_failure(e, who, f"on rank {{}} of {world_size}", report=True) from None
-
-
-def worker_failure(e: WorkerError, fn: Callable, where: str = "on rank {}",
-                   report: bool = False) -> CheckFailed:
-    """A CheckFailed for learner code that failed on workers: the stub, or the first failing
-    worker (``where`` names it, e.g. "in process {} of 2") with its exception's last line."""
-    if e.not_implemented:
-        return CheckFailed(stub_message(fn))
-    first = min(e.failures)
-    last_line = e.failures[first].strip().splitlines()[-1] if e.failures[first] else ""
-    name = getattr(fn, "__name__", "your function")
-    message = f"{name} failed {where.format(first)}: {last_line}"
-    return CheckFailed(message + (f"\n(full report below)\n\n{e}" if report else ""))
 
 
 def worded(failure: RankFailure, fn: Callable) -> RankFailure:
@@ -115,14 +79,18 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
 def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
                timeout: float | None = None) -> list:
     """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster (``fn``: the
-    learner's function its failures name); a failure fails the check in the usual words, an
-    exception with the failing rank's report below."""
+    learner's function its failures name); a failure fails the check (``failed_on_workers``)."""
     try:
         return run_in_world(body, n, *args, fn=fn, timeout=timeout)
     except WorldFailed as e:
-        f = e.failure
-        fail(f.message(name_of(fn), n) + (f"\n(full report below)\n\nrank {f.rank} raised "
-                                          f"{f.line}\n{f.text}" if f.kind == "raised" else ""))
+        failed_on_workers(e.failure, fn, n)
+
+
+def failed_on_workers(f: RankFailure, fn: Callable, n: int) -> None:
+    """Fail as ``f`` says, in the usual words; an exception with the failing rank's report."""
+    __tracebackhide__ = True
+    fail(f.message(name_of(fn), n) + (f"\n(full report below)\n\nrank {f.rank} raised "
+                                      f"{f.line}\n{f.text}" if f.kind == "raised" else ""))
 
 
 def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,

@@ -1,23 +1,7 @@
-"""The diagnosis layer every check shares (CONTRIBUTING.md, \"Checks\").
-
-- ``differs(expected, got)``: a dtype-fair comparison that never raises. It accepts numpy,
-  torch (any device, bfloat16 included), lists and scalars, compares in the learner's dtype
-  with a tolerance derived from it (float64 answers to float32 inputs are accepted), and
-  returns None or what differs, in words ("element 3 is 0.5, expected 0.25 (2 of 6 differ)").
-- ``explain(got, mistakes)``: the first likely mistake ``{message: what that mistake would
-  return}`` whose value matches the learner's output; ``factor_of`` names a constant factor
-  (sign, sum vs mean, a missing ×n); ``describe_value`` / ``returned_none`` say what came back
-  in the learner's terms; ``Snapshot`` tells whether the learner changed an input in place;
-  ``only_right_for`` names "right for one world size only".
-- ``Cases``: several randomly drawn, seeded cases per call, each quoted with its seed so a
-  failure replays (``check.<task>(fn, seed=…)``); same seed, same cases, same verdict.
-- ``refuse_package_copy(fn, task, *impls)``: the policy of CONTRIBUTING.md — an answer that
-  merely calls the package's own implementation of the task is refused, saying so;
-  ``package_functions(package, *names)`` finds those implementations by name in the
-  lesson package's modules (a check names them in its ``@task(..., refuses=...)``
-  declaration, ``check/_core.py``).
-- ``adagrad_diagnosis(...)``: the Adagrad update (lessons 01 and 07), with the lesson's words.
-"""
+"""The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"): dtype-fair comparison
+(``differs``), named mistakes (``explain``, ``factor_of``), answers in the learner's terms
+(``describe_value``, ``returned_none``, ``Snapshot``), seeded cases (``Cases``), the refusal
+of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
 from __future__ import annotations
 
 import types

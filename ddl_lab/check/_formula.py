@@ -1,8 +1,6 @@
 """Reasoning tasks whose answer is one number, a function of the problem's parameters
 (lessons 04–06): a ``Trial``'s cases, the learner's value against the right one, and the
-likely mistake named by the formula that gives the learner's value. The design tasks of
-lessons 04–06 ask their plans for budgets the prompt never shows with ``_answers``'s
-``plan_call`` and ``same_for_all``, as every design task does."""
+likely mistake named by the formula that gives the learner's value."""
 from __future__ import annotations
 
 import math

@@ -1,20 +1,8 @@
-"""The structured record of verdicts that ``ddl-lab grade`` reads (``ddl_lab/tools/grading``).
-
-When the environment variable ``DDL_LAB_GRADE_RECORD`` names a file, every verdict a check
-reaches is appended to it as one JSON line ``{"task", "passed", "message", "pid"}``, plus
-``"score"`` (the fraction of the task earned) when a check with parts reports partial
-credit. Otherwise nothing is written. Printed text is never graded: a learner who prints
-"✔ passed" writes no record.
-
-The learner's own progress (``ddl-lab progress``, lesson 00) is a second record: every
-verdict is also appended to ``.ddl_lab/progress.jsonl`` in the course folder (git-ignored;
-``~/.ddl_lab/`` where the course folder is not writable), or to the file that
-``DDL_LAB_PROGRESS`` names (``off``: none). Grading runs write no progress.
-
-``ddl-lab grade`` judges in a process of its own (``tools/grading/judge.py``), which calls
-``grade_with(sink, seed)``: every verdict then goes to ``sink`` instead, and to no file, and
-every check draws its cases with the instructor's seed mixed in.
-"""
+"""The records of verdicts: ``ddl-lab grade``'s, one JSON line ``{"task", "passed",
+"message", "pid"}`` (and ``"score"``: partial credit) per verdict in the file
+``DDL_LAB_GRADE_RECORD`` names, or to the grading judge's ``sink`` (``grade_with``, with the
+instructor's seed); and the learner's progress (``ddl-lab progress``, lesson 00) in
+``.ddl_lab/progress.jsonl`` or ``DDL_LAB_PROGRESS``. Printed text is never graded."""
 from __future__ import annotations
 
 import json

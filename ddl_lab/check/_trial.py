@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
 from ._answers import plan_call
-from ._core import CheckFailed, call_local, fail, name_of, passed, run_cases
+from ._core import CheckFailed, call_local, fail, judge, name_of, passed, run_cases
 from ._diagnose import Cases
 
 
@@ -97,8 +97,7 @@ class Trial:
 
     def judge(self, fault: str | None) -> None:
         """Fail with ``fault``, a judge's message, unless it is None."""
-        if fault:
-            fail(fault)
+        judge(fault)
 
     def passed(self, detail: str) -> None:
         passed(self.task, detail)

@@ -1,17 +1,7 @@
 """Checks for lesson 12, the capstone: the bytes a local-SGD plan puts on the wire
-(reasoning), and a training plan run on 4 real workers against the budget (design).
-
-``budget_bytes`` draws seeded cases (1 to 8 workers, periods longer than the run, every
-value size) and names the usual slips of the ring's arithmetic. ``capstone`` runs the
-learner's plan on 4 real workers through the meter of ``ddl_lab.capstone`` — bytes are
-counted where they leave each worker, never taken from the plan — with every other channel
-between the workers closed or recorded (``capstone.channels``: the raw group behind the
-meter, stores, files, shared memory, sockets) and the examples each worker's models ran on
-recorded (``capstone.examples``); it judges accuracy on held-out digits, bytes per worker,
-agreement of the workers' models, that each worker learnt from its own shard only, steps
-and time. The run's shards, initial weights and batch order come from a seed drawn from
-the check's ``seed`` (not the one ``measure`` uses by default), so a plan tuned to one
-draw is judged on another."""
+(reasoning), and a training plan run on 4 real workers through ``ddl_lab.capstone``'s meter,
+every other channel closed or recorded, judged on held-out accuracy, bytes, agreement,
+shards, steps and time, with a seed drawn from the check's (design)."""
 from __future__ import annotations
 
 import math
@@ -20,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
@@ -78,7 +68,7 @@ def _bytes_mistakes(p: dict[str, Any]) -> dict[str, float]:
         "you summed over all the workers: the budget is per worker": n * ring,
         "your answer is in bits: count bytes (value_bytes is already bytes per value)": 8 * ring,
         "you averaged at every step: the plan averages once every `period` steps":
-            p["steps"] * 2 * (n - 1) / n * S,
+            p["steps"] * sent_bytes("all_reduce", n, S),
         "you used 4 bytes per value whatever value_bytes says (2 for fp16, 8 for fp64)":
             _plan_bytes(**{**p, "value_bytes": 4}),
     }

@@ -1,8 +1,7 @@
 """Checks for lesson 01 (gradient descent): the batch gradient, the mini-batch SGD epoch,
 the Adagrad update, a learning rate that converges, the best fixed step and its contraction
-(reasoning) and a mini-batch SGD plan within budgets (design).
-All run in this process, on several seeded cases per call (``seed=`` replays one); a
-failure quotes its case."""
+(reasoning) and a mini-batch SGD plan within budgets (design), on seeded cases in this
+process."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +12,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
-from ._core import call_local, fail, passed, task
+from ._core import call_local, fail, judge, name_of, passed, task
 from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad_diagnosis, as_array,
                         describe_value, differs, explain, factor_of, name_factor, returned_none,
                         same)
@@ -25,10 +24,6 @@ __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_ra
 
 def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return X.T @ (X @ theta - y) / len(y)
-
-
-def _name(fn: Callable, default: str) -> str:
-    return getattr(fn, "__name__", default)
 
 
 # ------------------------------------------------------------------ task 1
@@ -43,7 +38,7 @@ def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
-    name = _name(my_batch_gradient, "my_batch_gradient")
+    name = name_of(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
              {"n": 13, "d": 1, "scale": 0.5, "dtype": "float32"},
@@ -58,9 +53,8 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, X=X, y=y)
         got = call_local(my_batch_gradient, theta, X, y)
         where = f"{name} on {case}"
-        message = inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)")
-        if message:
-            fail(f"{message} [{case}]")
+        judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
+              case)
         diff = differs(want.astype(p["dtype"]), got)
         if diff is None:
             continue
@@ -145,7 +139,7 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
 
 
 def _one_epoch_case(fn: Callable, case: Any) -> None:
-    name = _name(fn, "my_minibatch_sgd_epoch")
+    name = name_of(fn, "my_minibatch_sgd_epoch")
     m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
     X, y = _epoch_problem(m, case.rng)
     theta0 = case.rng.normal(size=3)
@@ -154,10 +148,8 @@ def _one_epoch_case(fn: Callable, case: Any) -> None:
         rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
         out = call_local(fn, theta0.copy(), X, y, rec, lr, b, np.random.default_rng(
             [generator_seed, case.index]))
-        message = (rec.misuse or inputs.changed(name) or
-                   returned_none(out, name, "the updated θ"))
-        if message:
-            fail(f"{message} [{case}]")
+        judge(rec.misuse or inputs.changed(name) or returned_none(out, name, "the updated θ"),
+              case)
         if as_array(out) is None:
             fail(f"{name} returned {describe_value(out)}; return the updated θ, an array "
                  f"of shape (3,) [{case}].")
@@ -252,7 +244,7 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
-    name = _name(my_adagrad_step, "my_adagrad_step")
+    name = name_of(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
              {"d": 5, "lr": 0.05, "eps": 1e-6, "dtype": "float32"}]
@@ -263,11 +255,9 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, g=g, G=G)
         with np.errstate(all="ignore"):
             got = call_local(my_adagrad_step, theta, g, G, lr, eps)
-        message = inputs.changed(name) or adagrad_diagnosis(
-            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps,
-            AdagradWords(name))             # the defaults are lesson 01's words
-        if message:
-            fail(f"{message} [{case}]")
+        judge(inputs.changed(name) or adagrad_diagnosis(      # AdagradWords: lesson 01's
+            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps, AdagradWords(name)),
+            case)
     passed("adagrad_step", f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases "
            "(random lr and eps, float64 and float32); a feature seen for the first time "
            "moves by ≈ lr, an absent one not at all")
@@ -337,14 +327,12 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
-    name = _name(my_learning_rate, "my_learning_rate")
+    name = name_of(my_learning_rate, "my_learning_rate")
     problems, runs = _lr_cases(seed), []
     for case, X, y in problems:
         inputs = Snapshot(X=X)
         lr = call_local(my_learning_rate, X)
-        message = inputs.changed(name) or returned_none(lr, name, "the learning rate γ")
-        if message:
-            fail(f"{message} [{case}]")
+        judge(inputs.changed(name) or returned_none(lr, name, "the learning rate γ"), case)
         try:
             lr = float(lr)
         except (TypeError, ValueError):
@@ -386,15 +374,7 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
            + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4]) + " …")
 
 
-# ------------------------------------------------------------------ task 5 (reasoning)
-
-# ------------------------------------------------------------------ task 6 (design)
-
-
-# ------------------------------------------------------------------
-# The reasoning and design checks: the best fixed step of a quadratic bowl and its
-# contraction, and a mini-batch SGD plan that meets a target loss within a budget of
-# examples and of steps, trained for real on the lesson's data.
+# ------------------------------------------------------------------ task 5 (reasoning): the best step
 
 def _bowl(case: Case) -> np.ndarray:
     """The case's curvatures, in no particular order: a drawn bowl has its smallest and
@@ -417,8 +397,7 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
     XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
     minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
-    fn = my_best_step
-    name = getattr(fn, "__name__", "my_best_step")
+    fn, name = my_best_step, name_of(my_best_step, "my_best_step")
     fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
              {"values": (0.74, 0.11, 1.05, 0.28, 0.52, 0.2, 0.16, 0.37, 0.14, 0.12)}]
     trial = Trial("best_step", my_best_step, seed, fixed, draws=3, draw=_bowl_case)
@@ -559,8 +538,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     each of three shuffles — for the prompt's budgets (8192, 256) and (16384, 64), 20 steps
     of 20,480 examples, and three budgets drawn per call, so that the plan must be computed
     from its budgets (issue 26)."""
-    fn = my_sgd_plan
-    name = getattr(fn, "__name__", "my_sgd_plan")
+    fn, name = my_sgd_plan, name_of(my_sgd_plan, "my_sgd_plan")
     _, y, J_star, J_zero, _ = lesson_data()
     m, start, report = len(y), J_zero - J_star, []
     fixed = [{"max_examples": e, "max_steps": s} for e, s in SGD_BUDGETS]

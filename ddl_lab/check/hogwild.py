@@ -1,11 +1,7 @@
-"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop; the
-coordinates an update expects to share with the others' (reasoning) and a lock-free plan that
-reaches a target loss on real processes (design).
-
-The update runs on seeded cases (dimensions, learning rates, non-unit feature values,
-float32 θ). The worker loop first runs here on a θ that notes every read and write and a
-lock that knows when it is held — so the lock's scope is observed, not guessed — then on
-3 warm worker processes sharing θ and a real lock (locked and lock-free)."""
+"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched
+here on a θ that notes every access and a lock that knows when it is held, then run on 3
+worker processes sharing θ; the coordinates updates share (reasoning); a lock-free plan
+run on real processes (design)."""
 from __future__ import annotations
 
 import functools
@@ -16,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, on_workers, task
+from ._core import call_local, fail, judge, name_of, on_workers, passed, task
 from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, explain,
                         factor_of, returned_none, same, tolerance)
 from .parallel_models import PROCESSES, FileLock, shared_file
@@ -74,9 +70,7 @@ def _one_update(fn: Callable, name: str, case: Any) -> None:
     step = lr * (_sigmoid(z) - y) * val
     inputs = Snapshot(idx=idx, val=val)
     out = call_local(fn, theta, idx, val, y, lr)
-    message = inputs.changed(name)
-    if message:
-        fail(f"{message} [{case}]")
+    judge(inputs.changed(name), case)
     if np.array_equal(theta, before.astype(p["dtype"])):
         want = before.copy()
         want[idx] -= step
@@ -225,9 +219,7 @@ def _traced_run(fn: Callable, name: str, problem: "Problem", rows: np.ndarray, c
     inputs = Snapshot(rows=rows)
     call_local(fn, theta, problem, rows, lr, _TrailLock(trail), locked)
     got, want = np.asarray(theta), _serial(problem, theta0, rows, lr)
-    message = inputs.changed(name)
-    if message:
-        fail(f"{message} [{case}]")
+    judge(inputs.changed(name), case)
     if np.array_equal(got, theta0):
         fail(f"after {name}(theta, problem, rows, ...) theta is unchanged: the loop must "
              f"update the `theta` it is given — the shared vector, not a copy. {_COPY_HINT} "
@@ -304,17 +296,6 @@ def _worker_on_process(fn: Callable, path: str, lock: FileLock, problem: "Proble
     theta.flush()
 
 
-# ------------------------------------------------------------------ task 3 (reasoning)
-
-# ------------------------------------------------------------------ task 4 (design)
-
-
-# ------------------------------------------------------------------
-# The reasoning and design checks: how many coordinates an in-flight update expects to share
-# with the other workers' (the sparsity argument of Hogwild!), and a plan — workers, epochs,
-# rate — that trains the lesson's sparse problem to a target loss lock-free on real
-# processes sharing θ, within a per-worker budget.
-
 # ------------------------------------------------------------------ expected overlap
 
 
@@ -348,8 +329,7 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
     of examples that use feature j — returns how many coordinates an in-flight update expects
     to share with the other workers − 1 in-flight updates, on independent examples:
     (workers − 1)·Σ_j freq[j]²."""
-    fn = my_expected_overlap
-    name = getattr(fn, "__name__", "my_expected_overlap")
+    fn, name = my_expected_overlap, name_of(my_expected_overlap, "my_expected_overlap")
     fixed = [{"freq": "uniform", "d": 1000, "nnz": 10, "workers": 2},
              {"freq": "lesson", "d": 1000, "nnz": 10, "workers": 4},
              {"freq": "uniform", "d": 100, "nnz": 5, "workers": 1},
@@ -484,8 +464,7 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     workers) and one drawn budget, run for real; and no worker over its budget of updates,
     no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
     20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
-    fn = my_hogwild_plan
-    name = getattr(fn, "__name__", "my_hogwild_plan")
+    fn, name = my_hogwild_plan, name_of(my_hogwild_plan, "my_hogwild_plan")
     cases, real = _plan_budgets(seed), 2          # the first two run for real
     plans: list[tuple[int, int, float]] = []
     reports = []

@@ -1,14 +1,7 @@
-"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers, the bytes per rank
-of a training configuration (reasoning), and a memory plan run on real workers (design).
-
-``zero2_step(my_zero2_step)`` calls the learner's step three times on every rank of worlds of
-2–5 ranks (lengths not divisible by n, primes, fewer elements than ranks; float32 and
-float64; Adam or SGD with momentum, hyper-parameters drawn), with gradients in multiples of
-1/4 so that every order of summing is exact. It judges the parameters of every rank against
-DDP with the same optimizer (the mean gradient, the whole vector), counts the bytes each rank
-sent (``Wiretap``: 2(n−1)/n·S allowed, as a ring allreduce), names an allreduce, and
-measures every tensor the rank keeps in ``state`` between steps: 1/n of the optimizer state.
-"""
+"""Checks for lesson 10 (training memory): one ZeRO-2 step on real worlds of 2–5 ranks,
+judged against DDP with the same optimizer, by the bytes each rank sent (``Wiretap``) and the
+state it keeps; the bytes per rank of a configuration (reasoning); a memory plan run on real
+workers (design)."""
 from __future__ import annotations
 
 import functools
@@ -18,10 +11,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ddl_lab.runtime.collectives import reduce_scatter_single
+from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, run_in_world, task
+from ._core import call_local, fail, passed, run_in_world, task
 from ._diagnose import Case, describe_value, differs, explain, returned_none
 from ._trial import Trial
 
@@ -149,17 +144,13 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
     1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
     alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
-    name = getattr(my_zero2_step, "__name__", "your function")
-    trial = Trial("zero2_step", my_zero2_step, seed, _FIXED, draws=2, draw=_draw)
-    seeds = [int(c.rng.integers(1 << 30)) for c in trial]
+    trial = Trial("zero2_step", my_zero2_step, seed, _FIXED, draws=2, draw=_draw,
+                  timeout=timeout)
+    name, seeds = trial.name, [int(c.rng.integers(1 << 30)) for c in trial]
     hypers = [_hyper(c) for c in trial]
-    try:
-        outcomes = run_cases(_run_case, [
-            (c.params["n"], (my_zero2_step, c.params["length"], c.params["dtype"],
-                             c.params["optimizer"], h, s))
-            for c, h, s in zip(trial, hypers, seeds)], fn=my_zero2_step, timeout=timeout)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 0))
+    outcomes = trial.run(_run_case, [
+        (c.params["n"], (my_zero2_step, c.params["length"], c.params["dtype"],
+                         c.params["optimizer"], h, s)) for c, h, s in zip(trial, hypers, seeds)])
     shown = []
     for case, hyper, data_seed, outcome in zip(trial, hypers, seeds, outcomes):
         if outcome.failure:
@@ -183,8 +174,9 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
     if used:
         fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): an allreduce "
              "hands every rank the whole summed gradient — ZeRO-2 needs only this rank's "
-             "chunk of it. Reduce-scatter the gradient (dist.reduce_scatter_tensor, or the "
-             "ring's share-reduce phase), step on the chunk, then all-gather the parameters.")
+             "chunk of it. Reduce-scatter the gradient "
+             f"(dist.{reduce_scatter_single.__name__}, or the ring's share-reduce phase), step "
+             "on the chunk, then all-gather the parameters.")
     want = _reference(length, n, dtype, kind, hyper, data_seed)
     sizes = [a.numel() for a in _split(length, n)]
     for rank, g in enumerate(got):
@@ -322,9 +314,7 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
            "accounting")
 
 
-# ------------------------------------------------------------------
-# The design check: a memory plan — ZeRO stage, precision and recomputation — for a model, a
-# per-rank memory budget and a per-rank budget of bytes sent per step, run on real workers.
+# ------------------------------------------------------------------ task 3 (design): a plan
 #
 # What a rank keeps is measured by ``memory.zero.zero_run`` (parameters, gradients and
 # optimizer state counted from the tensors, the activations kept for backward by saved-
@@ -350,10 +340,13 @@ def _segments_kept(depth: int) -> int:
     return sum(1 for lo, _ in chunk_bounds(blocks, segments_for(blocks)) if lo >= 2)
 
 
-def _model(hidden: int, depth: int) -> tuple[int, int, int]:
-    """(parameters, fp32 bytes kept per example, the same with recomputation)."""
+def _model(n: int, hidden: int, depth: int, batch: int) -> dict[str, Any]:
+    """The case of an MLP: parameters, fp32 bytes kept per example (``act``), the same with
+    recomputation, on ``n`` ranks with a global ``batch``."""
     params = 64 * hidden + hidden + (depth - 1) * (hidden * hidden + hidden) + hidden * 10 + 10
-    return params, 4 * depth * hidden, 4 * _segments_kept(depth) * hidden
+    return {"params": params, "ranks": n, "batch": batch, "act": 4 * depth * hidden,
+            "act_recompute": 4 * _segments_kept(depth) * hidden, "hidden": hidden,
+            "depth": depth}
 
 
 def footprint(c: dict, stage: int, precision: str, recompute: bool) -> tuple[float, float]:
@@ -365,7 +358,8 @@ def footprint(c: dict, stage: int, precision: str, recompute: bool) -> tuple[flo
     e = 2 if precision == "bf16" else 4
     per_example = (c["act_recompute"] if recompute else c["act"]) * e / 4
     passes = 3 + (1 if recompute else 0) if stage == 3 else 2
-    return states + math.ceil(c["batch"] / n) * per_example, passes * (n - 1) / n * P * e
+    return (states + math.ceil(c["batch"] / n) * per_example,
+            passes * sent_bytes("reduce_scatter", n, P * e))
 
 
 def _budgets(c: dict, rng: np.random.Generator) -> dict | None:
@@ -395,9 +389,7 @@ def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
             else:
                 n, hidden = int(rng.choice([4, 8, 16, 64])), int(rng.choice([1024, 4096, 8192]))
                 depth, batch = int(rng.integers(4, 49)), n * int(rng.integers(1, 33))
-            P, act, act_rc = _model(hidden, depth)
-            case = _budgets({"params": P, "ranks": n, "batch": batch, "act": act,
-                             "act_recompute": act_rc, "hidden": hidden, "depth": depth}, rng)
+            case = _budgets(_model(n, hidden, depth, batch), rng)
             if case is not None:
                 return case
     return draw
@@ -406,11 +398,8 @@ def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
 def _fixed() -> list[dict]:
     rng = np.random.default_rng(10)
     out = []
-    for n, hidden, depth, batch in FIXED_MODELS:
-        P, act, act_rc = _model(hidden, depth)
-        while (case := _budgets({"params": P, "ranks": n, "batch": batch, "act": act,
-                                 "act_recompute": act_rc, "hidden": hidden, "depth": depth},
-                                rng)) is None:
+    for model in FIXED_MODELS:
+        while (case := _budgets(_model(*model), rng)) is None:
             pass
         out.append(case)
     return out

@@ -13,20 +13,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ddl_lab.ring_allreduce.cost import sent_bytes
+from ddl_lab.runtime.costs import ring_time
 
 from . import _answers as answers
-from ._core import call_local, fail, on_workers, passed, stub_message, task
+from ._core import call_local, fail, judge, name_of, on_workers, passed, stub_message, task
 from ._diagnose import describe_value, differs, explain
 from ._trial import Trial
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
 
 WORKERS = 3
-
-
-def _name(fn: Callable) -> str:
-    return getattr(fn, "__name__", "your function")
 
 
 def _stub_first(fn: Callable, *args: Any) -> None:
@@ -150,9 +146,7 @@ def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     payload = [{**c.params, "seed": seed * 100 + c.index} for c in trial]
     got = on_workers(_fed_rounds, WORKERS, my_fedavg, payload, fn=my_fedavg)[0]
     for case, (before, sizes, answer, after) in zip(trial, got):
-        message = _fed_message(_name(my_fedavg), before, sizes, answer, after, case)
-        if message:
-            fail(message)
+        judge(_fed_message(name_of(my_fedavg), before, sizes, answer, after, case))
     passed("fedavg", f"the server on rank 0 averaged real client models from {WORKERS} "
            f"workers in {len(trial)} rounds (1–{max(c.params['K'] for c in trial)} clients, "
            "unequal sizes, float32 and float64), weighted by n_k")
@@ -300,9 +294,7 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
         got = on_workers(_resume_runs, WORKERS, my_save_checkpoint, my_resume, payload, folder,
                          fn=my_resume, timeout=60)[0]
     for case, r in zip(trial, got):
-        message = _resume_message(_name(my_resume), r, case)
-        if message:
-            fail(message)
+        judge(_resume_message(name_of(my_resume), r, case))
     passed("resume", f"{len(trial)} runs on {WORKERS} workers stopped mid-way (before and "
            "after checkpoints, SGD with momentum and Adam, float32 and float64) and resumed "
            "with fresh objects ended exactly where uninterrupted runs end")
@@ -380,7 +372,7 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
 def _real_run(fn: Callable) -> str:
     """Start 2 hosts × 2 processes with the learner's settings; what they reported."""
     from ddl_lab.scaling_out.hosts import Layout, VirtualHosts, free_port, run_with_env, unavailable
-    name, why = _name(fn), unavailable()
+    name, why = name_of(fn), unavailable()
     if why is None:
         with VirtualHosts() as vh:
             layout = Layout((vh.a.addr, vh.b.addr), 2, 29500)
@@ -406,16 +398,14 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
     from ddl_lab.scaling_out.hosts import Layout
-    name = _name(my_rendezvous_env)
+    name = name_of(my_rendezvous_env)
     fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
         (("10.200.0.1", "10.200.0.2"), 2, 29400), (("10.0.0.5", "10.0.0.9"), 1, 23456),
         (("192.168.1.10", "192.168.1.11", "192.168.1.12"), 3, 29500))]
     trial = Trial("rendezvous_env", my_rendezvous_env, seed, fixed, draws=4, draw=_env_case)
     for case in trial:
         layout = Layout(**case.params)
-        message = _env_message(name, layout, _envs(my_rendezvous_env, layout), case)
-        if message:
-            fail(message)
+        judge(_env_message(name, layout, _envs(my_rendezvous_env, layout), case))
     where = _real_run(my_rendezvous_env)
     passed("rendezvous_env", f"right for {len(trial)} layouts (2–4 hosts, 1–4 processes "
            f"each), and 2 hosts × 2 processes started with your settings met on {where} "
@@ -428,11 +418,9 @@ def _times(c: dict, n: int, mistake: str = "") -> float:
     S = c["params"] * (1 if mistake == "bits" else 4)
     alpha = 0.0 if mistake == "no latency" else c["alpha"]
     compute = c["per_example"] * c["batch"] / (1 if mistake == "undivided" else n)
-    if n == 1:
-        return compute
     if mistake == "whole tensor":
         return compute + 2 * (n - 1) * (alpha + S * c["beta"])
-    return compute + 2 * (n - 1) * alpha + sent_bytes("all_reduce", n, S) * c["beta"]
+    return compute + ring_time(n, S, alpha, c["beta"])
 
 
 def _best(c: dict, mistake: str = "") -> int:
@@ -453,7 +441,7 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     max_workers)`` is the n in 1…max_workers with the shortest step of synchronous SGD on a
     fixed global batch: compute per_example·batch/n, plus for n > 1 a ring allreduce of the
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""
-    name = _name(my_best_workers)
+    name = name_of(my_best_workers)
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
     fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle
                                            (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
@@ -494,11 +482,7 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
          f"{c.params['per_example'] * c.params['batch'] / b:.4g} s + allreduce).{unseen}")
 
 
-# ------------------------------------------------------------------
-# The design check: a FedAvg plan — local epochs E and the fraction C of clients per round —
-# that reaches a target test accuracy within R rounds, uploading at most U client models and
-# spending at most W client-epochs, run as the lesson's federated training on 3 real workers
-# (deterministic: every random choice comes from the seed, the round and the client).
+# ------------------------------------------------------------------ task 5 (design): a FedAvg plan
 
 CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random

@@ -2,9 +2,9 @@
 the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
 darts that lands within a tolerance of π in most runs.
 
-Tasks 1 and 2 run on whole clusters of 4 ranks (the lesson's) and then 3, so a hard-coded
-world size shows and a timeout says where each rank waited (``_core.run_on_workers``); task
-4 runs its plans on worlds of 1–4 ranks carved out of the checks' one warm cluster."""
+Tasks 1 and 2 run on worlds of 4 ranks (the lesson's) and then 3, so a hard-coded world size
+shows, and task 4 its plans on worlds of 1–4 ranks, all carved out of the checks' one warm
+cluster (``runtime.worlds``); a timeout says where each rank of the world waited."""
 from __future__ import annotations
 
 import math
@@ -13,22 +13,14 @@ from typing import Any, Callable
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, run_on_workers, task
+from . import _core
+from ._core import call_local, fail, failed_on_workers, judge, passed, run_cases, task
 from ._diagnose import describe_value, only_right_for, returned_none
 from ._trial import Trial
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 
 WORLD_SIZES = (4, 3)
-
-
-def _is_int(value: object) -> bool:
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        return False
-    try:
-        return float(value) == int(value)          # 3, 3.0 and tensor(3) all count
-    except (TypeError, ValueError, RuntimeError):
-        return False
 
 
 def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
@@ -38,18 +30,31 @@ def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
             "e.g. `return dist.get_rank()` or `int(t.item())`.")
 
 
+def _on_worlds(body: Callable, fn: Callable, sizes: tuple[int, ...], *args: Any):
+    """``body(*args)`` on a world of each size in turn: (n, the ranks' results), or the check
+    fails as the first failing world did (``_core.DEFAULT_TIMEOUT``: their time limit)."""
+    try:
+        outcomes = run_cases(body, [(n, args) for n in sizes], fn=fn,
+                             timeout=_core.DEFAULT_TIMEOUT)
+    except WorldFailed as e:
+        failed_on_workers(e.failure, fn, 0)
+    for outcome in outcomes:
+        if outcome.failure is not None:
+            failed_on_workers(outcome.failure, fn, outcome.n)
+        yield outcome.n, outcome.results
+
+
 # ------------------------------------------------------------------ task 1
 
 @task("welcome")
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     name, right = getattr(my_rank, "__name__", "my_rank"), []
-    for n in world_sizes:
-        got = run_on_workers(my_rank, n, learner_fn=my_rank)
+    for n, got in _on_worlds(my_rank, my_rank, world_sizes):
         for r, value in enumerate(got):
-            if not _is_int(value):
+            if answers.whole(value) is None:
                 fail(_not_an_int(name, n, r, value))
-        values = [int(v) for v in got]
+        values = [answers.whole(v) for v in got]
         if values == list(range(n)):
             right.append(f"{n} ranks")
             continue
@@ -87,23 +92,20 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
     """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
     ``dist.all_reduce`` (sum) of a tensor holding the rank."""
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
-    for n in world_sizes:                   # the sums first, at every size; then the calls
-        want = n * (n - 1) // 2
-        out = run_on_workers(_spied_sum_of_ranks, n, my_sum_of_ranks, learner_fn=my_sum_of_ranks)
+    for n, out in _on_worlds(_spied_sum_of_ranks, my_sum_of_ranks, world_sizes, my_sum_of_ranks):
+        want = n * (n - 1) // 2         # the sums first, at every size; then the calls
         got, calls = [v for v, _ in out], [c for _, c in out]
         runs.append((n, calls))
         for r, value in enumerate(got):
-            if not _is_int(value):
+            if answers.whole(value) is None:
                 fail(_not_an_int(name, n, r, value))
-        values = [int(v) for v in got]
+        values = [answers.whole(v) for v in got]
         if values != [want] * n:
             fail(f"with {n} ranks, the ranks returned {values}, expected 0+1+…+{n - 1} = "
                  f"{want} on every rank. " + _sum_hint(values, calls, n, right))
         right.append(f"{n} ranks")
     for n, calls in runs:
-        fault = _allreduce_fault(name, calls, n)
-        if fault:
-            fail(fault)
+        judge(_allreduce_fault(name, calls, n))
     passed("sum_of_ranks", "one all_reduce of the rank on every worker gave n(n−1)/2 — "
            + ", ".join(f"{n} ranks: {n * (n - 1) // 2}" for n in world_sizes))
 
@@ -158,14 +160,9 @@ def _standard_error(total_darts: float) -> float:
 
 
 def _as_count(value: Any) -> float | None:
-    """A finite real number (int, float, numpy or 0-d tensor scalar), else None."""
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return x if math.isfinite(x) else None
+    """A finite real number (``answers.scalar``), else None."""
+    x = answers.scalar(value)
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _darts_case(rng: Any) -> dict[str, Any]:
@@ -269,18 +266,14 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
     everything = Trial("pi_plan", my_pi_plan, seed, fixed, draws=6, name="my_pi_plan",
-                       plan=True, draw=lambda rng: next(kinds)(rng))
+                       plan=True, draw=lambda rng: next(kinds)(rng), timeout=60.0)
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
     outs = [everything.call(c, *args, where=f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, "
                             f"budget = {args[2]:,}") for c, args in zip(everything, limits)]
     same = answers.same_for_all(outs)          # every plan first: one for all budgets is named
     plans = [_pi_valid_plan(name, out, c, same) for out, c in zip(outs, everything)]
-    try:
-        outcomes = run_cases(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]],
-                             fn=my_pi_plan, timeout=60.0)
-    except WorldFailed as e:
-        fail(e.failure.message(name, 0))
+    outcomes = everything.run(_pi_runs, [(w, (d, PI_RUNS)) for w, d in plans[:len(cases)]])
     report = []
     for case, (w, d), outcome in zip(cases, plans, outcomes):
         if outcome.failure is not None:
@@ -321,11 +314,10 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
         fail((returned_none(plan, name, "a pair (workers, darts)") or
               f"{name} returned {describe_value(plan)}; return a pair (workers, darts)")
              + f" [{case}].")
-    counts = [_as_count(v) for v in plan]
-    if any(c is None or c != int(c) or c < 1 for c in counts):
+    w, d = (answers.whole(v) for v in plan)
+    if w is None or d is None or min(w, d) < 1:
         fail(f"{name} returned {tuple(plan)!r}; workers and darts must be whole numbers ≥ 1 "
              f"[{case}].")
-    w, d = (int(c) for c in counts)
     if w > PI_WORKERS:
         fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} "
              f"[{case}]")

@@ -13,7 +13,9 @@ Each call makes fresh groups (one per world size), so a message an earlier answe
 unreceived cannot leak into it, and they have an operation timeout, so a deadlock is
 reported in seconds rather than at the cluster's time limit. When the learner's code raises
 on one rank, that rank closes the group: its neighbours, blocked in a receive from it, fail
-at once.
+at once. Each rank reports every case it leaves (``runtime.progress``), so when the call
+outlives its time limit the parent names the case's world and, of its ranks only, those
+still in the learner's code: computing or waiting, and where.
 
 Failures come back structured: each rank that raised sends home a ``Raised`` saying, beside
 the traceback, what its exception was (decided on the worker, where the exception exists),
@@ -28,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import WorkerError, WorkerTimeout, caused_by, exception_chain
 from .launch import shared_cluster
+from .progress import WORKER, on_progress
 
 MAX_WORLD = 5               # the largest world size a check draws; the cluster's size
 OP_TIMEOUT_S = 15.0         # a send/recv/collective that waits longer is a deadlock
@@ -126,13 +129,14 @@ def in_worlds(body: Callable, cases: Sequence[tuple[int, tuple]],
     import torch
     import torch.distributed as dist
     rank, groups, out = dist.get_rank(), {}, []
-    for n, args in cases:
+    for k, (n, args) in enumerate(cases):
         if n not in groups:
             groups[n] = dist.new_group(list(range(n)), backend="gloo",
                                        timeout=datetime.timedelta(seconds=op_timeout))
             if rank < n:
                 dist.barrier(group=groups[n])     # all connected before anyone may close
         out.append(_one_case(groups[n], n, body, args) if rank < n else None)
+        _left(k + 1, len(cases))
         failed = torch.tensor([int(isinstance(out[-1], Raised))])
         if failed.item():                  # close it now: peers blocked in a recv from this
             dist.destroy_process_group(groups.pop(n))      # rank fail at once
@@ -150,6 +154,14 @@ def in_worlds(body: Callable, cases: Sequence[tuple[int, tuple]],
     return out
 
 
+def _left(done: int, total: int) -> None:
+    """Worker: tell the parent this rank has left ``done`` of the ``total`` cases (unthrottled,
+    unlike ``progress``: a timeout's report relies on every one)."""
+    if "conn" in WORKER:
+        with WORKER["lock"]:
+            WORKER["conn"].send(("progress", done, total))
+
+
 # ------------------------------------------------------------------ in the parent
 
 @dataclass
@@ -159,8 +171,9 @@ class RankFailure:
     kind: 'stub' (it raised NotImplementedError on ``rank``), 'raised' (``line`` is the
     exception's last line, ``exception`` its type name, on ``rank``), 'deadlock' (every
     waiting rank timed out in a send/recv/collective), 'died' (a rank's process was killed,
-    e.g. by gloo), 'timeout' (the ranks never answered). ``text``: the rank's traceback or
-    the whole report.
+    e.g. by gloo), 'timeout' (ranks of a case never finished within the time limit: ``line``
+    says which, after how long, computing or waiting, and where each was). ``text``: the
+    rank's traceback or the whole report.
     """
     kind: str
     rank: int
@@ -178,7 +191,7 @@ class RankFailure:
                     "matched (two ranks both receiving first, a blocking send to a rank that "
                     "is itself sending, or a collective not every rank called).")
         if self.kind == "timeout":
-            return f"{name} did not finish within the check's time limit: {self.line}"
+            return f"{name} {self.line}"
         if self.kind == "died":
             return f"{name} killed a worker process: {self.line}"
         return f"{name} failed on rank {self.rank} of {n}: {self.line}"
@@ -252,16 +265,19 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
         raise ValueError(f"world sizes must lie in 1…{MAX_WORLD}")
     if _bare_stub(fn):
         raise WorldFailed(stub_failure(fn))
-    cluster = shared_cluster(MAX_WORLD)
+    cluster, left = shared_cluster(MAX_WORLD), {}
+    limit = timeout or CASES_TIMEOUT
     try:
-        per_rank = cluster.run_with(in_worlds, (body, list(cases)), {},
-                                    timeout=timeout or CASES_TIMEOUT)
+        with on_progress(lambda r, done, total: left.__setitem__(r, done)
+                         if total == len(cases) else None):
+            per_rank = cluster.run_with(in_worlds, (body, list(cases)), {}, timeout=limit)
+    except WorkerTimeout as e:
+        raise WorldFailed(timed_out(e, [n for n, _ in cases], left, limit)) from None
     except WorkerError as e:
         if e.not_implemented:
             r = e.not_implemented[0]
             raise WorldFailed(stub_failure(fn, r, e.failures[r])) from None
-        kind = "timeout" if isinstance(e, WorkerTimeout) else "died"
-        raise WorldFailed(RankFailure(kind, min(e.failures, default=0),
+        raise WorldFailed(RankFailure("died", min(e.failures, default=0),
                                       str(e).splitlines()[0], str(e))) from None
     outcomes = []
     for k, (n, _) in enumerate(cases[:len(per_rank[0])]):
@@ -270,6 +286,26 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
         outcomes.append(Outcome(n, None, classify(failed, fn)) if failed
                         else Outcome(n, results, None))
     return outcomes
+
+
+def timed_out(e: WorkerTimeout, sizes: list[int], left: dict[int, int],
+              limit: float) -> RankFailure:
+    """A call that outlived ``limit``: of the ranks of the case it was in (the first some rank
+    had not left; ``left``: cases each rank reported leaving), those that never finished,
+    whether they were computing (a loop that never ends) or waiting (a deadlock), and where."""
+    k = min(min(left.get(r, 0) for r in range(MAX_WORLD)), len(sizes) - 1)
+    n = sizes[k]
+    ranks = ([r for r in range(n) if r in e.failures and left.get(r, 0) == k]
+             or [r for r in range(n) if r in e.failures] or sorted(e.failures))
+    verdict = ("still computing — a loop that never ends, or far more work than the task "
+               "needs" if set(ranks) & set(e.busy) else
+               "probably a deadlock (a recv with no matching send, two ranks both waiting to "
+               "receive first, or a collective not every rank called)")
+    where = "".join(f"\n  rank {r}: {e.failures[r].removeprefix('did not answer: ')}"
+                    for r in ranks)
+    return RankFailure("timeout", ranks[0], f"timed out after {limit:g} s on {n} ranks: "
+                       f"rank(s) {ranks} never finished — {verdict}. Where each was:{where}",
+                       str(e))
 
 
 def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,

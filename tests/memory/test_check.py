@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
 
 STEM = "10_memory"
 
@@ -27,7 +28,7 @@ def _scatter(grad, n):
     padded = torch.zeros(size * n, dtype=grad.dtype)
     padded[:grad.numel()] = grad
     mine = torch.empty(size, dtype=grad.dtype)
-    dist.reduce_scatter_tensor(mine, padded)
+    reduce_scatter_single(mine, padded)
     return mine[:hi - lo], size, lo, hi
 
 
@@ -72,7 +73,7 @@ def whole_state(param, grad, state, make_optimizer):
     n = dist.get_world_size()
     mine, size, lo, hi = _scatter(grad, n)
     out = torch.empty(size * n, dtype=grad.dtype)
-    dist.all_gather_into_tensor(out, torch.cat([mine, grad.new_zeros(size - (hi - lo))]))
+    all_gather_single(out, torch.cat([mine, grad.new_zeros(size - (hi - lo))]))
     state.setdefault("o", make_optimizer([param]))
     param.grad = out[:param.numel()] / n
     state["o"].step()
@@ -93,7 +94,7 @@ def summed(param, grad, state, make_optimizer):
     state["o"].param_groups[0]["params"][0].grad = mine.clone()
     state["o"].step()
     out = torch.empty(size * n, dtype=param.dtype)
-    dist.all_gather_into_tensor(out, torch.cat([param[lo:hi], param.new_zeros(size - (hi - lo))]))
+    all_gather_single(out, torch.cat([param[lo:hi], param.new_zeros(size - (hi - lo))]))
     param.copy_(out[:param.numel()])
 
 

@@ -156,3 +156,22 @@ def test_a_timeout_says_which_ranks_were_busy_and_which_waiting():
             cluster.run_with(_one_waits_one_computes, timeout=1.5)
     assert (e.value.busy, e.value.waiting) == ([1, 2], [0])
     assert "still working, not stuck — rank(s) [1, 2] were computing" in str(e.value)
+
+
+def _rank_0_waits_if(stuck):
+    if stuck and dist.get_rank() == 0:
+        dist.recv(torch.zeros(1), 1)          # rank 1 has returned: nobody sends
+    return dist.get_rank()
+
+
+def test_a_timeout_names_the_case_s_world_and_only_its_ranks_still_in_the_code():
+    with pytest.raises(WorldFailed) as e:
+        run_cases(_rank_0_waits_if, [(4, (False,)), (3, (True,))], fn=_rank_0_waits_if,
+                  timeout=2)
+    f = e.value.failure
+    assert (f.kind, f.rank) == ("timeout", 0)
+    assert f.message("fn", 0).startswith(
+        "fn timed out after 2 s on 3 ranks: rank(s) [0] never finished — probably a deadlock")
+    assert "Where each was:\n  rank 0: waiting in dist.recv — _rank_0_waits_if()" in f.line
+    assert "rank 1:" not in f.line
+    _usable()

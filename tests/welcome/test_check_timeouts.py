@@ -2,7 +2,7 @@
 import pytest
 
 from ddl_lab.check import CheckFailed
-from ddl_lab.check._core import run_on_workers
+from ddl_lab.check._core import on_workers
 
 
 def test_a_deadlock_in_a_check_names_it_and_where_each_rank_waits(cell):
@@ -13,7 +13,7 @@ def test_a_deadlock_in_a_check_names_it_and_where_each_rank_waits(cell):
             dist.recv(buf, src=(dist.get_rank() + 1) % dist.get_world_size())
     """)
     with pytest.raises(CheckFailed) as e:
-        run_on_workers(ns["my_stuck"], 2, timeout=3)
+        on_workers(ns["my_stuck"], 2, fn=ns["my_stuck"], timeout=3)
     msg = str(e.value)
     assert "probably a deadlock" in msg
     assert "rank 0: waiting in dist.recv" in msg and "rank 1: waiting in dist.recv" in msg
@@ -27,7 +27,7 @@ def test_slow_work_in_a_check_is_called_slow_not_a_deadlock(cell):
                 x += 1
     """)
     with pytest.raises(CheckFailed) as e:
-        run_on_workers(ns["my_spin"], 2, timeout=3)
+        on_workers(ns["my_spin"], 2, fn=ns["my_spin"], timeout=3)
     msg = str(e.value)
     assert "still computing" in msg and "deadlock" not in msg
     assert "rank 0: computing" in msg
