@@ -236,6 +236,8 @@ def _become(env: dict[str, str], caller: str) -> dict[str, str]:
     os.environ.update(env)
     if "tempfile" in sys.modules:          # its folder was cached from the server's TMPDIR
         sys.modules["tempfile"].tempdir = None
+        sys.modules["tempfile"].gettempdir()   # probe it now (a file written and removed),
+        # not inside the task: lesson 12's meter would see the probe as the plan's own file
     return before
 
 
