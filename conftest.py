@@ -5,6 +5,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+import pytest
+
 # Checks run by the tests are not the learner's: they leave the course's progress alone.
 os.environ.setdefault("DDL_LAB_PROGRESS", "off")
 
@@ -26,3 +28,55 @@ def pytest_collection_modifyitems(config, items):
     if twice:
         items[:] = [i for i in items if i not in twice]
         config.hook.pytest_deselected(items=twice)
+
+
+# ---------------------------------------------------------------- xdist: who runs what
+# `make test` runs `pytest -n 2 --dist loadscope`: a module's tests stay on one worker, so its
+# module-scoped fixtures (a warm cluster, a graded class) are made once. Two kinds of module
+# hold one expensive, independent run per notebook instead, and group per notebook so that
+# both workers share them: the browser lessons and the solution notebooks. Work goes out
+# longest first (LONGEST_FIRST, then xdist's order: most tests first), so that no worker is
+# left with a long group at the end while the other idles.
+PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
+                "tests/tools/test_solution_notebooks.py")
+LONGEST_FIRST = ("tests/browser/test_lessons_in_browser.py",
+                 "tests/tools/test_solution_notebooks.py")
+
+
+def scope_of(nodeid: str) -> str:
+    """The group a test runs in: its module (or class), or its module and notebook."""
+    module, _, rest = nodeid.partition("::")
+    if module in PER_NOTEBOOK and "[" in rest:
+        return f"{module}::[{rest.split('[', 1)[1].split('-')[0].rstrip(']')}]"
+    return nodeid.rsplit("::", 1)[0]
+
+
+def rank_of(scope: str) -> int:
+    module = scope.partition("::")[0]
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Queue(OrderedDict):
+        """xdist's queue of groups, handing out the highest ranked first (then in order)."""
+
+        def popitem(self, last: bool = True):
+            scope = min(self, key=rank_of)
+            return scope, self.pop(scope)
+
+    class PerNotebook(LoadScopeScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = Queue()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return PerNotebook(config, log)
