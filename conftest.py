@@ -34,13 +34,20 @@ def pytest_collection_modifyitems(config, items):
 # `make test` runs `pytest -n 2 --dist loadscope`: a module's tests stay on one worker, so its
 # module-scoped fixtures (a warm cluster, a graded class) are made once. Two kinds of module
 # hold one expensive, independent run per notebook instead, and group per notebook so that
-# both workers share them: the browser lessons and the solution notebooks. Work goes out
-# longest first (LONGEST_FIRST, then xdist's order: most tests first), so that no worker is
-# left with a long group at the end while the other idles.
+# both workers share them: the browser lessons and the solution notebooks. Groups go out
+# longest first (LONGEST_FIRST, measured with --durations on 2 cores; then every other
+# group, most tests first), so that no worker is left with a long group at the end while
+# the other idles. A group named nowhere (a new lesson) only loses its place in the queue.
 PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
-LONGEST_FIRST = ("tests/browser/test_lessons_in_browser.py",
-                 "tests/tools/test_solution_notebooks.py")
+LESSONS = "tests/browser/test_lessons_in_browser.py"
+LONGEST_FIRST = (f"{LESSONS}::[11_scaling_out]", f"{LESSONS}::[10_memory]",
+                 "tests/tools/grading/test_grade_class.py",
+                 "tests/tools/grading/test_real_class.py", f"{LESSONS}::[06_ring_allreduce]", f"{LESSONS}::[08_compression]",
+                 "tests/scaling_out/test_engines.py", "tests/tools/grading/test_tampering.py",
+                 "tests/scaling_out/test_elastic.py", f"{LESSONS}::[09_model_parallel]",
+                 f"{LESSONS}::[05_data_parallel]", f"{LESSONS}::[12_capstone]", LESSONS,
+                 "tests/tools/grading/test_nbgrader.py", "tests/tools/test_solution_notebooks.py")
 
 
 def scope_of(nodeid: str) -> str:
@@ -52,8 +59,11 @@ def scope_of(nodeid: str) -> str:
 
 
 def rank_of(scope: str) -> int:
-    module = scope.partition("::")[0]
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+    """Where ``scope`` goes in the queue: its own entry in LONGEST_FIRST, else its module's."""
+    for name in (scope, scope.partition("::")[0]):
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+    return len(LONGEST_FIRST)
 
 
 @pytest.hookimpl(optionalhook=True)
