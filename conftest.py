@@ -1,6 +1,8 @@
 """Each lesson runs once per test session (CONTRIBUTING.md, \"Budgets\"): where the browser suite can
 drive JupyterLab, it runs every lesson top to bottom and asserts no error, so nbval's run of
-the same lesson is deselected; without a browser, nbval runs the lessons."""
+the same lesson is deselected; without a browser, nbval runs the lessons. Under xdist
+(`make test`), the browser lessons and the solution notebooks spread over the workers, longest
+first (``pytest_xdist_make_scheduler`` below)."""
 import importlib.util
 import os
 from pathlib import Path
