@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 REPO   ?=
 HUB    ?=
 
-.PHONY: setup lab lessons site exercises browser engines java lint test bench clean
+.PHONY: setup lab lessons site exercises browser engines java lint test test-gpu bench clean
 
 setup: $(VENV)/.installed
 
@@ -74,6 +74,9 @@ test: setup engines | browser   ## the whole test suite: notebooks, browser, eng
 	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
 	$(PY) -m pytest -n 2 --dist loadscope -m "reliability or site" --timeout=300 \
 		tests/reliability tests/site
+
+test-gpu: setup                 ## the tests that need CUDA and nccl (marker gpu; they skip without a GPU)
+	$(PY) -m pytest -m gpu -p no:xdist tests $(PYTEST_ARGS)
 
 lint: setup                     ## ruff (configured in pyproject.toml); make test runs it first
 	$(VENV)/bin/ruff check .

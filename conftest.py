@@ -1,9 +1,13 @@
 """Each lesson runs once per test session (CONTRIBUTING.md, \"Budgets\"): where the browser suite can
 drive JupyterLab, it runs every lesson top to bottom and asserts no error, so nbval's run of
-the same lesson is deselected; without a browser, nbval runs the lessons."""
+the same lesson is deselected; without a browser, nbval runs the lessons. Under xdist
+(`make test`), the browser lessons and the solution notebooks spread over the workers, longest
+first (``pytest_xdist_make_scheduler`` below)."""
 import importlib.util
 import os
 from pathlib import Path
+
+import pytest
 
 # Checks run by the tests are not the learner's: they leave the course's progress alone.
 os.environ.setdefault("DDL_LAB_PROGRESS", "off")
@@ -26,3 +30,66 @@ def pytest_collection_modifyitems(config, items):
     if twice:
         items[:] = [i for i in items if i not in twice]
         config.hook.pytest_deselected(items=twice)
+
+
+# ---------------------------------------------------------------- xdist: who runs what
+# `make test` runs `pytest -n 2 --dist loadscope`: a module's tests stay on one worker, so its
+# module-scoped fixtures (a warm cluster, a graded class) are made once. Two kinds of module
+# hold one expensive, independent run per notebook instead, and group per notebook so that
+# both workers share them: the browser lessons and the solution notebooks. Groups go out
+# longest first (LONGEST_FIRST, measured with --durations on 2 cores; then every other
+# group, most tests first), so that no worker is left with a long group at the end while
+# the other idles. A group named nowhere (a new lesson) only loses its place in the queue.
+PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
+                "tests/tools/test_solution_notebooks.py")
+IN_BROWSER = "tests/browser/test_lessons_in_browser.py"
+LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]",
+                 "tests/tools/grading/test_grade_class.py",
+                 "tests/tools/grading/test_real_class.py",
+                 f"{IN_BROWSER}::[06_ring_allreduce]", f"{IN_BROWSER}::[08_compression]",
+                 "tests/scaling_out/test_engines.py", "tests/tools/grading/test_tampering.py",
+                 "tests/scaling_out/test_elastic.py", f"{IN_BROWSER}::[09_model_parallel]",
+                 f"{IN_BROWSER}::[05_data_parallel]", f"{IN_BROWSER}::[12_capstone]", IN_BROWSER,
+                 "tests/tools/grading/test_nbgrader.py", "tests/tools/test_solution_notebooks.py")
+
+
+def scope_of(nodeid: str) -> str:
+    """The group a test runs in: its module (or class), or its module and notebook."""
+    module, _, rest = nodeid.partition("::")
+    if module in PER_NOTEBOOK and "[" in rest:
+        return f"{module}::[{rest.split('[', 1)[1].split('-')[0].rstrip(']')}]"
+    return nodeid.rsplit("::", 1)[0]
+
+
+def rank_of(scope: str) -> int:
+    """Where ``scope`` goes in the queue: its own entry in LONGEST_FIRST, else its module's."""
+    for name in (scope, scope.partition("::")[0]):
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+    return len(LONGEST_FIRST)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Queue(OrderedDict):
+        """xdist's queue of groups, handing out the highest ranked first (then in order)."""
+
+        def popitem(self, last: bool = True):
+            scope = min(self, key=rank_of)
+            return scope, self.pop(scope)
+
+    class PerNotebook(LoadScopeScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = Queue()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return PerNotebook(config, log)

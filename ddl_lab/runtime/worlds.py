@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from .errors import WorkerError, WorkerTimeout, caused_by, exception_chain
@@ -180,14 +180,16 @@ class RankFailure:
     line: str
     text: str
     exception: str = ""
+    op_timeout: float | None = None     # a deadlock's wait, if not OP_TIMEOUT_S
 
     def message(self, name: str, n: int) -> str:
         """The usual sentence for this failure; checks add their task's hint."""
         if self.kind == "stub":
             return self.line
         if self.kind == "deadlock":
+            waited = self.op_timeout or OP_TIMEOUT_S
             return (f"{name} deadlocked on {n} ranks: every rank waited more than "
-                    f"{OP_TIMEOUT_S:g} s in a send, receive or collective that no other rank "
+                    f"{waited:g} s in a send, receive or collective that no other rank "
                     "matched (two ranks both receiving first, a blocking send to a rank that "
                     "is itself sending, or a collective not every rank called).")
         if self.kind == "timeout":
@@ -257,10 +259,12 @@ def _bare_stub(fn: Callable) -> bool:
 
 
 def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callable,
-              timeout: float | None = None) -> list[Outcome]:
+              timeout: float | None = None, op_timeout: float | None = None) -> list[Outcome]:
     """Run ``body(*args)`` for each case ``(n, args)`` on an n-rank world carved out of the
     warm shared cluster, up to the first case that fails (its Outcome has the failure).
-    A failure outside the cases raises ``WorldFailed`` (``fn``: the learner's function)."""
+    A failure outside the cases raises ``WorldFailed`` (``fn``: the learner's function).
+    ``op_timeout``: seconds one send, receive or collective may wait before the case counts
+    as a deadlock (``OP_TIMEOUT_S``; tests of deadlocks set it short)."""
     if not all(1 <= n <= MAX_WORLD for n, _ in cases):
         raise ValueError(f"world sizes must lie in 1…{MAX_WORLD}")
     if _bare_stub(fn):
@@ -270,7 +274,8 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     try:
         with on_progress(lambda r, done, total: left.__setitem__(r, done)
                          if total == len(cases) else None):
-            per_rank = cluster.run_with(in_worlds, (body, list(cases)), {}, timeout=limit)
+            per_rank = cluster.run_with(in_worlds, (body, list(cases), op_timeout or OP_TIMEOUT_S),
+                                        {}, timeout=limit)
     except WorkerTimeout as e:
         raise WorldFailed(timed_out(e, [n for n, _ in cases], left, limit)) from None
     except WorkerError as e:
@@ -283,8 +288,8 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     for k, (n, _) in enumerate(cases[:len(per_rank[0])]):
         results = [per_rank[r][k] for r in range(n)]
         failed = {r: v for r, v in enumerate(results) if isinstance(v, Raised)}
-        outcomes.append(Outcome(n, None, classify(failed, fn)) if failed
-                        else Outcome(n, results, None))
+        outcomes.append(Outcome(n, None, replace(classify(failed, fn), op_timeout=op_timeout))
+                        if failed else Outcome(n, results, None))
     return outcomes
 
 
@@ -309,10 +314,10 @@ def timed_out(e: WorkerTimeout, sizes: list[int], left: dict[int, int],
 
 
 def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
-                 timeout: float | None = None) -> list:
+                 timeout: float | None = None, op_timeout: float | None = None) -> list:
     """One case: ``body(*args)`` on an n-rank world; the results of ranks 0…n−1. Any
     failure raises ``WorldFailed``."""
-    outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
+    outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout, op_timeout=op_timeout)[0]
     if outcome.failure is not None:
         raise WorldFailed(outcome.failure)
     return outcome.results

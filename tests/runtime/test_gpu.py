@@ -10,7 +10,8 @@ import torch.distributed as dist
 
 from ddl_lab import Cluster, device
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

@@ -9,7 +9,8 @@ from ddl_lab.data_parallel import engine as D
 from ddl_lab.ring_allreduce.engine import time_allreduce
 from ddl_lab.scaling_out import ddp as P
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

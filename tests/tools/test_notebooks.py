@@ -1,4 +1,5 @@
 """The course's notebooks: committed clean, exercises generated from solutions, complete."""
+import ast
 import json
 import re
 import subprocess
@@ -162,3 +163,46 @@ def test_every_design_task_asks_for_a_written_justification():
     plans = {name for name in TASKS if name.endswith("_plan")}
     assert plans <= justified, f"design tasks without a justification cell: {plans - justified}"
     assert justified <= set(TASKS), f"justification cells naming no task: {justified - set(TASKS)}"
+
+
+
+def _run_when_the_cell_runs(tree: ast.AST) -> list[ast.AST]:
+    """The nodes a cell executes when it runs (not the bodies of functions it defines)."""
+    found, todo = [], [tree]
+    while todo:
+        for child in ast.iter_child_nodes(todo.pop()):
+            if isinstance(child, ast.Lambda):
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                todo += child.decorator_list + child.args.defaults + child.args.kw_defaults
+                continue
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "exercises").glob("*.ipynb")), ids=lambda p: p.name)
+def test_run_all_on_an_exercise_stops_only_at_cells_tagged_to_raise(path):
+    """The suite runs an exercise solved (tests/tools/test_solution_notebooks.py), never
+    fresh: what would make Run All on the fresh exercise fail outside a check or "try it"
+    cell is found here instead — a stub that raises as its cell runs, or an untagged cell
+    that uses what a stub cell defines."""
+    stubbed: set[str] = set()
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        runs = [n for n in _run_when_the_cell_runs(tree) if not isinstance(n, ast.Lambda)]
+        if "raises-exception" not in cell.metadata.get("tags", []):
+            used = {n.id for n in runs if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Load)} & stubbed
+            assert not used, (f"{path.name} cell {i} uses {sorted(used)}, which the learner "
+                              "writes: tag the cell `check` in the solution")
+            assert not [n for n in runs if isinstance(n, ast.Raise)
+                        and "NotImplementedError" in ast.unparse(n)], \
+                f"{path.name} cell {i}: a stub outside a function raises as the cell runs"
+        if "NotImplementedError(" in cell.source:
+            stubbed |= {n.name for n in ast.walk(tree)
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            stubbed |= {n.id for n in runs if isinstance(n, ast.Name)
+                        and isinstance(n.ctx, ast.Store)}

@@ -38,11 +38,14 @@ class Limits:
 
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
           limits: Limits | None = None, course: Path = ROOT,
-          progress: bool = True, seed: int | None = None) -> list[Learner]:
+          progress: bool = True, seed: int | None = None,
+          checks: tuple[str, ...] = ()) -> list[Learner]:
     """Grade every notebook in ``submissions``; write the reports to ``out``; return the
     learners in name order. ``exercises`` (e.g. ["06"]) are those the class was asked to
     submit: another exercise is reported as the wrong one. By default, any exercise.
-    ``seed``: the checks draw their cases from it (cases no learner ran at home)."""
+    ``seed``: the checks draw their cases from it (cases no learner ran at home).
+    ``checks``: modules of checks beyond ``ddl_lab.check`` that the judges import, for a
+    ``course`` of one's own (the grading tests' toy course)."""
     limits = limits or Limits()
     everything = course_exercises(course)
     wanted = select(everything, exercises)
@@ -57,7 +60,7 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     (out / "executed").mkdir(parents=True, exist_ok=True)
     bar = Progress(len(todo), enabled=progress)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
-        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed): s
+        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed, checks): s
                    for s in todo}
         try:
             for future in as_completed(futures):
@@ -87,11 +90,12 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
 
 
 def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
-              seed: int | None = None) -> tuple[list[Verdict], list[str]]:
+              seed: int | None = None,
+              checks: tuple[str, ...] = ()) -> tuple[list[Verdict], list[str]]:
     """Run one submission in a private temporary folder, then judge it; its verdicts and
     notes."""
     work = Path(tempfile.mkdtemp(prefix="ddl-lab-grade-"))
-    judge = Judge(seed, work / "judge.log")
+    judge = Judge(seed, work / "judge.log", checks)
     try:
         judge.start()                       # it imports torch and the checks meanwhile
         run = run_submission(grading_notebook(sub.nb, ex), work, limits.cell_timeout,

@@ -40,6 +40,16 @@ ENTRY = "from ddl_lab.tools.grading.judge import serve; serve()"
 _LIVE: set["Judge"] = set()
 
 
+def entry(checks: tuple[str, ...] = ()) -> str:
+    """The judge's program: ``serve()``, after importing ``checks``, modules of checks
+    beyond ``ddl_lab.check`` (a course's own, which register themselves there), so that the
+    judge fingerprints them with the rest."""
+    bad = [m for m in checks if not all(part.isidentifier() for part in m.split("."))]
+    if bad:
+        raise ValueError(f"not a module name: {bad}")
+    return "".join(f"import {m}; " for m in checks) + ENTRY
+
+
 def stop_judges() -> None:
     """End every judge still going (the instructor pressed Ctrl-C)."""
     for judge in list(_LIVE):
@@ -58,8 +68,9 @@ class Judge:
     "bye"): a judge that dies right after answering is asked again alone, and if it dies
     again the task earns nothing."""
 
-    def __init__(self, seed: int | None, log: Path):
+    def __init__(self, seed: int | None, log: Path, checks: tuple[str, ...] = ()):
         self.seed, self.log, self.proc, self.token, self.home = seed, log, None, "", None
+        self.entry = entry(checks)
         self.ready, self.buffer, self.closed = False, b"", False
         self.asked: dict[str, str] = {}         # nonce -> task, this judge process
         self.twice: set[str] = set()            # tasks answered more than once
@@ -73,7 +84,7 @@ class Judge:
         env.pop("DDL_LAB_GRADE_RECORD", None)
         with open(self.log, "ab") as log:     # -P: its folder is not on sys.path; -s: no
             self.proc = subprocess.Popen(     # user site-packages
-                [sys.executable, "-P", "-s", "-c", ENTRY],
+                [sys.executable, "-P", "-s", "-c", self.entry],
                 cwd=self.home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=log, start_new_session=True)
         _LIVE.add(self)

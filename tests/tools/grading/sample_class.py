@@ -1,8 +1,10 @@
-"""A sample class for ``ddl-lab grade``, generated from solutions/ and exercises/ at test time.
+"""The sample class for ``ddl-lab grade``, generated at test time from a course's solutions/
+and exercises/: the toy course's (toy_course.py) for the grader's plumbing, the course's own
+for the real class and the pieces.
 
-Each learner's notebook is the course's exercise as they hand it in: the stubs replaced by
-the solution's code (or by wrong code), cells added, check cells tampered with, or no
-notebook at all. ``write_class(folder)`` writes the class the grading tests use and returns
+Each learner's notebook is an exercise as they hand it in: the stubs replaced by the
+solution's code (or by wrong code), cells added, check cells tampered with, or no notebook
+at all. ``write_class(folder, course)`` writes the class the grading tests use and returns
 what each learner must get.
 """
 from __future__ import annotations
@@ -14,22 +16,24 @@ import nbformat
 
 from ddl_lab.tools.grading.pristine import solved as solved_exercise
 
+from .toy_course import NUMPY, SPARE, WORKERS
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def exercise(stem: str) -> nbformat.NotebookNode:
-    return nbformat.read(ROOT / "exercises" / f"{stem}.ipynb", as_version=4)
+def exercise(stem: str, course: Path = ROOT) -> nbformat.NotebookNode:
+    return nbformat.read(course / "exercises" / f"{stem}.ipynb", as_version=4)
 
 
-def tasks_of(stem: str) -> list[tuple[str, str]]:
+def tasks_of(stem: str, course: Path = ROOT) -> list[tuple[str, str]]:
     """``(task, function)`` for every graded check cell ``check.<task>(<function>)``."""
-    return [m for c in exercise(stem).cells if "check" in c.metadata.get("tags", [])
+    return [m for c in exercise(stem, course).cells if "check" in c.metadata.get("tags", [])
             for m in re.findall(r"\bcheck\.(\w+)\((\w+)\)", c.source)]
 
 
-def solved(stem: str) -> nbformat.NotebookNode:
+def solved(stem: str, course: Path = ROOT) -> nbformat.NotebookNode:
     """The exercise with every stub replaced by the solution's code."""
-    return solved_exercise(ROOT, stem)
+    return solved_exercise(course, stem)
 
 
 def defining_cell(nb: nbformat.NotebookNode, function: str) -> nbformat.NotebookNode:
@@ -52,10 +56,9 @@ def check_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
             and re.search(r"\bcheck\.\w+\(", c.source)]
 
 
-GD, RING = "01_gradient_descent", "06_ring_allreduce"
-ADAGRAD_FORGETS_HISTORY = '''def {}(theta, g, G, lr, eps):
-    G = g * g                       # forgot to accumulate: G + g²
-    return theta - lr * g / (np.sqrt(G) + eps), G'''
+GD, RING = "01_gradient_descent", "06_ring_allreduce"     # the course's own: the real class
+ACCUMULATE_FORGETS_HISTORY = '''def {}(total, x):
+    return x * x                    # forgot the running total: total + x²'''
 RING_WITH_ALLREDUCE = '''def {}(tensor):
     dist.all_reduce(tensor)         # the one thing the exercise forbids
     return tensor'''
@@ -69,11 +72,11 @@ for _ in range(100):
 
 
 OTHER_STYLES = {  # (function, its cell) for right answers written unlike the solution
-    "my_batch_gradient": '''import functools
+    "my_toy_mean": '''import functools
 SCALE = 1.0
 
-def residual(theta, X, y):                  # a helper of the learner's own
-    return X @ theta - y
+def total(x):                               # a helper of the learner's own
+    return np.sum(x)
 
 def traced(f):                              # a decorator, as learners write them
     @functools.wraps(f)
@@ -82,34 +85,39 @@ def traced(f):                              # a decorator, as learners write the
     return inner
 
 @traced
-def my_batch_gradient(theta, X, y):
-    return SCALE * np.dot(X.T, residual(theta, X, y)) / X.shape[0]''',
-    "my_adagrad_step": '''class AdagradState:
-    def step(self, theta, g, G, lr, eps):
-        G = G + np.square(g)
-        return theta - lr * g / (np.sqrt(G) + eps), G
+def my_toy_mean(x):
+    return SCALE * total(x) / x.shape[0]''',
+    "my_toy_accumulate": '''class Accumulator:
+    def step(self, total, x):
+        return total + np.square(x)
 
-_adagrad = AdagradState()
+_accumulator = Accumulator()
 
-def my_adagrad_step(theta, g, G, lr, eps):
-    return _adagrad.step(theta, g, G, lr, eps)''',
-    "my_learning_rate": "my_learning_rate = lambda X: 2.0 / sum(np.linalg.eigvalsh(X.T @ X / "
-                        "len(X))[[0, -1]])",
+def my_toy_accumulate(total, x):
+    return _accumulator.step(total, x)''',
+    "my_toy_norm": "my_toy_norm = lambda x: float(np.linalg.norm(x))",
 }
 
 
 def other_styles(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Exercise 01 solved, three of its answers written in other styles."""
+    """The toy exercise 01 solved, three of its answers written in other styles."""
     for function, source in OTHER_STYLES.items():
         replace_function(nb, function, source)
     return nb
 
 
-def write_class(folder: Path) -> dict[str, dict]:
-    """Write the sample class into ``folder``; return, per learner, the points expected per
-    task (``{task: points}``) and phrases their notes must contain."""
-    gd, ring = [t for t, _ in tasks_of(GD)], [t for t, _ in tasks_of(RING)]
-    fn = dict(tasks_of(GD) + tasks_of(RING))
+def write_class(folder: Path, course: Path) -> dict[str, dict]:
+    """Write the sample class of the toy ``course`` into ``folder``; return, per learner,
+    the points expected per task (``{task: points}``) and phrases their notes must contain."""
+    def exercise_(stem):
+        return exercise(stem, course)
+
+    def solved_(stem):
+        return solved(stem, course)
+
+    gd, ring = [t for t, _ in tasks_of(NUMPY, course)], \
+        [t for t, _ in tasks_of(WORKERS, course)]
+    fn = dict(tasks_of(NUMPY, course) + tasks_of(WORKERS, course))
     everything = {t: 1 for t in gd + ring}
     want: dict[str, dict] = {}
 
@@ -122,32 +130,33 @@ def write_class(folder: Path) -> dict[str, dict]:
         entry["notes"] += list(notes)
 
     # all right, in a folder of their own with both exercises
-    hand_in("alice", solved(GD), f"{GD}.ipynb", {t: 1 for t in gd})
-    hand_in("alice", solved(RING), "my ring.ipynb", {t: 1 for t in ring})
-    # partially wrong: a renamed function, a wrong Adagrad; a ring made of dist.all_reduce
-    bob = solved(GD)
+    hand_in("alice", solved_(NUMPY), f"{NUMPY}.ipynb", {t: 1 for t in gd})
+    hand_in("alice", solved_(WORKERS), "my ring.ipynb", {t: 1 for t in ring})
+    # partially wrong: a renamed function, a running sum that forgets; a ring made of
+    # dist.all_reduce
+    bob = solved_(NUMPY)
     first = fn[gd[0]]
     defining_cell(bob, first).source = defining_cell(bob, first).source.replace(
         f"def {first}(", "def renamed_by_bob(")
-    replace_function(bob, fn[gd[2]], ADAGRAD_FORGETS_HISTORY.format(fn[gd[2]]))
-    hand_in("bob", bob, f"{GD}.ipynb", {**{t: 1 for t in gd}, gd[0]: 0, gd[2]: 0})
-    bob_ring = solved(RING)
+    replace_function(bob, fn[gd[2]], ACCUMULATE_FORGETS_HISTORY.format(fn[gd[2]]))
+    hand_in("bob", bob, f"{NUMPY}.ipynb", {**{t: 1 for t in gd}, gd[0]: 0, gd[2]: 0})
+    bob_ring = solved_(WORKERS)
     replace_function(bob_ring, fn[ring[1]], RING_WITH_ALLREDUCE.format(fn[ring[1]]))
-    hand_in("bob", bob_ring, f"{RING}.ipynb", {**{t: 1 for t in ring}, ring[1]: 0})
+    hand_in("bob", bob_ring, f"{WORKERS}.ipynb", {**{t: 1 for t in ring}, ring[1]: 0})
     # untouched stubs
-    hand_in("carol", exercise(GD), "", {t: 0 for t in gd})
+    hand_in("carol", exercise_(NUMPY), "", {t: 0 for t in gd})
     # a hang in a cell of the learner's own: interrupted at the per-cell limit, then graded
-    dave = solved(GD)
+    dave = solved_(NUMPY)
     add_cell_after(dave, fn[gd[0]], "while True:      # watching the loss forever\n    pass")
     hand_in("dave", dave, "", {t: 1 for t in gd}, ["per-cell limit"])
     # the kernel dies between the two tasks: the first is graded, the second is lost
-    erin = solved(RING)
+    erin = solved_(WORKERS)
     erin.cells.insert(erin.cells.index(check_cells(erin)[0]) + 1,
                       nbformat.v4.new_code_cell("import os\nos._exit(3)"))
     hand_in("erin", erin, "", {ring[0]: 1, **{t: 0 for t in ring[1:]}},
             ["kernel died", "exit code 3"])
     # stubs, with the check cells tampered with and a fake pass line
-    frank = exercise(GD)
+    frank = exercise_(NUMPY)
     checks = check_cells(frank)
     checks[0].source = f'print("✔ {gd[0]}: passed — all good")'
     checks[1].source = "# " + checks[1].source.replace("\n", "\n# ")
@@ -155,30 +164,30 @@ def write_class(folder: Path) -> dict[str, dict]:
     checks[2].source = "pass"
     frank.cells.remove(checks[3])
     frank.cells.append(nbformat.v4.new_code_cell(     # a right answer, in a cell of his own
-        f"check.{gd[3]}(lambda X: 1 / np.linalg.eigvalsh(X.T @ X / len(X))[-1])"))
+        f"check.{gd[3]}(lambda x: np.sqrt(x @ x))"))
     hand_in("frank", frank, "", {t: 0 for t in gd})
     # not a notebook at all
-    folder.joinpath("grace.ipynb").write_text(nbformat.writes(solved(GD))[:700])
+    folder.joinpath("grace.ipynb").write_text(nbformat.writes(solved_(NUMPY))[:700])
     want["grace"] = {"points": {}, "notes": ["not a readable notebook"]}
     folder.joinpath("kim.ipynb").write_text("")
     want["kim"] = {"points": {}, "notes": ["an empty file"]}
     # the exercise of another lesson
-    hand_in("heidi", exercise("03_hogwild"), "", {}, ["is exercise 03_hogwild", "wrong exercise"])
+    hand_in("heidi", exercise_(SPARE), "", {}, [f"is exercise {SPARE}", "wrong exercise"])
     # a cluster and a process in a session of its own left running, 100 MB of output
-    ivan = solved(GD)
+    ivan = solved_(NUMPY)
     add_cell_after(ivan, fn[gd[0]], LEAVES_A_CLUSTER)
-    hand_in("ivan", ivan, f"{GD}.ipynb", {t: 1 for t in gd})
+    hand_in("ivan", ivan, f"{NUMPY}.ipynb", {t: 1 for t in gd})
     # a stale copy: an older version of the exercise, its check cell as it was then
-    judy = solved(GD)
+    judy = solved_(NUMPY)
     judy.metadata["ddl_lab"]["version"] = "0" * 12
     check_cells(judy)[0].source += "  # v1: checked 3 cases"
     hand_in("judy", judy, "", {t: 1 for t in gd}, ["older version"])
     # a segfault right after the imports
-    leo = solved(GD)
+    leo = solved_(NUMPY)
     leo.cells.insert(2, nbformat.v4.new_code_cell("import ctypes\nctypes.string_at(0)"))
     hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
     # right answers in other styles: a decorator, a helper, a class, a lambda
-    hand_in("olga", other_styles(solved(GD)), "", {t: 1 for t in gd})
+    hand_in("olga", other_styles(solved_(NUMPY)), "", {t: 1 for t in gd})
     for entry in want.values():
         entry["columns"] = everything
     return want

@@ -1,5 +1,6 @@
-"""``ddl-lab grade`` over a sample class (tests/tools/grading/sample_class.py): the exact
-gradebook, feedback and report, truncated output, and no process left behind."""
+"""``ddl-lab grade`` over a sample class of the toy course (sample_class.py, toy_course.py):
+the exact gradebook, feedback and report, truncated output, and no process left behind. The
+course's own checks go through the grader in test_real_class.py."""
 import csv
 import re
 import tempfile
@@ -10,15 +11,16 @@ import pytest
 
 from ddl_lab.tools.grading import Limits, grade
 
-from .sample_class import GD, RING, tasks_of, write_class
+from .sample_class import tasks_of, write_class
+from .toy_course import MODULE, NUMPY, WORKERS
 
 LIMITS = Limits(timeout=240, cell_timeout=40, jobs=2)
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, toy_course):
     tmp = tmp_path_factory.mktemp("class")
-    want = write_class(tmp / "submissions")
+    want = write_class(tmp / "submissions", toy_course)
     scratch = tmp / "scratch"
     scratch.mkdir()
     me = psutil.Process()
@@ -26,15 +28,17 @@ def graded(tmp_path_factory):
     t0 = time.perf_counter()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tempfile, "tempdir", str(scratch))     # the private copies go here
-        rows = grade(tmp / "submissions", tmp / "out", ["01", "06"], LIMITS)
+        rows = grade(tmp / "submissions", tmp / "out", ["01", "00"], LIMITS, toy_course,
+                     checks=(MODULE,))
     print(f"graded {len(want)} learners in {time.perf_counter() - t0:.0f} s "
           f"(jobs={LIMITS.jobs})")
     return {"rows": rows, "out": tmp / "out", "want": want, "before": before,
-            "scratch": scratch}
+            "scratch": scratch, "course": toy_course}
 
 
 def test_the_gradebook_is_exact(graded):
-    tasks = [t for t, _ in tasks_of(GD)] + [t for t, _ in tasks_of(RING)]
+    tasks = [t for t, _ in tasks_of(NUMPY, graded["course"])] + \
+        [t for t, _ in tasks_of(WORKERS, graded["course"])]
     with open(graded["out"] / "gradebook.csv", newline="") as f:
         table = list(csv.reader(f))
     notes = len(tasks) + 2
@@ -76,12 +80,12 @@ def verdicts_of(graded, learner):
 
 
 def test_reasons_name_what_happened(graded):
-    gd = dict(tasks_of(GD))
+    gd = dict(tasks_of(NUMPY, graded["course"]))
     bob = verdicts_of(graded, "bob")
     first = next(iter(gd))
     assert f"{gd[first]} is not defined" in bob[first].message
     assert "rename" in bob[first].message
-    ring = [t for t, _ in tasks_of(RING)]
+    ring = [t for t, _ in tasks_of(WORKERS, graded["course"])]
     assert "dist.all_reduce" in bob[ring[1]].message
     assert "kernel died" in verdicts_of(graded, "erin")[ring[1]].message
     frank = verdicts_of(graded, "frank")
@@ -98,7 +102,7 @@ def test_feedback_pages_and_the_class_report(graded):
     assert "✘ not passed" in bob and "✔ passed" in bob and "rename" in bob
     report = (out / "report.html").read_text()
     rows = graded["rows"]
-    for task in [t for t, _ in tasks_of(GD)]:
+    for task in [t for t, _ in tasks_of(NUMPY, graded["course"])]:
         mine = [v for r in rows for v in r.verdicts if v.task == task]
         ok = sum(v.passed for v in mine)
         assert re.search(rf"<td>{task}</td><td>1</td><td>{ok}/{len(mine)} ", report), task
@@ -106,7 +110,8 @@ def test_feedback_pages_and_the_class_report(graded):
 
 
 def test_a_flood_of_output_is_truncated(graded):
-    executed = graded["out"] / "executed" / f"ivan--{GD}.ipynb"
+    executed = graded["out"] / "executed" / f"ivan--{NUMPY}.ipynb"
     text = executed.read_text()
     assert "output truncated" in text
     assert executed.stat().st_size < 4 << 20
+

@@ -3,28 +3,27 @@ tasks are all stubs or wrong, graded 0 with "tampered" or a flag naming what it 
 answers graded under the instructor's seed earn full marks unflagged; justifications are
 collected beside the verdicts.
 
-One class, graded once (``--seed``) on a copy of the course whose exercise 01 asks for a
-justification of ``sgd_plan``: four notebooks of exercise 01 (forgeries in the kernel,
-an early exit of the kernel, forgeries at call time in the judge, one per task) and one of
-exercise 00 (forgeries on the workers), a right answer and a written justification.
+One class, graded once (``--seed``) on the toy course (toy_course.py: checks of
+milliseconds, registered beside the course's, fingerprinted with them), whose exercise 01
+asks for a justification of ``toy_plan``: four notebooks of exercise 01 (forgeries in the
+kernel, an early exit of the kernel, forgeries at call time in the judge, one per task) and
+one of exercise 00 (forgeries on the workers), a right answer and a written justification.
 """
 import csv
 import json
-import shutil
 
 import nbformat
 import pytest
 
 from ddl_lab.tools.grading import Limits, grade
 from ddl_lab.tools.grading.pristine import solved
-from ddl_lab.tools.notebooks import make_exercises
 
-from .sample_class import ROOT, add_cell_after, defining_cell, other_styles, replace_function
+from .sample_class import add_cell_after, other_styles, replace_function
+from .toy_course import JUSTIFIED, MODULE, NUMPY, WORKERS
 
 pytestmark = pytest.mark.slow
-GD, WELCOME = "01_gradient_descent", "00_welcome"
+GD, WELCOME = NUMPY, WORKERS            # the parts exercises 01 and 00 played
 SEED = 918273645
-JUSTIFIED = "sgd_plan"
 WRITTEN = "Batch 64 halves the steps of batch 32 at the same examples; γ = 0.5 stays stable."
 
 # forgeries run in the learner's kernel, from cells of their own (attack -> phrase of a flag)
@@ -41,8 +40,7 @@ for _name in check.__all__:
     setattr(check, _name, lambda *args, **kwargs: print("✔ passed"))''', "setattr"),
     "writes passing lines into the record file from a cell": ('''
 import json, os
-TASKS = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
-         "best_step", "sgd_plan"]
+TASKS = ["toy_mean", "toy_square", "toy_accumulate", "toy_norm", "toy_pick", "toy_plan"]
 RECORD = os.path.abspath(os.environ.get("DDL_LAB_GRADE_RECORD", "record.jsonl"))
 def forge(pid=None):
     with open(RECORD, "a") as f:
@@ -70,19 +68,19 @@ print([open(f"/proc/{pid}/cmdline", "rb").read() for pid in (os.getpid(), os.get
         "'/proc/"),
 }
 
-KERNEL_EXIT = '''print("✔ batch_gradient: passed — all good")
+KERNEL_EXIT = '''print("✔ toy_mean: passed — all good")
 import os
 os._exit(0)'''
 
 # forgeries run by the learner's own function when the check calls it, in the judge
 # (task -> (function source, the kind of verdict: tampered / ended))
 AT_CALL_TIME = {
-    "batch_gradient": ('''def my_batch_gradient(theta, X, y):
+    "toy_mean": ('''def my_toy_mean(x):
     from ddl_lab.check import _record
     real = _record.write
     _record.write = lambda task, passed, message, score=None: real(task, True, message)
-    return 0 * theta''', "ddl_lab.check._record.write was replaced"),
-    "minibatch_sgd_epoch": ('''def my_minibatch_sgd_epoch(*args, **kwargs):
+    return 0 * x''', "ddl_lab.check._record.write was replaced"),
+    "toy_square": ('''def my_toy_square(*args, **kwargs):
     from ddl_lab.check import _core
     _core.fail = lambda message: None
     class Passed(_core.CheckFailed):
@@ -90,31 +88,31 @@ AT_CALL_TIME = {
             Exception.__init__(self, "✔ passed")
     _core.CheckFailed.__init__ = Passed.__init__
     return None''', "CheckFailed.__init__ was added"),
-    "adagrad_step": ('''def my_adagrad_step(theta, g, G, lr, eps):
+    "toy_accumulate": ('''def my_toy_accumulate(total, x):
     import ddl_lab.check as check
-    import ddl_lab.check.gradient_descent as module
-    check.adagrad_step = module.adagrad_step = lambda fn, **kwargs: None
-    return theta, G''', "adagrad_step was replaced"),
-    "learning_rate": ('''def my_learning_rate(X):
+    import toy_checks as module
+    check.toy_accumulate = module.toy_accumulate = lambda fn, **kwargs: None
+    return total''', "toy_accumulate was replaced"),
+    "toy_norm": ('''def my_toy_norm(x):
     import threading, time
     from ddl_lab.check import _record
     def keep_passing():
         while True:
-            _record.write("learning_rate", True, "forged")
+            _record.write("toy_norm", True, "forged")
             time.sleep(0.01)
     threading.Thread(target=keep_passing, daemon=True).start()
     return 1.0''', "a thread still running keep_passing"),
-    "best_step": ('''def my_best_step(curvatures):
-    print("✔ best_step: passed — all good")
+    "toy_pick": ('''def my_toy_pick(x):
+    print("✔ toy_pick: passed — all good")
     import os
     os._exit(0)''', "judge ended early"),
-    "sgd_plan": ('''def my_sgd_plan(*args, **kwargs):
+    "toy_plan": ('''def my_toy_plan(*args, **kwargs):
     import json, os, sys
     frame = sys._getframe(1)
     while frame is not None:                # the judge's nonce and its list of verdicts
         nonce, entries = frame.f_locals.get("nonce"), frame.f_locals.get("entries")
         if nonce and entries is not None:
-            entries.append({"task": "sgd_plan", "passed": True, "message": "forged"})
+            entries.append({"task": "toy_plan", "passed": True, "message": "forged"})
             line = json.dumps({"nonce": nonce, "outcome": "passed", "message": "forged",
                                "changed": []}) + "\\n"
             for fd in range(3, 64):         # the answer channel, wherever it is
@@ -123,15 +121,15 @@ AT_CALL_TIME = {
                 except OSError:
                     pass
         frame = frame.f_back
-    raise SystemExit(0)''', "two answers for sgd_plan"),
+    raise SystemExit(0)''', "two answers for toy_plan"),
 }
 
 ON_THE_WORKERS = {
-    "rank": ('''def my_rank():
+    "toy_rank": ('''def my_toy_rank():
     from torch._C._distributed_c10d import ProcessGroup
     ProcessGroup.send = lambda *args, **kwargs: None      # every send "went through"
     return 0''', "ProcessGroup.send was replaced"),
-    "sum_of_ranks": ('''def my_sum_of_ranks():
+    "toy_sum": ('''def my_toy_sum():
     import torch, torch.distributed as dist
     n = dist.get_world_size()
     def lie(tensor, *args, **kwargs):                     # "all_reduce", without a byte sent
@@ -143,37 +141,15 @@ ON_THE_WORKERS = {
 }
 
 
-def justify(course, stem: str, task: str) -> None:
-    """The course's solution asks for a justification of ``task`` (if it does not yet)."""
-    path = course / "solutions" / f"{stem}.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    if any((c.metadata.get("ddl_lab") or {}).get("task") == task for c in nb.cells
-           if c.cell_type == "markdown"):
-        return
-    cell = nbformat.v4.new_markdown_cell(
-        "Justify your plan: why this batch size and learning rate?\n"
-        "<!-- BEGIN SOLUTION -->\nThe worked justification.\n<!-- END SOLUTION -->",
-        metadata={"tags": ["justification"], "ddl_lab": {"task": task}})
-    at = nb.cells.index(defining_cell(nb, f"my_{task}")) + 1
-    nb.cells.insert(at, cell)
-    nbformat.write(nb, path)
-
-
 def written(nb, task: str, text: str) -> None:
     cell = next(c for c in nb.cells if (c.metadata.get("ddl_lab") or {}).get("task") == task)
     cell.source = cell.source.replace("_Your justification here (3–5 sentences)._", text)
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, toy_course):
     tmp = tmp_path_factory.mktemp("forgeries")
-    course = tmp / "course"
-    for d in ("solutions", "exercises"):
-        (course / d).mkdir(parents=True)
-    for stem in (GD, WELCOME):
-        shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", course / "solutions")
-    justify(course, GD, JUSTIFIED)
-    make_exercises(course)
+    course = toy_course
     stub = {s: nbformat.read(course / "exercises" / f"{s}.ipynb", as_version=4)
             for s in (GD, WELCOME)}
     subs = tmp / "submissions"
@@ -181,10 +157,10 @@ def graded(tmp_path_factory):
 
     mallory = nbformat.from_dict(json.loads(json.dumps(stub[GD])))
     for source, _ in reversed(IN_THE_KERNEL.values()):
-        add_cell_after(mallory, "my_batch_gradient", source.strip())
+        add_cell_after(mallory, "my_toy_mean", source.strip())
     nbformat.write(mallory, subs / "mallory.ipynb")
     nick = nbformat.from_dict(json.loads(json.dumps(stub[GD])))
-    add_cell_after(nick, "my_batch_gradient", KERNEL_EXIT)
+    add_cell_after(nick, "my_toy_mean", KERNEL_EXIT)
     nbformat.write(nick, subs / "nick.ipynb")
     trudy = nbformat.from_dict(json.loads(json.dumps(stub[GD])))
     for task, (source, _) in AT_CALL_TIME.items():
@@ -198,7 +174,7 @@ def graded(tmp_path_factory):
     written(olga, JUSTIFIED, WRITTEN)
     nbformat.write(olga, subs / "olga.ipynb")
     rows = grade(subs, tmp / "out", None, Limits(300, 60, 2), course, progress=False,
-                 seed=SEED)
+                 seed=SEED, checks=(MODULE,))
     return {"rows": {r.name: r for r in rows}, "out": tmp / "out"}
 
 
@@ -231,8 +207,8 @@ def test_forgeries_at_call_time_are_tampered_or_end_the_judge(graded):
         v = trudy[task]
         assert v.points == 0 and phrase in v.message, (task, v.message)
     tampered = {t for t, v in trudy.items() if v.tampered}
-    assert tampered == set(AT_CALL_TIME) - {"best_step"}
-    assert trudy["best_step"].message.startswith("judge ended early")
+    assert tampered == set(AT_CALL_TIME) - {"toy_pick"}
+    assert trudy["toy_pick"].message.startswith("judge ended early")
     notes = " | ".join(graded["rows"]["trudy"].notes)
     assert all(f"{t}: tampered" in notes for t in tampered)
     flags = " | ".join(graded["rows"]["trudy"].flags)

@@ -1,0 +1,34 @@
+"""One real class through ``ddl-lab grade``: the course's own exercises 01 and 06 and their
+checks, end to end (the grader's plumbing is tested on the toy course, test_grade_class.py)."""
+import nbformat
+
+from ddl_lab.tools.grading import Limits, grade
+
+from .sample_class import GD, RING, RING_WITH_ALLREDUCE, replace_function, solved, tasks_of
+
+REAL = Limits(timeout=600, cell_timeout=120, jobs=2)    # real checks, on a busy machine too
+
+
+def test_a_real_class_end_to_end(tmp_path):
+    """The course's own exercises and checks through the whole grader, one submission of
+    each, graded side by side: right answers earn every point, and a real check's verdict on
+    a wrong answer (a ring made of dist.all_reduce) reaches the gradebook."""
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    nbformat.write(solved(GD), subs / "alice.ipynb")
+    ring = tasks_of(RING)
+    bob = solved(RING)
+    replace_function(bob, ring[1][1], RING_WITH_ALLREDUCE.format(ring[1][1]))
+    nbformat.write(bob, subs / "bob.ipynb")
+    rows = {r.name: r for r in grade(subs, tmp_path / "out", ["01", "06"], REAL,
+                                     progress=False)}
+    alice = rows["alice"]
+    assert [v.task for v in alice.verdicts] == [t for t, _ in tasks_of(GD)]
+    failed = [f"{v.task}: {v.message}" for v in alice.verdicts if not v.passed]
+    assert not failed, failed
+    assert not alice.notes and not alice.flags
+    bob = {v.task: v for v in rows["bob"].verdicts}
+    assert list(bob) == [t for t, _ in ring]
+    failed = [f"{t}: {v.message}" for t, v in bob.items() if not v.passed]
+    assert len(failed) == 1 and failed[0].startswith(f"{ring[1][0]}: "), failed
+    assert "dist.all_reduce" in bob[ring[1][0]].message

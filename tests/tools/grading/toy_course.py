@@ -1,0 +1,213 @@
+"""A toy course for the grading suites, written at test time: the grader's plumbing
+(gradebook, limits, kernel death, forgeries, tampering) is tested on checks that take
+milliseconds, while one real class (test_grade_class.py) grades the course's own checks
+end to end.
+
+``write_course(folder)`` writes ``folder/course`` (solutions/ and the exercises/ the
+generator makes of them) and ``folder/checks/toy_checks.py``, a checks module declared with
+``@task`` as the course's checks are and registered beside them in ``ddl_lab.check`` when
+it is imported. ``grade(..., checks=("toy_checks",))`` has each judge import it before it
+fingerprints the check machinery; the module's folder goes on PYTHONPATH, so judges and
+their workers find it (the ``toy_course`` fixture, conftest.py).
+
+The exercises play the parts the course's exercises 01, 00 and 03 played: ``01_toy`` six
+tasks in numpy (the last one asks for a justification), ``00_toy`` three tasks on two
+workers (the second forbids ``dist.all_reduce``), ``03_toy`` an exercise no class is asked for.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from ddl_lab.tools.notebooks import make_exercises
+
+MODULE = "toy_checks"
+NUMPY, WORKERS, SPARE = "01_toy", "00_toy", "03_toy"
+
+CHECKS = '''
+"""The toy course's checks (tests/tools/grading/toy_course.py): milliseconds each."""
+import sys
+
+import numpy as np
+
+import ddl_lab.check as check
+from ddl_lab.check._core import call_local, fail, passed, task
+from ddl_lab.runtime import shared_cluster
+
+CASES = [np.arange(1.0, 6.0), np.array([-2.0, 0.5, 4.0])]
+
+
+def _compare(name, fn, reference, cases):
+    __tracebackhide__ = True
+    for args in cases:
+        got, want = call_local(fn, *args), reference(*args)
+        if not np.allclose(np.asarray(got, dtype=float), want):
+            ratio = np.asarray(got, dtype=float) / want if np.all(want) else None
+            hint = " (twice too large)" if ratio is not None and np.allclose(ratio, 2) else ""
+            fail(f"{name} returned {got}, expected {want}{hint}")
+    passed(name.removeprefix("my_"), f"{len(cases)} cases")
+
+
+@task("toy")
+def toy_mean(fn):
+    """Task 1: the mean of an array."""
+    _compare("my_toy_mean", fn, np.mean, [(x,) for x in CASES])
+
+
+@task("toy")
+def toy_square(fn):
+    """Task 2: the squares of an array."""
+    _compare("my_toy_square", fn, np.square, [(x,) for x in CASES])
+
+
+@task("toy")
+def toy_accumulate(fn):
+    """Task 3: a running sum of squares, ``(total + x², x)``."""
+    _compare("my_toy_accumulate", fn, lambda total, x: total + x * x,
+             [(x, x + 1) for x in CASES])
+
+
+@task("toy")
+def toy_norm(fn):
+    """Task 4: the Euclidean norm."""
+    _compare("my_toy_norm", fn, np.linalg.norm, [(x,) for x in CASES])
+
+
+@task("toy")
+def toy_pick(fn):
+    """Task 5: the largest value."""
+    _compare("my_toy_pick", fn, np.max, [(x,) for x in CASES])
+
+
+@task("toy")
+def toy_plan(fn):
+    """Task 6: a plan ``(a, b)`` with ``a · b == budget`` and ``a <= b``."""
+    __tracebackhide__ = True
+    for budget in (12, 36):
+        a, b = call_local(fn, budget)
+        if a * b != budget or a > b:
+            fail(f"my_toy_plan({budget}) returned ({a}, {b}): a · b must be {budget}, a <= b")
+    passed("toy_plan", "two budgets")
+
+
+def _on_two_workers(name, body, *args):
+    __tracebackhide__ = True
+    try:
+        return shared_cluster(2).run_with(body, args, timeout=30)
+    except Exception as e:
+        text = str(e)
+        if "NotImplementedError" in text:
+            fail(f"{name} is not implemented yet: replace the `raise NotImplementedError` "
+                 "line with your code")
+        fail(f"{name} failed on the workers: {text.splitlines()[0] if text else e}")
+
+
+@task("toy")
+def toy_rank(fn):
+    """Task 1 on workers: each worker returns its rank."""
+    __tracebackhide__ = True
+    got = _on_two_workers("my_toy_rank", fn)
+    if got != [0, 1]:
+        fail(f"my_toy_rank returned {got} on two workers, expected [0, 1]")
+    passed("toy_rank", "two workers")
+
+
+@task("toy")
+def toy_sum(fn):
+    """Task 2 on workers: the sum of the ranks, on every rank."""
+    __tracebackhide__ = True
+    got = _on_two_workers("my_toy_sum", fn)
+    if got != [1, 1]:
+        fail(f"my_toy_sum returned {got} on two workers, expected [1, 1]")
+    passed("toy_sum", "two workers")
+
+
+def counted(fn, value):
+    """Worker: ``fn`` on a tensor, counting its calls of dist.all_reduce."""
+    import torch
+    import torch.distributed as dist
+    calls, real = [], dist.all_reduce
+    dist.all_reduce = lambda *args, **kwargs: (calls.append(1), real(*args, **kwargs))[1]
+    try:
+        out = fn(torch.tensor([float(value + dist.get_rank())]))
+    finally:
+        dist.all_reduce = real
+    return float(out.item()), len(calls)
+
+
+@task("toy")
+def toy_ring(fn):
+    """Task 3 on workers: a sum over two ranks by send and receive, no dist.all_reduce."""
+    __tracebackhide__ = True
+    got = _on_two_workers("my_toy_ring", counted, fn, 3)
+    if any(n for _, n in got):
+        fail("my_toy_ring called dist.all_reduce, the one thing this task forbids")
+    if [v for v, _ in got] != [7.0, 7.0]:
+        fail(f"my_toy_ring gave {[v for v, _ in got]}, expected [7.0, 7.0]")
+    passed("toy_ring", "two workers")
+
+
+TOY = ["toy_mean", "toy_square", "toy_accumulate", "toy_norm", "toy_pick", "toy_plan",
+       "toy_rank", "toy_sum", "toy_ring"]
+for _name in TOY:                         # registered beside the course's checks
+    setattr(check, _name, globals()[_name])
+    check.__all__.append(_name)
+sys.modules["ddl_lab.check.toy"] = sys.modules[__name__]    # fingerprinted with them
+'''
+
+IMPORTS = "import numpy as np\nimport torch\nimport torch.distributed as dist\nfrom ddl_lab import check"
+TASKS = {  # exercise -> [(task, the learner's function, its solution), ...]
+    NUMPY: [("toy_mean", "my_toy_mean(x)", "return x.sum() / len(x)"),
+            ("toy_square", "my_toy_square(x)", "return x * x"),
+            ("toy_accumulate", "my_toy_accumulate(total, x)", "return total + x * x"),
+            ("toy_norm", "my_toy_norm(x)", "return np.sqrt(np.sum(x * x))"),
+            ("toy_pick", "my_toy_pick(x)", "return max(x)"),
+            ("toy_plan", "my_toy_plan(budget)",
+             "a = max(d for d in range(1, int(budget ** 0.5) + 1) if budget % d == 0)\n"
+             "return a, budget // a")],
+    WORKERS: [("toy_rank", "my_toy_rank()", "return dist.get_rank()"),
+              ("toy_ring", "my_toy_ring(tensor)",
+               "other = torch.empty_like(tensor)\npeer = 1 - dist.get_rank()\n"
+               "if dist.get_rank() == 0:\n    dist.send(tensor, peer)\n    dist.recv(other, peer)\n"
+               "else:\n    dist.recv(other, peer)\n    dist.send(tensor, peer)\n"
+               "return tensor + other"),
+              ("toy_sum", "my_toy_sum()",
+               "t = torch.tensor([dist.get_rank()])\ndist.all_reduce(t)\nreturn int(t.item())")],
+    SPARE: [("toy_pick", "my_toy_pick(x)", "return max(x)")],
+}
+JUSTIFIED = "toy_plan"
+
+
+def solution(stem: str) -> nbformat.NotebookNode:
+    """A toy solution notebook: imports, then per task a prompt, its function, its check."""
+    v4 = nbformat.v4
+    cells = [v4.new_markdown_cell(f"# Toy exercise {stem}"), v4.new_code_cell(IMPORTS)]
+    for k, (task, signature, body) in enumerate(TASKS[stem], 1):
+        inner = textwrap.indent(f"### BEGIN SOLUTION\n{body}\n### END SOLUTION", "    ")
+        cells += [v4.new_markdown_cell(f"## Task {k}: {task} (~1 min)"),
+                  v4.new_code_cell(f"def {signature}:\n{inner}"),
+                  v4.new_code_cell(f"check.{task}({signature.split('(')[0]})",
+                                   metadata={"tags": ["check"]})]
+        if task == JUSTIFIED:
+            cells.insert(-1, v4.new_markdown_cell(
+                "Justify your plan.\n<!-- BEGIN SOLUTION -->\nThe worked justification.\n"
+                "<!-- END SOLUTION -->", metadata={"tags": ["justification"],
+                                                   "ddl_lab": {"task": task}}))
+    for i, cell in enumerate(cells):
+        cell.id = f"{stem}-{i}"
+    return v4.new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+def write_course(folder: Path) -> Path:
+    """``folder/course`` (solutions/, exercises/) and ``folder/checks/toy_checks.py``."""
+    course = folder / "course"
+    (course / "solutions").mkdir(parents=True)
+    for stem in TASKS:
+        nbformat.write(solution(stem), course / "solutions" / f"{stem}.ipynb")
+    make_exercises(course)
+    (folder / "checks").mkdir()
+    (folder / "checks" / f"{MODULE}.py").write_text(CHECKS)
+    return course
