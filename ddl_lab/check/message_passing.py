@@ -16,7 +16,8 @@ from ddl_lab.runtime.costs import message_time
 
 from . import _answers as answers
 from ._answers import FUNCTION_OF_INPUTS, same_for_all
-from ._core import DEFAULT_TIMEOUT, fail, task
+from . import _core
+from ._core import fail, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
                         returned_none)
 from ._formula import formula_cases
@@ -30,7 +31,7 @@ _PKG = "ddl_lab.message_passing"
 
 
 def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable) -> Trial:
-    return Trial(task, fn, seed, fixed, draws=1, draw=draw, timeout=DEFAULT_TIMEOUT)
+    return Trial(task, fn, seed, fixed, draws=1, draw=draw, timeout=_core.DEFAULT_TIMEOUT)
 
 
 def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any,
@@ -38,7 +39,7 @@ def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any,
     """``worker(comm, *args)`` on n real workers: (results, per-rank message records). Each
     wait in the communicator times out after a quarter of the check's time, so the ranks
     report a deadlock themselves; ``send_recv_only`` refuses the communicator's collectives."""
-    total = DEFAULT_TIMEOUT
+    total = _core.DEFAULT_TIMEOUT
     out = trial.world(comm_main, n, worker, args, {}, total / 4, total / 2)
     records = [rec for _, rec in out]
     used = sorted({s[3] for rec in records for s in rec["sent"]} - {"send"})
@@ -429,7 +430,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
     trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, PIPE_FIXED,
                   draws=DRAWS, draw=pipe_draw, name="my_pipeline_chunks",
-                  plan=True, timeout=DEFAULT_TIMEOUT)
+                  plan=True, timeout=_core.DEFAULT_TIMEOUT)
     name, shown, chosen, real = trial.name, [], [], REAL_DRAWS
     for case in trial:
         n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))

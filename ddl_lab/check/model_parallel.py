@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ddl_lab.runtime.worlds import OP_TIMEOUT_S, WorldFailed
+from ddl_lab.runtime import worlds
+from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_cases, run_in_world, task
@@ -253,7 +254,7 @@ def _deadlock(text: str, logs: list, spec: dict, name: str) -> str | None:
         return None
     waits = [f"rank {r} for the {log[-1][0]} of micro-batch {log[-1][1]} from rank {log[-1][2]}"
              for r, log in enumerate(logs) if log]
-    return (f"your orders deadlock: after {OP_TIMEOUT_S:g} s the ranks were still waiting — "
+    return (f"your orders deadlock: after {worlds.OP_TIMEOUT_S:g} s the ranks were still waiting — "
             + "; ".join(waits) + ". A stage can only run F i once the previous stage has run "
             "it, and B i once the next stage has; 1F1B warms up with p − rank − 1 forwards")
 

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.runtime import worlds
 from ddl_lab.model_parallel.pipeline import one_f_one_b_order
 from ddl_lab.model_parallel.stages import recv_tensor, send_tensor, stage_step
 from ddl_lab.model_parallel.tensor_parallel import row_parallel
@@ -231,7 +232,8 @@ def backward_first(rank, p, m):
     return [("B", 0)] + [("F", i) for i in range(m)] + [("B", i) for i in range(1, m)]
 
 
-def test_one_f_one_b(solution, capsys):
+def test_one_f_one_b(solution, capsys, monkeypatch):
+    monkeypatch.setattr(worlds, "OP_TIMEOUT_S", 5.0)       # the deadlock below waits 5 s, not 15
     check.one_f_one_b(solution(STEM, "my_one_f_one_b"))
     check.one_f_one_b(order_by_counting)
     assert capsys.readouterr().out.count("✔ one_f_one_b: passed") == 2

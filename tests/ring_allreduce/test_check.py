@@ -6,6 +6,7 @@ import torch.distributed as dist
 
 from ddl_lab import check
 from ddl_lab.check import CheckFailed
+from ddl_lab.runtime import worlds
 
 
 def stub(*args):
@@ -324,12 +325,14 @@ def test_right_rings_pass(solution, capsys):
     (ring_the_other_way, r"not a ring.*runs the other way"),
     (ring_from_any_source, r"not a ring.*received from any source"),
 ])
-def test_ring_mistakes_are_named(wrong, fault):
+def test_ring_mistakes_are_named(wrong, fault, monkeypatch):
+    monkeypatch.setattr(worlds, "OP_TIMEOUT_S", 5.0)       # a ring stuck in a receive: 5 s
     with pytest.raises(CheckFailed, match=fault):
         check.ring_allreduce(wrong)
 
 
-def test_deadlock_is_reported_in_seconds():
+def test_deadlock_is_reported_in_seconds(monkeypatch):
+    monkeypatch.setattr(worlds, "OP_TIMEOUT_S", 5.0)       # a deadlock's wait, short in a test
     with pytest.raises(CheckFailed, match=r"deadlocked on 4 ranks.*gloo's blocking dist\.send"):
         check.ring_allreduce(blocking_ring)
 
