@@ -575,7 +575,7 @@ def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
     if value is None:
         fail(f"{call} returned {describe_value(got)}; return the number of pieces, a whole "
              "number >= 1.")
-    if value != int(value) or value < 1:
+    if not math.isfinite(value) or value != int(value) or value < 1:
         fail(f"{call} returned {value:g}; the message is cut into a whole number of pieces, "
              f"at least 1 — round your value (e.g. max(1, round(x))).")
     if value > numel:

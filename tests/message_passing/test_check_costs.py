@@ -96,6 +96,7 @@ def test_pipeline_chunks_right_answers_pass(solution, capsys):
     (lambda n, S, a, b: 16, r"too many pieces.*the same number of pieces, 16, for all \d+ machines"),
     (lambda n, S, a, b: n, "too few pieces"),
     (lambda n, S, a, b: math.sqrt((n - 2) * S * b / a), "whole number"),
+    (lambda n, S, a, b: math.inf, r"returned inf; .*whole number of pieces"),   # no crash
     (lambda n, S, a, b: S // 8, "not run: the α–β model alone rules it out"),
     (lambda n, S, a, b: S, "has only"),
     (pieces_looked_up, r"raised KeyError.*budgets the prompt never showed: a plan must be a "
