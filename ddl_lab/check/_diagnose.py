@@ -4,8 +4,6 @@
 of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
 from __future__ import annotations
 
-import types
-import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -276,11 +274,12 @@ class Cases:
 def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str | None:
     """The message refusing ``fn`` if it is, or calls, one of the package's own
     implementations of the task (CONTRIBUTING.md, "Checks"), else None."""
-    banned = {_ident(f) for f in implementations if _ident(f)}
-    for obj in _reachable(fn):
-        ident = _ident(obj)
-        if ident in banned:
-            where = f"{ident[0]}.{ident[1]}"
+    from ddl_lab.runtime.reach import course_names, ident
+    banned = {ident(f) for f in implementations if ident(f)}
+    reached = getattr(fn, "reaches", None)          # a function judged from the sandbox
+    for name in (reached if reached is not None else course_names(fn)):
+        if tuple(name) in banned:
+            where = f"{name[0]}.{name[1]}"
             return (f"{getattr(fn, '__name__', 'your function')} is or calls {where}, the "
                     f"package's own implementation of this task: the task is to write it "
                     f"yourself, so check.{task} does not accept it.")
@@ -296,76 +295,6 @@ def package_functions(package: str, *names: str) -> list[Any]:
     modules = [root] + [importlib.import_module(f"{package}.{m.name}")
                         for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
-
-
-def _ident(obj: Any) -> tuple[str, str] | None:
-    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    return (mod, qual) if isinstance(mod, str) and mod.startswith("ddl_lab") and qual else None
-
-
-def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
-    """``fn`` and the objects its code can name: globals, closure cells, defaults, module
-    attributes (``module.name``), bound methods, partials — a few levels deep."""
-    seen: set[int] = set()
-    todo = [(fn, 0)]
-    while todo:
-        obj, d = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        yield obj
-        if d >= depth:
-            continue
-        inner = [getattr(obj, a, None) for a in ("func", "__func__", "__wrapped__", "__call__")]
-        code = getattr(obj, "__code__", None)
-        if isinstance(code, types.CodeType) and not str(
-                getattr(obj, "__module__", "") or "").startswith("ddl_lab"):
-            names = _code_names(code)
-            glb = getattr(obj, "__globals__", {})
-            cells = {v: c.cell_contents for v, c in zip(code.co_freevars, obj.__closure__ or ())
-                     if _filled(c)}
-            mods = [m for m in [glb.get(n) for n in names] + list(cells.values())
-                    if isinstance(m, types.ModuleType)]
-            mods += [_module(n) for n in names if n.startswith("ddl_lab.")]   # local imports
-            mods += [_attr(m, n) for m in list(mods) for n in names         # their submodules
-                     if isinstance(_attr(m, n), types.ModuleType)]
-            inner += [glb.get(n) for n in names]
-            inner += [_attr(m, n) for m in mods for n in names]
-            inner += list(cells.values())
-            inner += list(obj.__defaults__ or ())
-        todo += [(o, d + 1) for o in inner if o is not None]
-
-
-def _attr(module: Any, name: str) -> Any:
-    """``module.name`` or None, quietly (numpy warns on names such as ``np.bytes``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return getattr(module, name, None)
-
-
-def _module(name: str) -> Any:
-    """The ddl_lab module a function imports inside its body (``from ddl_lab.x import f``)."""
-    import importlib
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents
-        return True
-    except ValueError:
-        return False
 
 
 # ------------------------------------------------------------------ Adagrad (lessons 01 and 07)

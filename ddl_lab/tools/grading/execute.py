@@ -1,17 +1,18 @@
-"""Running one submission for ``ddl-lab grade``: a fresh kernel, a private folder, limits.
+"""Running one submission for ``ddl-lab grade``: a fresh kernel in a sandbox, limits.
 
 The grader never runs learner code itself. For each submission it starts this module as a
-runner process (``python -m ddl_lab.tools.grading.execute WORK CELL_TIMEOUT``) in its own
-session; the runner starts a fresh kernel (nbclient) in WORK, a private temporary folder,
-and runs the grading notebook cell by cell with a per-cell limit. It writes what happened
-to ``WORK/events.jsonl``, one line as each cell starts and one as it ends, so what was
-reached survives a runner killed at the per-notebook limit. A pristine check cell only
-hands its arguments over (``WORK/payload-<k>.bin``, ``handover.py``): the verdicts are
-reached afterwards, in the judge (``judge.py``).
+runner process (``python -m ddl_lab.tools.grading.execute WORK …``) in the OS sandbox
+(``sandbox.py``); the runner starts a fresh kernel (nbclient) in WORK, the run's private
+folder, and runs the grading notebook cell by cell with a per-cell limit. It writes what
+happened to ``WORK/events.jsonl``, one line as each cell starts and one as it ends, so what
+was reached survives a runner killed at the per-notebook limit. A pristine check cell only
+keeps its arguments and writes a manifest (``WORK/manifest-<k>.json``, ``handover.py``);
+after the last cell the kernel serves the judge (``judge.py``, outside the sandbox), which
+reaches the verdicts by calling the learner's functions through it.
 
-When a run ends (done, crashed or killed at its limit) the grader kills the kernel's whole
-process group, then every process that still carries this run's token in its environment
-(workers, clusters, anything the learner started in a session of its own).
+When a run ends (done, crashed or killed at its limit) the grader kills the sandbox — its
+PID namespace takes every process the learner started with it — then every process that
+still carries this run's token in its environment (where there is no sandbox).
 """
 from __future__ import annotations
 
@@ -24,11 +25,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import psutil
 
 from .pristine import cell_line, check_index
+
+if TYPE_CHECKING:
+    from .sandbox import Box
 
 TOKEN_ENV = "DDL_LAB_GRADE_JOB"     # every process of one run carries this token
 MAX_OUTPUT = 1 << 20                # bytes of output kept per notebook; the rest is dropped
@@ -49,31 +54,70 @@ class Run:
     log_tail: str
 
 
-def run_submission(nb: nbformat.NotebookNode, work: Path, cell_timeout: float,
-                   timeout: float) -> Run:
-    """Run the grading notebook ``nb`` in ``work`` (a private folder) and clean up."""
+@dataclass
+class Running:
+    """A submission's run under way: the runner (in its sandbox), its folder and token."""
+    proc: subprocess.Popen
+    work: Path
+    token: str
+    t0: float
+    deadline: float
+    link: str
+
+
+def start_run(nb: nbformat.NotebookNode, work: Path, cell_timeout: float, timeout: float,
+              box: "Box | None", key: str) -> Running:
+    """Start running the grading notebook ``nb`` in ``work`` (a private folder): in the
+    sandbox ``box``, or as it is where the instructor passed ``--trust-learner-code``
+    (``box`` None). After the last cell the kernel serves the judge on ``work/link.sock``
+    (``handover.serve``) until the judge says bye."""
+    from . import sandbox
     nbformat.write(nb, work / "graded.ipynb")
-    token = secrets.token_hex(8)
-    env = {**os.environ, TOKEN_ENV: token, "DDL_LAB_PROGRESS": "off",
-           "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("DDL_LAB_GRADE_RECORD", None)
+    token, link = secrets.token_hex(8), str(work / "link.sock")
+    argv = [sys.executable, "-m", "ddl_lab.tools.grading.execute", str(work), str(cell_timeout),
+            str(timeout), link, key]
+    if box is None:
+        env = {**os.environ, TOKEN_ENV: token, "DDL_LAB_PROGRESS": "off", "MPLBACKEND": "Agg",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("DDL_LAB_GRADE_RECORD", None)
+        cmd, limit = argv, None
+    else:
+        env = sandbox.environment(work, TOKEN_ENV, token)
+        cmd, limit = sandbox.command(box, argv, env), sandbox.limits(box)
     t0 = time.perf_counter()
     with open(work / "runner.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddl_lab.tools.grading.execute", str(work), str(cell_timeout)],
-            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        _RUNNING[proc.pid] = (proc, work, token)
-        try:
-            proc.wait(timeout=timeout)
-            killed = False
-        except subprocess.TimeoutExpired:
-            killed = True
-        finally:
-            _RUNNING.pop(proc.pid, None)
-            end_run(proc, _read_int(work / "kernel.pid"), token)
-    return Run(read_jsonl(work / "events.jsonl"), _read_int(work / "kernel.pid"), killed,
-               time.perf_counter() - t0, _tail(work / "runner.log"))
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=limit)
+    _RUNNING[proc.pid] = (proc, work, token)
+    return Running(proc, work, token, t0, t0 + timeout, link)
+
+
+def wait_serving(run: Running) -> bool:
+    """Wait until the kernel serves the judge (True), or the runner ended or ran out of
+    time (False)."""
+    ready = Path(run.link + ".ready")
+    while time.perf_counter() < run.deadline:
+        if ready.exists():
+            return True
+        if run.proc.poll() is not None:
+            return ready.exists()
+        time.sleep(0.05)
+    return False
+
+
+def finish_run(run: Running, killed: bool = False, grace: float = 30.0) -> Run:
+    """Let the runner end (after the judge's bye), then end every process of the run;
+    ``killed``: the run was stopped at its time limit."""
+    try:
+        run.proc.wait(timeout=0 if killed else grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        _RUNNING.pop(run.proc.pid, None)
+        end_run(run.proc, _read_int(run.work / "kernel.pid"), run.token)
+    return Run(read_jsonl(run.work / "events.jsonl"), _read_int(run.work / "kernel.pid"),
+               killed, time.perf_counter() - run.t0, _tail(run.work / "runner.log"))
 
 
 def stop_all() -> None:
@@ -208,8 +252,9 @@ def _responds(client, index: int, seconds: int = PROBE) -> bool:
     return not client.timed_out
 
 
-def runner(work: Path, cell_timeout: float) -> None:
-    """Run ``work/graded.ipynb`` in a fresh kernel, one event line per cell start and end."""
+def runner(work: Path, cell_timeout: float, timeout: float, link: str, key: str) -> None:
+    """Run ``work/graded.ipynb`` in a fresh kernel, one event line per cell start and end;
+    then let the kernel serve the judge (``handover.serve``) for what time is left."""
     from ddl_lab.tools.notebooks import _quiet_output_widgets
     _quiet_output_widgets()
     nb = nbformat.read(work / "graded.ipynb", as_version=4)
@@ -224,14 +269,29 @@ def runner(work: Path, cell_timeout: float) -> None:
         kernel_pid = client.km.provisioner.process.pid
         (work / "kernel.pid").write_text(str(kernel_pid))
         _emit(events, event="kernel", pid=kernel_pid)
+        t0 = time.perf_counter()
         try:
-            _run_cells(client, nb, events)
+            alive = _run_cells(client, nb, events)
         finally:
             nbformat.write(nb, work / "executed.ipynb")
+        if alive:
+            _serve(client, len(nb.cells), link, key, timeout - (time.perf_counter() - t0))
 
 
-def _run_cells(client, nb: nbformat.NotebookNode, events) -> None:
-    """Each cell in turn; stop where the kernel died or could not be interrupted."""
+def _serve(client, index: int, link: str, key: str, left: float) -> None:
+    """The kernel answers the judge until it says bye, or the time left runs out."""
+    cell = nbformat.v4.new_code_cell(
+        "from ddl_lab.tools.grading import handover as __ddl_lab_handover\n"
+        f"__ddl_lab_handover.serve({link!r}, {key!r}, accept={max(1.0, left):.0f})")
+    client.timeout = max(1, int(left))
+    try:
+        client.execute_cell(cell, index)
+    except Exception:               # noqa: BLE001 — the kernel died while serving: the judge
+        pass                        # sees its link end
+
+
+def _run_cells(client, nb: nbformat.NotebookNode, events) -> bool:
+    """Each cell in turn; stop where the kernel died or could not be interrupted (False)."""
     from nbclient.exceptions import DeadKernelError
     for i, cell in enumerate(nb.cells):
         k = check_index(cell)
@@ -242,13 +302,15 @@ def _run_cells(client, nb: nbformat.NotebookNode, events) -> None:
             client.execute_cell(cell, i)
         except DeadKernelError:
             _emit(events, event="died", cell=i, check=k, line=first, code=_exit_status(client))
-            return
+            return False
         timed_out = client.timed_out
         _emit(events, event="done", cell=i, check=k, line=first, error=_error_of(cell),
               timed_out=timed_out, seconds=round(time.perf_counter() - t0, 2))
         if timed_out and not _responds(client, i):
             _emit(events, event="stuck", cell=i, check=k, line=first)
-            return
+            return False
+    return True
+
 
 if __name__ == "__main__":
-    runner(Path(sys.argv[1]), float(sys.argv[2]))
+    runner(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -2,13 +2,16 @@
 
 Every submission is identified (``discover``), scanned (``scan``: flags for the
 instructor, the written justifications), rebuilt around the pristine check cells
-(``pristine``), run in a fresh kernel in a private temporary folder with limits
-(``execute``) where each check cell hands its arguments over (``handover``), judged task by
-task in a process no learner cell ran in (``judge``), scored (``record``), and reported as
-a gradebook, a class report and one feedback page per learner (``report``).
+(``pristine``), run in a fresh kernel in an OS sandbox with limits (``execute``,
+``sandbox``) where each check cell keeps its arguments (``handover``), judged task by task
+in a process no learner code runs in, which calls the learner's functions in the sandbox
+and gets plain data back (``judge``, ``link``, ``plain``), scored (``record``), and
+reported — once every process of the learner's is gone, and if the installation is as it
+was — as a gradebook, a class report and one feedback page per learner (``report``).
 """
 from __future__ import annotations
 
+import secrets
 import shutil
 import sys
 import tempfile
@@ -21,7 +24,8 @@ from ddl_lab.tools.notebooks import ROOT
 from . import report
 from .discover import (Exercise, Submission, course_exercises, identify, select,
                        submitted_files)
-from .execute import run_submission, stop_all
+from . import sandbox
+from .execute import finish_run, read_jsonl, start_run, stop_all, wait_serving
 from .judge import Judge, stop_judges
 from .pristine import grading_notebook, payload_name
 from .record import Learner, Verdict, submission_notes, verdicts
@@ -30,10 +34,16 @@ from .scan import flags, justifications
 
 @dataclass
 class Limits:
-    """Seconds a whole notebook and one cell may run; submissions graded at once."""
+    """Seconds a whole notebook and one cell may run; submissions graded at once; whether
+    learner code may run without a sandbox (``--trust-learner-code``)."""
     timeout: float = 600.0
     cell_timeout: float = 120.0
     jobs: int = 1
+    trust_learner_code: bool = False
+
+
+class InstallationChanged(RuntimeError):
+    """The course's or the environment's files changed while a submission ran."""
 
 
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
@@ -47,6 +57,13 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     ``checks``: modules of checks beyond ``ddl_lab.check`` that the judges import, for a
     ``course`` of one's own (the grading tests' toy course)."""
     limits = limits or Limits()
+    no_box = sandbox.why_not()
+    if no_box and not limits.trust_learner_code:
+        raise sandbox.NoSandbox(
+            f"ddl-lab grade runs learner code only in a sandbox, and none can be made here: "
+            f"{no_box}. Without one, a learner's code can read other submissions, change the "
+            f"installed course or the grades, and leave processes behind; to grade anyway, "
+            f"pass {sandbox.FLAG} (only for code you trust).")
     everything = course_exercises(course)
     wanted = select(everything, exercises)
     subs = [identify(Submission(learner, path), wanted, everything)
@@ -59,13 +76,17 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     out = Path(out)
     (out / "executed").mkdir(parents=True, exist_ok=True)
     bar = Progress(len(todo), enabled=progress)
+    hide = sandbox.hidden_from_learners(course, submissions, out)
+    box = None if no_box else hide
+    installed = Installation(course)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
-        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed, checks): s
-                   for s in todo}
+        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed, checks,
+                               box): s for s in todo}
         try:
             for future in as_completed(futures):
                 s = futures[future]
                 found, notes = future.result()
+                installed.same_as_before(s.path.name)
                 row = learners[s.learner]
                 row.verdicts += found
                 row.notes += notes
@@ -90,20 +111,29 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
 
 
 def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
-              seed: int | None = None,
-              checks: tuple[str, ...] = ()) -> tuple[list[Verdict], list[str]]:
-    """Run one submission in a private temporary folder, then judge it; its verdicts and
-    notes."""
+              seed: int | None = None, checks: tuple[str, ...] = (),
+              hide: tuple[Path, ...] | None = None) -> tuple[list[Verdict], list[str]]:
+    """Run one submission in its sandbox (``hide``: what it hides; None: no sandbox) while
+    a judge calls its functions there; its verdicts and notes."""
     work = Path(tempfile.mkdtemp(prefix="ddl-lab-grade-"))
-    judge = Judge(seed, work / "judge.log", checks)
+    key = secrets.token_hex(16)
+    judge = Judge(seed, work / "judge.log", checks, link=str(work / "link.sock"), key=key,
+                  work=work, timeout=limits.cell_timeout)
+    run = running = None
     try:
         judge.start()                       # it imports torch and the checks meanwhile
-        run = run_submission(grading_notebook(sub.nb, ex), work, limits.cell_timeout,
-                             limits.timeout)
+        box = None if hide is None else sandbox.Box(
+            work, hide, cpu_seconds=int(limits.timeout * 4) + 60)
+        running = start_run(grading_notebook(sub.nb, ex), work, limits.cell_timeout,
+                            limits.timeout, box, key)
+        serving = wait_serving(running)
+        killed = not serving and running.proc.poll() is None
+        done = read_jsonl(work / "events.jsonl")
+        judged = judge_run(ex, done, work, judge, limits.cell_timeout) if serving else {}
+        run = finish_run(running, killed)
         executed = work / "executed.ipynb"
         if executed.exists():
             shutil.copy(executed, out / "executed" / f"{sub.learner}--{ex.stem}.ipynb")
-        judged = judge_run(ex, run, work, judge, limits.cell_timeout)
         found = verdicts(ex, run, judged, limits.cell_timeout, limits.timeout)
         written = justifications(sub.nb, ex)
         for v in found:
@@ -118,19 +148,61 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
                  for c in ex.checks for t in c.tasks], [why])
     finally:
         judge.stop()
+        if running is not None and run is None:
+            finish_run(running, killed=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
-def judge_run(ex: Exercise, run, work: Path, judge: Judge,
+def judge_run(ex: Exercise, events: list[dict], work: Path, judge: Judge,
               cell_timeout: float) -> dict[str, dict]:
-    """The judge's answer for every task whose check cell handed its arguments over."""
-    done = {e["check"] for e in run.events if e.get("event") == "done"
+    """The judge's answer for every task whose check cell wrote its manifest."""
+    done = {e["check"] for e in events if e.get("event") == "done"
             and e.get("check") is not None and not e.get("error") and not e.get("timed_out")}
     todo = [(check, i, task) for check in ex.checks if check.index in done
             and (work / payload_name(check.index)).exists()
             for i, task in enumerate(check.tasks)]
     return judge.judge_all([(work / payload_name(check.index), i, task)
                             for check, i, task in todo], cell_timeout)
+
+
+class Installation:
+    """The course's and the environment's files, as they were before grading: a change
+    after a submission ran stops the whole run (something escaped, or ran unsandboxed)."""
+
+    def __init__(self, course: Path):
+        import site
+
+        import ddl_lab
+        course = Path(course).resolve()
+        self.trees = [Path(ddl_lab.__file__).resolve().parent, course / "exercises",
+                      course / "solutions"]
+        self.tops = [Path(p) for p in site.getsitepackages() if Path(p).is_dir()]
+        self.before = self.now()
+
+    def now(self) -> dict[str, tuple[int, int]]:
+        """(size, mtime) of every source file of the package and the course's notebooks, and
+        of the top level of site-packages (where ``.pth`` files and start-up hooks lie)."""
+        files = [p for root in self.trees if root.is_dir() for p in root.rglob("*")
+                 if p.is_file() and "__pycache__" not in p.parts]
+        files += [p for root in self.tops for p in root.iterdir() if p.is_file()]
+        seen: dict[str, tuple[int, int]] = {}
+        for path in files:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            seen[str(path)] = (st.st_size, st.st_mtime_ns)
+        return seen
+
+    def same_as_before(self, during: str) -> None:
+        after = self.now()
+        changed = sorted(p for p in self.before.keys() | after.keys()
+                         if self.before.get(p) != after.get(p))
+        if changed:
+            raise InstallationChanged(
+                f"the installation changed while {during} was graded: {changed[:5]}"
+                f"{' …' if len(changed) > 5 else ''}. Grading stopped: reinstall the course "
+                "(make setup) and grade again in a sandbox.")
 
 
 def _one_per_exercise(subs: list[Submission]) -> list[Submission]:

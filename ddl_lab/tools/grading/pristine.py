@@ -8,9 +8,9 @@ id sits; if that cell is gone, just before the first cell that comes after it in
 exercise; else at the end. Markdown and the learner's copies of check cells are left out.
 
 In the learner's kernel a pristine check cell does not check: each ``check.<task>(…)``
-call in it becomes ``handover.take("<task>", …)`` and the cell ends by saving what was
-taken to ``payload-<k>.bin`` for the judge (``handover.py``, ``judge.py``), where the
-verdict is reached. Everything else in the cell runs as written.
+call in it becomes ``handover.take("<task>", …)`` and the cell ends by writing the
+manifest of what was taken to ``manifest-<k>.json`` for the judge (``handover.py``,
+``judge.py``), where the verdict is reached. Everything else in the cell runs as written.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
 def payload_name(k: int) -> str:
-    return f"payload-{k}.bin"
+    return f"manifest-{k}.json"
 
 
 class _Take(ast.NodeTransformer):
