@@ -15,6 +15,10 @@ DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on th
 # runs the cases on the sandboxed kernel's workers when the learner's function lives there
 # (their Outcomes), or returns None to run them here.
 route: Callable[..., list[Outcome] | None] | None = None
+# Set by the grading judge too: ``beside(procedure, args, kwargs)`` runs a check's procedure
+# in the sandboxed kernel when a learner's function among ``args`` lives there — as
+# ``(True, result)`` — or returns ``(False, None)``.
+beside: Callable[..., tuple[bool, Any]] | None = None
 Check = TypeVar("Check", bound=Callable[..., None])
 
 
@@ -62,6 +66,19 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         message = f"{name} raised {type(e).__name__}: {e}"
     # raised outside the except block: no __context__ keeps the learner's frames alive
     raise CheckFailed(message)
+
+
+def run_beside(procedure: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``procedure(*args, **kwargs)`` where the learner's code runs: a measurement that has
+    to watch it from inside its process (threads, locks, shard processes, a meter). Here in a
+    learner's notebook; in the sandbox when grading, where the verdict on what it returns
+    rests on the learner's side (README, "Grading a class")."""
+    __tracebackhide__ = True
+    if beside is not None:
+        there, result = beside(procedure, args, kwargs)
+        if there:
+            return result
+    return procedure(*args, **kwargs)
 
 
 def worded(failure: RankFailure, fn: Callable) -> RankFailure:

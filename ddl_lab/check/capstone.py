@@ -14,7 +14,7 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
-from ._core import call_local, fail, passed, task, worded
+from ._core import call_local, fail, passed, run_beside, task, worded
 from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
 from ._trial import Trial
 
@@ -142,15 +142,7 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     ``parameter_server``: the options of the lesson-07 server a plan uses."""
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
     run = _run_seed(seed)
-    try:
-        result = measure(fn, budget, seed=run, parameter_server=parameter_server,
-                         timeout=_TIMEOUT_S)
-    except PlanFailed as e:
-        fail(worded(e.failure, fn).message(name, budget.world_size))
-    except (TypeError, ValueError) as e:
-        if parameter_server is None:
-            raise
-        fail(f"the parameter server could not start with {parameter_server!r}: {e}")
+    result = run_beside(_measured, fn, name, budget, run, parameter_server)
     message = _run_fault(result, name, budget)
     if message:
         fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
@@ -162,6 +154,20 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
            f"worker (budget {size_text(budget.bytes)}; plain synchronous SGD would send "
            f"{size_text(plain)}, {plain / max(result.bytes, 1):.0f}× more), {result.steps} of "
            f"{budget.steps} steps, {result.rounds} communication calls, {result.wall:.1f} s.")
+
+
+def _measured(fn: Callable, name: str, budget: Budget, run: int,
+              parameter_server: dict | None) -> Result:
+    """The plan's real run, measured where the learner's code runs (``run_beside``)."""
+    try:
+        return measure(fn, budget, seed=run, parameter_server=parameter_server,
+                       timeout=_TIMEOUT_S)
+    except PlanFailed as e:
+        fail(worded(e.failure, fn).message(name, budget.world_size))
+    except (TypeError, ValueError) as e:
+        if parameter_server is None:
+            raise
+        fail(f"the parameter server could not start with {parameter_server!r}: {e}")
 
 
 def _run_seed(seed: int) -> int:

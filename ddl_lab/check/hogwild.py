@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, judge, name_of, on_workers, passed, task
+from ._core import call_local, fail, judge, name_of, on_workers, passed, run_beside, task
 from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, explain,
                         factor_of, returned_none, same, tolerance)
 from .parallel_models import PROCESSES, FileLock, shared_file
@@ -202,7 +202,7 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
                                  nnz=int(rng.integers(2, 8)), lr=0.1, seed=int(rng.integers(99)))
         case.params.update(d=problem.d, lr=round(float(rng.uniform(0.2, 0.8)), 3))
         rows = rng.permutation(len(problem))[:int(rng.integers(40, 90))]
-        _traced_run(my_hogwild_worker, name, problem, rows, case)
+        run_beside(_traced_run, my_hogwild_worker, name, problem, rows, case)
     start, runs = _on_processes(my_hogwild_worker, name)
     passed("hogwild_worker", "one update per row in order with the given lr; lock-free never "
            "takes the lock, locked holds it around each whole update (observed read by "

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, on_workers, task
+from ._core import call_local, fail, on_workers, passed, run_beside, task
 from ._diagnose import Case, Snapshot, describe_value, differs, returned_none, same
 from ._trial import Trial
 
@@ -54,7 +54,7 @@ def threaded_sum(my_threaded_sum: Callable[[np.ndarray, int], float], seed: int 
                   name="my_threaded_sum")
     pausing = True                  # off once a paused write waited in vain (a hidden lock)
     for case in trial:
-        pausing = _sum_one(my_threaded_sum, trial.name, case, pausing)
+        pausing = run_beside(_sum_one, my_threaded_sum, trial.name, case, pausing)
     passed("threaded_sum", f"exact sums on {len(trial)} cases (lengths 0, 1, fewer than the "
            "threads, primes; 1–6 threads; float32 too), the threads running at the same "
            "time, each paused before its writes of shared state: no update lost")
@@ -186,9 +186,9 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     trial = Trial("next_chunk", my_next_chunk, seed, fixed, draws=3, draw=_chunk_case,
                   name="my_next_chunk")
     for case in trial:
-        _claims_in_turn(my_next_chunk, trial.name, case)
+        run_beside(_claims_in_turn, my_next_chunk, trial.name, case)
     for pause in ("acquire", "release"):
-        _forced_interleaving(my_next_chunk, trial.name, pause)
+        run_beside(_forced_interleaving, my_next_chunk, trial.name, pause)
     with shared_file(16) as path:
         out = on_workers(_claim_on_worker, PROCESSES, my_next_chunk, path, FileLock(path), 3,
                          stop, fn=my_next_chunk)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, stub_message, task
+from ._core import call_local, fail, passed, run_beside, stub_message, task
 from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
                         returned_none, same, tolerance)
 from ._trial import Trial
@@ -439,8 +439,12 @@ REAL_TIMEOUT = 60.0
 
 
 def real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Run a real experiment with the learner's function inside shard processes; their
-    failures become CheckFailed naming it."""
+    """Run a real experiment with the learner's function inside shard processes (where the
+    learner's code runs: ``run_beside``); their failures become CheckFailed naming it."""
+    return run_beside(_real, fn, learner, *args, **kwargs)
+
+
+def _real(fn: Callable, learner: Callable, *args: Any, **kwargs: Any) -> Any:
     from ddl_lab.parameter_server.errors import ParameterServerError
     name = getattr(learner, "__name__", "your function")
     try:

@@ -230,14 +230,18 @@ def serve() -> None:
     seed = hello.get("seed")
     import ddl_lab.check as check
     from ddl_lab.check import _core, _record
-    from .link import Link, LinkLost, by_value, remote_in, run_remote
+    from .link import Link, LinkLost, by_value, remote_in, run_beside, run_remote
     by_value(*hello.get("checks", []))
     link = Link(hello.get("link", ""), hello.get("key", ""), float(hello.get("timeout", 120)))
 
     def route(body: Any, cases: Any, fn: Any, timeout: Any) -> Any:
         there = remote_in(fn, cases)
         return None if there is None else run_remote(there, body, cases, fn, timeout, None)
-    _core.route = route
+    def beside(procedure: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+        there = remote_in(None, [(0, (*args, *kwargs.values()))])
+        return (False, None) if there is None else \
+            (True, run_beside(there, procedure, args, kwargs))
+    _core.route, _core.beside = route, beside
     entries: list[dict] = []
     _record.grade_with(entries.append, seed)
     checks = {name: getattr(check, name) for name in check.__all__}

@@ -13,9 +13,12 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
+import importlib
 import io
 import json
 import socket
+import sys
+import types
 from typing import Any, Sequence
 
 from . import plain
@@ -84,7 +87,7 @@ class Link:
 
     def request(self, op: str, job: tuple) -> dict:
         self._connect()
-        said = self._ask({"op": op, "payload": base64.b64encode(_dumps(job)).decode()})
+        said = self._ask({"op": op, "payload": base64.b64encode(dumps(job)).decode()})
         if "error" in said:
             raise RuntimeError(f"the learner's side could not serve the judge: "
                                f"{str(said['error'])[:500]}")
@@ -127,6 +130,18 @@ class Remote:
         _write_back(list(args), plain.decode(said.get("args")))
         _write_back(kwargs, plain.decode(said.get("kwargs")))
         return plain.decode(said.get("value"))
+
+
+def run_beside(link: Link, procedure: Any, args: tuple, kwargs: dict) -> Any:
+    """A check's procedure run in the sandboxed kernel (``check._core.run_beside``): its
+    result as plain data; its CheckFailed raised here as one."""
+    from ddl_lab.check._core import CheckFailed
+    said = link.request("beside", (procedure, args, kwargs))
+    if "failed" in said:
+        raise CheckFailed(str(plain.decode(said["failed"])))
+    if "raised" in said:
+        raise rebuilt(said["raised"])
+    return plain.decode(said.get("value"))
 
 
 def remote_in(fn: Any, cases: Sequence[tuple[int, tuple]]) -> Link | None:
@@ -238,14 +253,21 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _dumps(job: tuple) -> bytes:
+def dumps(job: Any) -> bytes:
+    """``job`` pickled with cloudpickle: the checks' code by value, a Remote by reference,
+    modules by name (also in the sandbox, for its workers: ``handover.answer``)."""
     import cloudpickle
 
     class Pickler(cloudpickle.Pickler):
         def persistent_id(self, obj: Any) -> Any:
             return ("ref", obj.ref) if isinstance(obj, Remote) else None
 
-    import importlib
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType \
+                    and sys.modules.get(obj.__name__) is obj:      # torch.ops and the like
+                return importlib.import_module, (obj.__name__,)
+            return super().reducer_override(obj)
+
     for name in _BY_VALUE:
         try:
             cloudpickle.register_pickle_by_value(importlib.import_module(name))
