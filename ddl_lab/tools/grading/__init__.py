@@ -7,12 +7,10 @@ the export.
 
 What it guards against: edited, deleted or untagged check cells, printed pass lines,
 checks called from the learner's own cells, hangs, crashes, floods of output, stray
-processes; and, since verdicts are reached in a judge process no learner cell ran in
-(``judge.py``), anything a learner's cells do to the checks in their kernel. The learner's
-function still runs in the judge with its privileges: a change it leaves behind in the
-check machinery (in the judge or on its workers) is caught by fingerprints and graded
-"tampered"; source reaching for private state is flagged (``scan.py``). README, "Grading
-a class", says what is and is not protected.
+processes; and, by design, anything the learner's code does to the checks: the notebook
+runs in an OS sandbox (``sandbox.py``), and the verdicts are reached in a judge process
+that never runs learner code and reads only plain data from the sandbox (``judge.py``,
+``link.py``, ``plain.py``). README, "Grading a class", says what is and is not protected.
 """
 from .grade import Limits, grade
 from .record import Learner

@@ -120,6 +120,16 @@ def finish_run(run: Running, killed: bool = False, grace: float = 30.0) -> Run:
                killed, time.perf_counter() - run.t0, _tail(run.work / "runner.log"))
 
 
+def run_submission(nb: nbformat.NotebookNode, work: Path, cell_timeout: float,
+                   timeout: float, box: "Box | None" = None) -> Run:
+    """The notebook run alone, with no judge (the limits' tests): started, waited for,
+    ended as soon as its kernel would serve."""
+    running = start_run(nb, work, cell_timeout, timeout, box, key="")
+    serving = wait_serving(running)
+    return finish_run(running, killed=not serving and running.proc.poll() is None,
+                      grace=0 if serving else 30.0)
+
+
 def stop_all() -> None:
     """End every run still going (the instructor pressed Ctrl-C)."""
     for proc, work, token in list(_RUNNING.values()):

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+
 from ddl_lab.tools.notebooks import ROOT
 from . import report
 from .discover import (Exercise, Submission, course_exercises, identify, select,
@@ -124,8 +126,8 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
         judge.start()                       # it imports torch and the checks meanwhile
         box = None if hide is None else sandbox.Box(
             work, hide, cpu_seconds=int(limits.timeout * 4) + 60)
-        running = start_run(grading_notebook(sub.nb, ex), work, limits.cell_timeout,
-                            limits.timeout, box, key)
+        nb = grading_notebook(sub.nb, ex)
+        running = start_run(nb, work, limits.cell_timeout, limits.timeout, box, key)
         serving = wait_serving(running)
         killed = not serving and running.proc.poll() is None
         done = read_jsonl(work / "events.jsonl")
@@ -134,6 +136,8 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
         executed = work / "executed.ipynb"
         if executed.exists():
             shutil.copy(executed, out / "executed" / f"{sub.learner}--{ex.stem}.ipynb")
+        if not serving:
+            judged = _before_the_end(ex, nb, run, work, judge, box, key, limits)
         found = verdicts(ex, run, judged, limits.cell_timeout, limits.timeout)
         written = justifications(sub.nb, ex)
         for v in found:
@@ -151,6 +155,29 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
         if running is not None and run is None:
             finish_run(running, killed=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _before_the_end(ex: Exercise, nb, run, work: Path, judge: Judge, box, key: str,
+                    limits: Limits) -> dict[str, dict]:
+    """A notebook whose kernel died, got stuck or ran out of time serves no judge: its
+    cells up to the one that ended it run again, and the checks done before are judged."""
+    started = [e["cell"] for e in run.events if e.get("event") == "start"]
+    ended = {e["cell"] for e in run.events if e.get("event") == "done"} - \
+        {e["cell"] for e in run.events if e.get("event") == "stuck"}
+    fatal = next((c for c in started if c not in ended), None)
+    if fatal is None or not any(e.get("event") == "done" and e.get("check") is not None
+                                for e in run.events):
+        return {}
+    for name in ("events.jsonl", "link.sock", "link.sock.ready", "kernel.pid"):
+        (work / name).unlink(missing_ok=True)
+    again = nbformat.v4.new_notebook(metadata=nb.metadata)
+    again.cells = nb.cells[:fatal]
+    running = start_run(again, work, limits.cell_timeout, limits.timeout, box, key)
+    serving = wait_serving(running)
+    try:
+        return judge_run(ex, run.events, work, judge, limits.cell_timeout) if serving else {}
+    finally:
+        finish_run(running, not serving and running.proc.poll() is None)
 
 
 def judge_run(ex: Exercise, events: list[dict], work: Path, judge: Judge,

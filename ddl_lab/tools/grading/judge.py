@@ -43,8 +43,7 @@ _LIVE: set["Judge"] = set()
 
 def entry(checks: tuple[str, ...] = ()) -> str:
     """The judge's program: ``serve()``, after importing ``checks``, modules of checks
-    beyond ``ddl_lab.check`` (a course's own, which register themselves there), so that the
-    judge fingerprints them with the rest."""
+    beyond ``ddl_lab.check`` (a course's own, which register themselves there)."""
     bad = [m for m in checks if not all(part.isidentifier() for part in m.split("."))]
     if bad:
         raise ValueError(f"not a module name: {bad}")

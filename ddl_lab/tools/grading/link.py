@@ -123,6 +123,11 @@ class Remote:
     def __repr__(self) -> str:
         return f"<the learner's {self.__name__}>"
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{self.__name__} lives in the learner's sandbox: a check runs it on "
+                        "workers with check._core.run_cases / on_workers, or watches it with "
+                        "run_beside, never by sending it elsewhere")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         said = self.link.request("call", (self.ref, args, kwargs))
         if "raised" in said:

@@ -6,9 +6,9 @@ end to end.
 ``write_course(folder)`` writes ``folder/course`` (solutions/ and the exercises/ the
 generator makes of them) and ``folder/checks/toy_checks.py``, a checks module declared with
 ``@task`` as the course's checks are and registered beside them in ``ddl_lab.check`` when
-it is imported. ``grade(..., checks=("toy_checks",))`` has each judge import it before it
-fingerprints the check machinery; the module's folder goes on PYTHONPATH, so judges and
-their workers find it (the ``toy_course`` fixture, conftest.py).
+it is imported. ``grade(..., checks=("toy_checks",))`` has each judge import it (and send
+its code to the sandbox by value, as the course's checks are); the module's folder goes on
+PYTHONPATH (the ``toy_course`` fixture, conftest.py).
 
 The exercises play the parts the course's exercises 01, 00 and 03 played: ``01_toy`` six
 tasks in numpy (the last one asks for a justification), ``00_toy`` three tasks on two
@@ -33,8 +33,8 @@ import sys
 import numpy as np
 
 import ddl_lab.check as check
-from ddl_lab.check._core import call_local, fail, passed, task
-from ddl_lab.runtime import shared_cluster
+from ddl_lab.check._core import call_local, fail, passed, run_in_world, task
+from ddl_lab.runtime.worlds import WorldFailed
 
 CASES = [np.arange(1.0, 6.0), np.array([-2.0, 0.5, 4.0])]
 
@@ -92,23 +92,20 @@ def toy_plan(fn):
     passed("toy_plan", "two budgets")
 
 
-def _on_two_workers(name, body, *args):
+def _on_two_workers(name, fn, body, *args):
     __tracebackhide__ = True
     try:
-        return shared_cluster(2).run_with(body, args, timeout=30)
-    except Exception as e:
-        text = str(e)
-        if "NotImplementedError" in text:
-            fail(f"{name} is not implemented yet: replace the `raise NotImplementedError` "
-                 "line with your code")
-        fail(f"{name} failed on the workers: {text.splitlines()[0] if text else e}")
+        return run_in_world(body, 2, *args, fn=fn, timeout=30)
+    except WorldFailed as e:
+        fail(e.failure.line if e.failure.kind == "stub" else
+             f"{name} failed on the workers: {e.failure.line}")
 
 
 @task("toy")
 def toy_rank(fn):
     """Task 1 on workers: each worker returns its rank."""
     __tracebackhide__ = True
-    got = _on_two_workers("my_toy_rank", fn)
+    got = _on_two_workers("my_toy_rank", fn, fn)
     if got != [0, 1]:
         fail(f"my_toy_rank returned {got} on two workers, expected [0, 1]")
     passed("toy_rank", "two workers")
@@ -118,7 +115,7 @@ def toy_rank(fn):
 def toy_sum(fn):
     """Task 2 on workers: the sum of the ranks, on every rank."""
     __tracebackhide__ = True
-    got = _on_two_workers("my_toy_sum", fn)
+    got = _on_two_workers("my_toy_sum", fn, fn)
     if got != [1, 1]:
         fail(f"my_toy_sum returned {got} on two workers, expected [1, 1]")
     passed("toy_sum", "two workers")
@@ -141,7 +138,7 @@ def counted(fn, value):
 def toy_ring(fn):
     """Task 3 on workers: a sum over two ranks by send and receive, no dist.all_reduce."""
     __tracebackhide__ = True
-    got = _on_two_workers("my_toy_ring", counted, fn, 3)
+    got = _on_two_workers("my_toy_ring", fn, counted, fn, 3)
     if any(n for _, n in got):
         fail("my_toy_ring called dist.all_reduce, the one thing this task forbids")
     if [v for v, _ in got] != [7.0, 7.0]:
@@ -154,7 +151,7 @@ TOY = ["toy_mean", "toy_square", "toy_accumulate", "toy_norm", "toy_pick", "toy_
 for _name in TOY:                         # registered beside the course's checks
     setattr(check, _name, globals()[_name])
     check.__all__.append(_name)
-sys.modules["ddl_lab.check.toy"] = sys.modules[__name__]    # fingerprinted with them
+sys.modules["ddl_lab.check.toy"] = sys.modules[__name__]
 '''
 
 IMPORTS = "import numpy as np\nimport torch\nimport torch.distributed as dist\nfrom ddl_lab import check"
