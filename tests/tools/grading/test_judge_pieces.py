@@ -1,29 +1,126 @@
-"""The judge's parts without a notebook: fingerprints name what changed, the instructor's
-seed gives other cases (and only under grading), the scan flags forgeries and no solution,
-the handover round trip reaches the check's verdict in a judge."""
-import pytest
+"""The judge's parts without a class: plain data is all the judge reads (lying values made
+plain, no code run while reading), the sandbox hides and forbids what it should, the
+grader refuses to grade unsandboxed without the flag, the instructor's seed gives other
+cases (only under grading), the scan flags forgeries, the nbgrader round trip reaches the
+check's verdict in a judge, and a learner's function that never returns ends its task at
+the limit."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
 
-from ddl_lab.check import _core, _diagnose, _record
-from ddl_lab.tools.grading.fingerprint import changes, fingerprint
+import numpy as np
+import pytest
+import torch
+
+from ddl_lab.check import _diagnose
+from ddl_lab.tools.grading import Limits, grade, sandbox
 from ddl_lab.tools.grading.handover import judged
+from ddl_lab.tools.grading.plain import NotPlain, Opaque, State, decode, dumps, loads
 from ddl_lab.tools.grading.scan import cell_flags, flags
 
-from .sample_class import GD, solved, tasks_of
+from .sample_class import GD, ROOT, solved, tasks_of
 from .test_pieces import COURSE
 
+needs_sandbox = pytest.mark.skipif(sandbox.why_not() is not None,
+                                   reason=f"no sandbox here: {sandbox.why_not()}")
 
-def test_a_fingerprint_names_what_was_replaced(monkeypatch):
-    before = fingerprint()
-    assert changes(before, fingerprint()) == []
-    monkeypatch.setattr(_record, "write", lambda *args, **kwargs: None)
-    monkeypatch.setattr(_core.CheckFailed, "_render_traceback_", lambda self: [])
-    said = changes(before, fingerprint())
-    assert said == ["ddl_lab.check._core.CheckFailed._render_traceback_ was replaced or changed",
-                    "ddl_lab.check._record.write was replaced or changed"]
-    import torch.distributed as dist
-    monkeypatch.setattr(dist, "all_reduce", lambda *args, **kwargs: None)
-    assert "torch.distributed.all_reduce was replaced or changed" in \
-        changes(before, fingerprint())
+
+class LiesAboutEverything(np.ndarray):
+    """An array that equals anything and claims to be a torch tensor."""
+    __module__ = "torch"
+
+    def __eq__(self, other):
+        return True
+
+    def numpy(self):
+        return self
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_plain_data_is_all_the_judge_reads():
+    lie = np.arange(3.0).view(LiesAboutEverything)
+    got = loads(dumps(lie))
+    assert type(got) is np.ndarray and got.tolist() == [0.0, 1.0, 2.0]
+    class Yes(float):
+        def __eq__(self, other):
+            return True
+    assert type(loads(dumps(Yes(2.5)))) is float and loads(dumps(Yes(2.5))) != 3
+    same = [1, 2.5, "s", None, True, (1, 2), {"a": [1]}, b"x", 2 ** 80, float("inf"),
+            torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), np.float32(1.5)]
+    for value in same:
+        back = loads(dumps(value))
+        assert type(back) is type(value) and repr(back) == repr(value), value
+    assert isinstance(loads(dumps(Evil())), Opaque)         # never rebuilt, never run
+    assert isinstance(loads(dumps(lambda: 1)), Opaque)
+    for forged in ({"__pickle__": "gASV"}, {"__array__": "|O", "shape": [1], "data": ""},
+                   {"__tensor__": "Tensor", "shape": [1], "data": ""}):
+        with pytest.raises(NotPlain):
+            decode(forged)
+    outside = decode({"__dataclass__": "subprocess:Popen", "fields": {"args": ["true"]}})
+    assert isinstance(outside, Opaque)                       # only the course's dataclasses
+    assert isinstance(decode({"__state__": "ddl_lab.x:Y", "vars": {"calls": [1]}}), State)
+
+
+@needs_sandbox
+def test_the_sandbox_hides_forbids_and_takes_everything_with_it(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    course_file = ROOT / "README.md"
+    probe = textwrap.dedent(f"""
+        import json, os, socket, subprocess
+        out = {{}}
+        try:
+            open({str(course_file)!r}, "a").write("x")
+            out["course"] = "written"
+        except OSError as e:
+            out["course"] = type(e).__name__
+        import importlib.util
+        import ddl_lab.check as c
+        out["checks"] = importlib.util.find_spec("ddl_lab.check.gradient_descent") is not None \
+            or os.path.exists(
+            os.path.join(os.path.dirname(c.__file__), "gradient_descent.py"))
+        out["solutions"] = os.listdir({str(ROOT / "solutions")!r})
+        out["env"] = sorted(os.environ)
+        out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+        s = socket.socket()
+        s.settimeout(2)
+        try:
+            s.connect(("1.1.1.1", 53))
+            out["net"] = "connected"
+        except OSError as e:
+            out["net"] = type(e).__name__
+        subprocess.Popen(["sleep", "600.25"], start_new_session=True)
+        out["pid"] = os.getpid()
+        open("probe.json", "w").write(json.dumps(out))
+    """)
+    box = sandbox.Box(work, sandbox.hidden_from_learners(ROOT))
+    env = sandbox.environment(work, "DDL_LAB_GRADE_JOB", "t")
+    subprocess.run(sandbox.command(box, [sys.executable, "-c", probe], env), env=env,
+                   timeout=120, check=True)
+    out = json.loads((work / "probe.json").read_text())
+    assert out["course"] in ("OSError", "PermissionError")
+    assert out["checks"] is False and out["solutions"] == []
+    assert "DDL_LAB_GRADE_SEED" not in out["env"] and "HOME" in out["env"]
+    assert out["interfaces"] == ["lo"] and out["net"] != "connected"
+    assert out["pid"] < 10                          # its own PID namespace …
+    left = subprocess.run(["pgrep", "-f", "sleep 600.25"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""                # … whose processes died with it
+
+
+def test_without_a_sandbox_grading_refuses_unless_told(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "why_not", lambda: "bubblewrap (bwrap) is not installed")
+    with pytest.raises(sandbox.NoSandbox, match="--trust-learner-code"):
+        grade(tmp_path, tmp_path / "out", progress=False)
+    rows = grade(tmp_path, tmp_path / "out", progress=False,
+                 limits=Limits(trust_learner_code=True))
+    assert rows == [] and (tmp_path / "out" / "gradebook.csv").exists()
 
 
 def test_the_instructors_seed_draws_other_cases_only_when_grading(monkeypatch):
@@ -63,6 +160,7 @@ def test_a_judged_check_passes_a_right_answer_and_fails_a_wrong_one(solution, ca
     assert f"✔ {task}: judged — passed" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="twice too large"):
         judged(task, lambda theta, X, y: 2 * X.T @ (X @ theta - y) / len(y))
+
     def stub(theta, X, y):
         raise NotImplementedError("replace this line with your code")
     with pytest.raises(AssertionError, match="not implemented yet"):
@@ -70,22 +168,34 @@ def test_a_judged_check_passes_a_right_answer_and_fails_a_wrong_one(solution, ca
 
 
 @pytest.mark.slow
-def test_a_judge_that_stays_silent_is_stopped_at_its_deadline(tmp_path):
-    """The learner's function loops forever inside the judge: the task ends with a message
-    naming the limit, and the judge's process is gone (no orphan keeps a core busy)."""
-    from ddl_lab.tools.grading import handover
+def test_a_function_that_never_returns_ends_its_task_at_the_limit(tmp_path):
+    """The learner's function loops forever in its kernel: the judge's call gives up at the
+    per-cell limit, the task ends with a message naming it, and the judge is gone."""
     from ddl_lab.tools.grading.judge import Judge
     task, _ = tasks_of(GD)[0]
-
-    def forever(theta, X, y):
-        while True:
-            pass
-    handover.take(task, forever)
-    handover.save(str(tmp_path / "payload.bin"))
-    judge = Judge(None, tmp_path / "judge.log")
-    judge.start()
-    process = judge.proc
-    answer = judge.judge_all([(tmp_path / "payload.bin", 0, task)], 2.0)[task]
-    assert answer["outcome"] == "ended"
-    assert "ran past the per-cell limit of 2 s" in answer["message"]
-    assert process.poll() is not None
+    link, key = str(tmp_path / "link.sock"), "k" * 32
+    kernel = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from ddl_lab.tools.grading import handover
+        def forever(theta, X, y):
+            while True:
+                pass
+        handover.take({task!r}, forever)
+        handover.save({str(tmp_path / 'manifest-0.json')!r})
+        handover.serve({link!r}, {key!r}, accept=120)
+    """)])
+    try:
+        for _ in range(1200):
+            if os.path.exists(link + ".ready"):
+                break
+            time.sleep(0.1)
+        judge = Judge(None, tmp_path / "judge.log", link=link, key=key, work=tmp_path,
+                      timeout=2.0)
+        judge.start()
+        process = judge.proc
+        answer = judge.judge_all([(tmp_path / "manifest-0.json", 0, task)], 60.0)[task]
+        assert answer["outcome"] == "ended", answer
+        assert "did not answer within 2 s" in answer["message"]
+        assert process.poll() is not None
+    finally:
+        kernel.kill()
+        kernel.wait()
