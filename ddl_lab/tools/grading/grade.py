@@ -78,7 +78,7 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     out = Path(out)
     (out / "executed").mkdir(parents=True, exist_ok=True)
     bar = Progress(len(todo), enabled=progress)
-    hide = sandbox.hidden_from_learners(course, submissions, out)
+    hide = sandbox.hidden_from_learners(course, submissions, out, checks=checks)
     box = None if no_box else hide
     installed = Installation(course)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:

@@ -69,10 +69,16 @@ def _namespaces() -> list[str]:
             "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
 
 
-def hidden_from_learners(course: Path, *more: Path) -> tuple[Path, ...]:
-    """What a sandbox hides: the checks, the solutions, and ``more`` (submissions, out)."""
+def hidden_from_learners(course: Path, *more: Path, checks: tuple[str, ...] = ()
+                         ) -> tuple[Path, ...]:
+    """What a sandbox hides: the checks (the course's, and the modules ``checks`` of a
+    course's own), the solutions, and ``more`` (the submissions, the grader's output)."""
+    import importlib.util
+
     import ddl_lab.check
+    own = [importlib.util.find_spec(m) for m in checks]
     return (Path(ddl_lab.check.__file__).resolve().parent, Path(course).resolve() / "solutions",
+            *[Path(s.origin).resolve() for s in own if s is not None and s.origin],
             *[Path(p).resolve() for p in more])
 
 
@@ -85,6 +91,9 @@ def command(box: Box, argv: list[str], env: dict[str, str]) -> list[str]:
     stub.write_text(CHECK_STUB)
     for path in box.hide:
         if not path.exists() or work.startswith(str(path)):
+            continue
+        if path.is_file():
+            cmd += ["--ro-bind", "/dev/null", str(path)]
             continue
         cmd += ["--tmpfs", str(path)]
         if path.name == "check" and (path / "__init__.py").exists():
