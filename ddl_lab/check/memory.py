@@ -17,7 +17,7 @@ from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from ._core import call_local, fail, passed, run_in_world, task
-from ._diagnose import Case, describe_value, differs, explain, returned_none
+from ._diagnose import Case, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -178,7 +178,6 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
              f"(dist.{reduce_scatter_single.__name__}, or the ring's share-reduce phase), step "
              "on the chunk, then all-gather the parameters.")
     want = _reference(length, n, dtype, kind, hyper, data_seed)
-    sizes = [a.numel() for a in _split(length, n)]
     for rank, g in enumerate(got):
         diff = differs(want, g["param"])
         if diff is None:
@@ -189,8 +188,7 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
             "no step was taken: param must be updated in place (param.copy_(…), or a "
             "view of it given to the optimizer)": _data(length, n, dtype, data_seed)[0]
             .double().numpy()})
-        lo = sum(sizes[:rank])
-        hi = lo + sizes[rank]
+        lo, hi = (r * (length // n) + min(r, length % n) for r in (rank, rank + 1))  # its chunk
         if hint is None and differs(want[lo:hi], g["param"][lo:hi]) is None:
             hint = ("this rank's own chunk is right but the other chunks are not: after the "
                     "step every rank must all-gather the updated chunks into param")
@@ -221,11 +219,6 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
                 "state, i.e. it updated the full vector on every rank. Give the optimizer only "
                 "this rank's chunk." if whole else
                 " Keep only this rank's chunk (and its optimizer) in state."))
-
-
-def _split(length: int, n: int) -> list:
-    import torch
-    return list(torch.zeros(length).tensor_split(n))
 
 
 # ------------------------------------------------------------------ bytes per rank
@@ -259,15 +252,13 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
     'sgd', 'momentum' or 'adam'."""
-    name = getattr(my_zero_bytes, "__name__", "your function")
     trial = Trial("zero_bytes", my_zero_bytes, seed, [
-        {"params": 7_500_000_000, "ranks": 64, "stage": 0, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 1, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 2, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 3, "precision": "bf16", "optimizer": "adam"},
+        *({"params": 7_500_000_000, "ranks": 64, "stage": stage, "precision": "bf16",
+           "optimizer": "adam"} for stage in range(4)),
         {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
         {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"}],
         draws=10, draw=_bytes_draw)
+    name = trial.name
     for case in trial:
         p = case.params
         P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
@@ -297,10 +288,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
              _bytes(P, n, 0, prec, opt) if stage else None),
             ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
              "the gradients too, stage 3 the parameters too",
-             _bytes(P, n, stage + 1, prec, opt) if stage < 3 else None),
-            ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
-             "the gradients too, stage 3 the parameters too",
-             _bytes(P, n, stage - 1, prec, opt) if stage else None),
+             lambda v: any(same(_bytes(P, n, s, prec, opt), v) for s in (stage + 1, stage - 1)
+                           if 0 <= s <= 3)),
             ("that is bytes per parameter, not per rank: multiply by the parameters",
              _bytes(P, n, stage, prec, opt) / P),
             ("the state per parameter is off: SGD keeps none, momentum one fp32 value "
@@ -443,8 +432,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     gradients, optimizer state, activations) or sends more than ``max_sent`` bytes a step,
     and the loss stays within 2 % of fp32 data parallelism's. Three plans run on real
     workers (the fixed models and one drawn); the others are judged by the accounting."""
-    name = getattr(my_memory_plan, "__name__", "your function")
     trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6, draw=_draws())
+    name = trial.name
     plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
                                        str(c), c.index >= len(FIXED)), name, c)
              for c in trial]
