@@ -28,18 +28,6 @@ __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_c
 _PACKAGE = "ddl_lab.compression"
 # ----------------------------------------------------------------- task 1: Strom
 
-_STROM_FIXED = [{"d": 1000, "tau": 0.5, "dtype": "float32", "scale": 0.3},
-                {"d": 300, "tau": 0.125, "dtype": "float64", "scale": 0.1},
-                {"d": 1, "tau": 0.25, "dtype": "float32", "scale": 0.3},
-                {"d": 0, "tau": 0.5, "dtype": "float32"}]
-
-
-def _strom_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([2, 17, 100, 1000, 4099])), "tau": int(rng.integers(3, 64)) / 64,
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(rng.uniform(0.05, 2.0)), 3)}
-
-
 def _strom_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, float]:
     """grad and residual; their first four entries sum exactly to ±τ (sent: |v| ≥ τ)."""
     tau = case.params["tau"]
@@ -65,8 +53,14 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
     signs ±1, and v with τ·sign taken off the sent entries. ``grad`` stays unchanged."""
-    trial = Trial("strom_threshold", my_strom_threshold, seed, _STROM_FIXED, draws=3,
-                  draw=_strom_draw)
+    trial = Trial("strom_threshold", my_strom_threshold, seed, [
+        {"d": 1000, "tau": 0.5, "dtype": "float32", "scale": 0.3},
+        {"d": 300, "tau": 0.125, "dtype": "float64", "scale": 0.1},
+        {"d": 1, "tau": 0.25, "dtype": "float32", "scale": 0.3},
+        {"d": 0, "tau": 0.5, "dtype": "float32"}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([2, 17, 100, 1000, 4099])), "tau": int(rng.integers(3, 64)) / 64,
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(rng.uniform(0.05, 2.0)), 3)})
     for case in trial:
         grad, residual, tau = _strom_inputs(case)
         idx, signs, new = _answer(trial, case, (grad, residual.clone(), tau), {"grad": grad},
@@ -186,12 +180,6 @@ def _train(compressor: Any, epochs: int) -> Any:
     return train_worker(compressor, epochs=epochs)
 
 
-def _ef_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([2, 3, 64, 1000, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}
-
-
 @task("compression", refuses=(_PACKAGE, "ef_onebit_step", "_ef_onebit_step"))
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                           world_size: int = 4, epochs: int = 4,
@@ -201,8 +189,10 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
     it trains the digits MLP on ``world_size`` real workers."""
     trial = Trial("error_feedback_onebit", my_error_feedback_onebit, seed, [
         {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},
-        {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=_ef_draw, name="yours",
-        timeout=120)
+        {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([2, 3, 64, 1000, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}, name="yours", timeout=120)
     for case in trial:
         grad, residual = _inputs(case, 2)
         k = min(3, grad.numel())
@@ -293,12 +283,6 @@ DRAWS = 3000
 BIAS_LIMIT = 5.0        # standard errors
 
 
-def _qsgd_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([1, 2, 3, 50, 256, 1000])), "s": int(rng.integers(1, 17)),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(10 ** rng.uniform(-3, 2)), 5)}
-
-
 def _qsgd_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     d = case.params["d"]
     if case.params.get("onehot"):
@@ -328,7 +312,10 @@ def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
         {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
         {"d": 16, "s": 4, "dtype": "float32", "scale": 0.0},
         {"d": 9, "s": 7, "dtype": "float64", "onehot": True},
-        {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=_qsgd_draw)
+        {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([1, 2, 3, 50, 256, 1000])), "s": int(rng.integers(1, 17)),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(10 ** rng.uniform(-3, 2)), 5)})
     for case in trial:
         v, u = _qsgd_inputs(case)
         s = case.params["s"]
@@ -518,16 +505,6 @@ def _coding_fault(data: bytes, gaps: np.ndarray, idx: np.ndarray) -> str:
 # ------------------------------------------------- task 7: gossip, one D-PSGD step on a ring
 
 STEPS = 3                   # steps in a row on each case's 2–5 real workers
-_FIXED = [{"n": 4, "length": 1000, "dtype": "float32"},
-          {"n": 5, "length": 13, "dtype": "float64"},
-          {"n": 3, "length": 1, "dtype": "float32"},
-          {"n": 2, "length": 7, "dtype": "float64"},
-          {"n": 5, "length": 0, "dtype": "float32"}]
-
-
-def _draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice([2, 11, 97, 257, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"]))}
 
 
 def _start(n: int, length: int, seed: int) -> np.ndarray:
@@ -682,8 +659,13 @@ def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) 
     """Lesson 08, task 7: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
-    trial = Trial("gossip_step", my_gossip_step, seed, _FIXED, draws=3, draw=_draw,
-                  timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
+    trial = Trial("gossip_step", my_gossip_step, seed, [
+        {"n": 4, "length": 1000, "dtype": "float32"}, {"n": 5, "length": 13, "dtype": "float64"},
+        {"n": 3, "length": 1, "dtype": "float32"}, {"n": 2, "length": 7, "dtype": "float64"},
+        {"n": 5, "length": 0, "dtype": "float32"}], draws=3, draw=lambda rng: {
+            "n": int(rng.integers(2, 6)), "length": int(rng.choice([2, 11, 97, 257, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
     starts = [_start(c.params["n"], c.params["length"], int(c.rng.integers(1 << 30)))
               for c in trial]
     outcomes = trial.run(_gossip_case, [
@@ -810,10 +792,6 @@ def _scale_words(c: float) -> str:
                           "training does)")
 
 
-def _scale_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"scale": float(2.0 ** int(rng.choice([-3, -2, -1, 2, 3, 5, 8, 10])))}
-
-
 def sample_gradient() -> torch.Tensor:
     """Rank 0's gradient of its first minibatch at the initial model (the lesson's run)."""
     from ddl_lab.compression.training import batches, gradient, setup
@@ -878,7 +856,8 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     bytes than fp32 and ends within one point of fp32's test accuracy — for gradients of
     several scales: the loss multiplied by c, the rate divided by c. A threshold τ on
     gradients c× larger sends exactly what τ/c sends on the lesson's, so that is what trains."""
-    trial = Trial("strom_plan", my_strom_plan, seed, _SHOWN, draws=3, draw=_scale_draw)
+    trial = Trial("strom_plan", my_strom_plan, seed, _SHOWN, draws=3, draw=lambda rng: {
+        "scale": float(2.0 ** int(rng.choice([-3, -2, -1, 2, 3, 5, 8, 10])))})
     name = trial.name
     base = sample_gradient()
     plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in trial]
@@ -912,7 +891,7 @@ def _plan_fault(tau: float, ef: bool, c: float, acc: float, sent: float, fp32_ac
     relative = [t / k.params["scale"] for (t, _), k in zip(plans, cases)]
     scaled = ("" if max(relative) <= 1.01 * min(relative) else
               " Your τ did not grow with the gradients: divided by each case's scale it is "
-              + ", ".join(f"{t / k.params['scale']:.3g}" for (t, _), k in zip(plans, cases))
+              + ", ".join(f"{r:.3g}" for r in relative)
               + " — a threshold is in the units of the gradient, so scale it with a size of "
                 "the sample (its mean |g|, its RMS, its largest entry …).")
     if share > 1 - PLAN_SAVING:

@@ -140,8 +140,8 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
             if as_array(out) is None:
                 fail(f"{name} returned {describe_value(out)}; return the updated θ, an array "
                      f"of shape (3,) [{case}].")
-            _check_batches(rec, m, b, case)
-            _check_updates(rec, theta0, out, lr, case)
+            if fault := _batches_fault(rec, m, b) or _updates_fault(rec, theta0, out, lr):
+                fail(f"{fault} [{case}].")
             runs.append((np.concatenate([np.rint(c[1][:, 0] * m) for c in rec.calls]), out))
         (order, out), (order2, out2), (order3, _) = runs
         if not same(out, out2) or not np.array_equal(order, order2):
@@ -162,38 +162,38 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
                  "after each, reproducible from the generator")
 
 
-def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
+def _batches_fault(rec: _Recorder, m: int, b: int) -> str | None:
+    """What is wrong with the batches grad saw, or None."""
     if not rec.calls:
-        fail(f"grad was never called: compute grad(θ, X_batch, y_batch) for each "
-             f"mini-batch [{case}].")
+        return "grad was never called: compute grad(θ, X_batch, y_batch) for each mini-batch"
     sizes = [len(c[2]) for c in rec.calls]
     ids = [np.rint(c[1][:, 0] * m).astype(int) for c in rec.calls]
     for k, (bx, by) in enumerate(zip(ids, (c[2] for c in rec.calls))):
         if len(bx) != len(by):
-            fail(f"batch {k}: X_batch has {len(bx)} rows but y_batch {len(by)} values [{case}].")
+            return f"batch {k}: X_batch has {len(bx)} rows but y_batch {len(by)} values"
         if not np.allclose(by, 10 * bx + 0.5):
-            fail(f"batch {k}: the targets y_batch do not belong to the rows of X_batch — X and "
-                 "y were shuffled separately. Shuffle one index array and use it for both: "
-                 f"X[batch], y[batch] [{case}].")
+            return (f"batch {k}: the targets y_batch do not belong to the rows of X_batch — X "
+                    "and y were shuffled separately. Shuffle one index array and use it for "
+                    "both: X[batch], y[batch]")
     counts = np.bincount(np.concatenate(ids), minlength=m)
     if (counts > 1).any():
-        fail(f"example {int(np.argmax(counts > 1))} was used {counts.max()} times in one epoch "
-             f"(batch sizes {sizes}): take the batches from ONE permutation, consecutively "
-             f"(order[i:i + batch_size]), so each example is used exactly once [{case}].")
+        return (f"example {int(np.argmax(counts > 1))} was used {counts.max()} times in one "
+                f"epoch (batch sizes {sizes}): take the batches from ONE permutation, "
+                "consecutively (order[i:i + batch_size]), so each example is used exactly once")
     if (counts == 0).any():
         missing = np.flatnonzero(counts == 0).tolist()
         hint = (" — the last, smaller batch was dropped: with range(0, m, batch_size) the "
                 "final slice holds the remaining examples" if len(missing) == m % b and
                 all(s == b for s in sizes) else "")
-        fail(f"examples {missing} were never used in the epoch (batch sizes {sizes}){hint} "
-             f"[{case}].")
+        return f"examples {missing} were never used in the epoch (batch sizes {sizes}){hint}"
     want = [b] * (m // b) + ([m % b] if m % b else [])
     if sizes != want:
-        fail(f"batch sizes were {sizes}, expected {want} for m={m} and batch_size={b} "
-             f"[{case}].")
+        return f"batch sizes were {sizes}, expected {want} for m={m} and batch_size={b}"
+    return None
 
 
-def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case: Any) -> None:
+def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> str | None:
+    """What is wrong with the θ each gradient was taken at, or with the θ returned; or None."""
     theta, up = theta0.copy(), None
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
@@ -205,20 +205,21 @@ def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case
                     if same(up, seen) else
                     f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}),"
                     " not a constant" if c is not None else "")
-            fail(f"the gradient of batch {k} was computed at θ = {np.round(seen, 4).tolist()}, "
-                 f"expected the θ after the previous updates, {np.round(theta, 4).tolist()}"
-                 f"{hint} [{case}].")
+            return (f"the gradient of batch {k} was computed at θ = "
+                    f"{np.round(seen, 4).tolist()}, expected the θ after the previous updates, "
+                    f"{np.round(theta, 4).tolist()}{hint}")
         g = _reference_gradient(theta, Xb, yb)
         theta, up = theta - lr * g, theta + lr * g
-    if not same(theta, out):
-        c = factor_of(theta - theta0, as_array(out) - theta0)
-        hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
-                             theta0 + (theta0 - theta),
-                             " — that is the starting θ: return the updated θ": theta0}) or (
-            f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
-            "constant" if c is not None else "")
-        fail(f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
-             f"expected {np.round(theta, 4).tolist()}{hint} [{case}].")
+    if same(theta, out):
+        return None
+    c = factor_of(theta - theta0, as_array(out) - theta0)
+    hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
+                         theta0 + (theta0 - theta),
+                         " — that is the starting θ: return the updated θ": theta0}) or (
+        f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
+        "constant" if c is not None else "")
+    return (f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
+            f"expected {np.round(theta, 4).tolist()}{hint}")
 
 
 # ------------------------------------------------------------------ task 3

@@ -23,21 +23,6 @@ from ._trial import Trial
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 
 STEPS = 3
-_FIXED = [
-    {"n": 2, "length": 10, "dtype": "float32", "optimizer": "adam"},
-    {"n": 3, "length": 1000, "dtype": "float32", "optimizer": "adam"},     # memory, bytes
-    {"n": 4, "length": 4099, "dtype": "float32", "optimizer": "momentum"},  # a prime
-    {"n": 5, "length": 3, "dtype": "float64", "optimizer": "adam"},        # fewer than n
-    {"n": 5, "length": 2003, "dtype": "float64", "optimizer": "momentum"},
-]
-
-
-def _draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice([7, 97, 1009, 1543, 2048])),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "optimizer": str(rng.choice(["adam", "momentum"]))}
-
-
 def _hyper(case: Case) -> dict[str, float]:
     if case.params["optimizer"] == "adam":
         return {"lr": float(case.rng.choice([1e-3, 1e-2, 0.05])),
@@ -144,8 +129,16 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
     1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
     alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
-    trial = Trial("zero2_step", my_zero2_step, seed, _FIXED, draws=2, draw=_draw,
-                  timeout=timeout)
+    trial = Trial("zero2_step", my_zero2_step, seed, [
+        {"n": 2, "length": 10, "dtype": "float32", "optimizer": "adam"},
+        {"n": 3, "length": 1000, "dtype": "float32", "optimizer": "adam"},     # memory, bytes
+        {"n": 4, "length": 4099, "dtype": "float32", "optimizer": "momentum"},  # a prime
+        {"n": 5, "length": 3, "dtype": "float64", "optimizer": "adam"},        # fewer than n
+        {"n": 5, "length": 2003, "dtype": "float64", "optimizer": "momentum"}], draws=2,
+        draw=lambda rng: {
+            "n": int(rng.integers(2, 6)), "length": int(rng.choice([7, 97, 1009, 1543, 2048])),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "optimizer": str(rng.choice(["adam", "momentum"]))}, timeout=timeout)
     name, seeds = trial.name, [int(c.rng.integers(1 << 30)) for c in trial]
     hypers = [_hyper(c) for c in trial]
     outcomes = trial.run(_run_case, [
@@ -157,13 +150,12 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
             fail(outcome.failure.message(name, case.params["n"]) + f" ({_where(case)})")
         _judge(outcome.results, name, case, hyper, data_seed)
         if case.params["length"] >= 1000:
-            n, esize = case.params["n"], 4 if case.params["dtype"] == "float32" else 8
-            S = case.params["length"] * esize
+            S, n = case.params["length"] * np.dtype(case.params["dtype"]).itemsize, case.params["n"]
             shown.append(f"{n} ranks: {max(g['sent'] for g in outcome.results) / S:.2f}·S sent, "
                          f"{max(g['kept'] for g in outcome.results) / S:.2f}·S kept")
-    passed("zero2_step", f"{len(trial)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, "
-           f"Adam and momentum): every rank equals DDP with the same optimizer; per step and "
-           f"rank {'; '.join(shown)}")
+    trial.passed(f"{len(trial)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, Adam and "
+                 f"momentum): every rank equals DDP with the same optimizer; per step and rank "
+                 f"{'; '.join(shown)}")
 
 
 def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) -> None:
@@ -239,12 +231,6 @@ def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
     return sum(b * P / (n if k in shard else 1) for k, b in parts.items())
 
 
-def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(10 ** rng.uniform(5, 10.5)), "ranks": int(rng.choice([2, 3, 8, 64, 1000])),
-            "stage": int(rng.integers(0, 4)), "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
-            "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))}
-
-
 @task("memory")
 def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     """Lesson 10, task 2 (reasoning): ``my_zero_bytes(params, ranks, stage, precision,
@@ -257,7 +243,11 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
            "optimizer": "adam"} for stage in range(4)),
         {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
         {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"}],
-        draws=10, draw=_bytes_draw)
+        draws=10, draw=lambda rng: {
+            "params": int(10 ** rng.uniform(5, 10.5)),
+            "ranks": int(rng.choice([2, 3, 8, 64, 1000])), "stage": int(rng.integers(0, 4)),
+            "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
+            "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
     name = trial.name
     for case in trial:
         p = case.params
