@@ -532,31 +532,26 @@ def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
         fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
              "number) or the steps after which to average (a list of step numbers).")
     if answers.scalar(got) is not None:           # a period H: 12, np.int64(12), 12.0
-        H = answers.whole(got)
-        if H is None or H < 1:
+        plan = answers.whole(got)
+        if plan is None or plan < 1:
             fail(f"{call} returned H = {describe_value(got)}; the averaging period is a whole "
                  "number of steps, at least 1.")
-        return _within(H, call, steps, budget)
-    try:
-        plan = sorted({int(s) for s in got})
-        exact = all(float(s) == int(s) for s in got)
-    except (TypeError, ValueError):
-        plan, exact = [], False
-    if not exact or not plan:
-        fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
-             "non-empty list of whole step numbers.")
-    if plan[0] < 1 or plan[-1] > steps:
-        fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
-             f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step t; "
-             f"step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
-    return _within(plan, call, steps, budget)
-
-
-def _within(plan: int | list[int], call: str, steps: int, budget: int) -> int | list[int]:
-    count = len(sync_steps(plan, steps))
-    if count > budget:
-        fail(f"{call} returned a plan that averages {count} times in {steps} steps (after "
-             f"steps {sync_steps(plan, steps)[:6]}…), but the budget is {budget} allreduces.")
+    else:
+        try:
+            plan = sorted({int(s) for s in got})
+            exact = all(float(s) == int(s) for s in got)
+        except (TypeError, ValueError):
+            plan, exact = [], False
+        if not exact or not plan:
+            fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
+                 "non-empty list of whole step numbers.")
+        if plan[0] < 1 or plan[-1] > steps:
+            fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
+                 f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step "
+                 f"t; step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
+    if len(at := sync_steps(plan, steps)) > budget:
+        fail(f"{call} returned a plan that averages {len(at)} times in {steps} steps (after "
+             f"steps {at[:6]}…), but the budget is {budget} allreduces.")
     return plan
 
 

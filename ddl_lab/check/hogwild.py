@@ -103,7 +103,8 @@ def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.
 # ------------------------------------------------------------------ task 2: the worker loop
 
 class _Trail:
-    """What a worker did to θ and to the lock: acquisitions, and accesses outside it."""
+    """The lock the worker gets in this process, and what the worker did to θ and to it: it
+    counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
 
     def __init__(self) -> None:
         self.held, self.taken, self.reads, self.writes = False, 0, 0, 0
@@ -118,25 +119,18 @@ class _Trail:
         if not self.held:
             self.outside.append(what)
 
-
-class _TrailLock:
-    """The lock the worker gets in this process: it counts and knows when it is held."""
-
-    def __init__(self, trail: _Trail):
-        self.trail = trail
-
     def acquire(self, *args: object, **kwargs: object) -> bool:
-        if not self.trail._lock.acquire(timeout=2):
+        if not self._lock.acquire(timeout=2):
             raise TimeoutError("the lock was still held after 2 s: release it after each "
                                "update (`with lock:` does that for you)")
-        self.trail.held, self.trail.taken = True, self.trail.taken + 1
+        self.held, self.taken = True, self.taken + 1
         return True
 
     def release(self) -> None:
-        self.trail.held = False
-        self.trail._lock.release()
+        self.held = False
+        self._lock.release()
 
-    def __enter__(self) -> "_TrailLock":
+    def __enter__(self) -> "_Trail":
         self.acquire()
         return self
 
@@ -202,7 +196,7 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
         theta0 = rng.normal(size=problem.d) * 0.1
         theta, trail, inputs = theta0.copy().view(_TrailTheta), _Trail(), Snapshot(rows=rows)
         theta.trail = trail
-        trial.call(case, theta, problem, rows, lr, _TrailLock(trail), locked)
+        trial.call(case, theta, problem, rows, lr, trail, locked)
         got, want = np.asarray(theta), _serial(problem, theta0, rows, lr)
         judge(inputs.changed(name), case)
         if np.array_equal(got, theta0):

@@ -211,6 +211,7 @@ def _darts_fault(n: float, need: float, workers: int, eps: float) -> str:
 PI_WORKERS = 4          # the lesson's cluster: a plan may use 1–4 of its ranks
 PI_RUNS = 200           # seeded runs per case: seeds 0…199 of the lesson's monte_carlo_pi
 PI_SHARE = 0.8          # the fraction of runs that must land within tol
+PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1.44)
 
 
 def _pi_runs(darts: int, runs: int) -> list[float]:
@@ -272,25 +273,16 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
             fail(_pi_short(name, w, d, within, tol, case))
         report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")
     for (w, d), case in zip(plans[len(cases):], paper):     # far from the real runs
-        _pi_predicted(name, w, d, case, same)
+        tol = case.params["tol"]
+        se, z, share = _normal(w * d, tol)
+        if share < PI_PREDICTED:
+            fail(f"{name} planned {w} × {d:,} = {w * d:,} darts for tol = {tol:g}: a standard "
+                 f"error of {se:.4g} = tol/{z:.2f}, so only about {100 * share:.0f} % of runs "
+                 f"land within tol (at least {PI_PREDICTED:.0%} needed; aim for 90 %, "
+                 f"tol/1.645).{same} [{case}]")
     passed("pi_plan", f"on real workers, seeds 0–{PI_RUNS - 1}: " + "; ".join(report)
            + f"; within the limits, and ≥ {PI_PREDICTED:.0%} of runs within tol by the normal "
            f"approximation, for {len(paper)} more drawn far from them (tol down to 0.002)")
-
-
-PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1.44)
-
-
-def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
-    """A plan judged by its arithmetic: the normal approximation's share of runs within tol."""
-    tol = case.params["tol"]
-    z = tol / _standard_error(w * d)
-    share = math.erf(z / math.sqrt(2))
-    if share < PI_PREDICTED:
-        fail(f"{name} planned {w} × {d:,} = {w * d:,} darts for tol = {tol:g}: a standard "
-             f"error of {_standard_error(w * d):.4g} = tol/{z:.2f}, so only about "
-             f"{100 * share:.0f} % of runs land within tol (at least {PI_PREDICTED:.0%} "
-             f"needed; aim for 90 %, tol/1.645).{same} [{case}]")
 
 
 def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int, int]:
@@ -325,6 +317,13 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
     return w, d
 
 
+def _normal(darts: int, tol: float) -> tuple[float, float, float]:
+    """The standard error of π from ``darts`` in all, tol in standard errors (z), and the
+    share of runs a normal estimate lands within tol."""
+    se = _standard_error(darts)
+    return se, tol / se, math.erf(tol / se / math.sqrt(2))
+
+
 def _pi_total(tol: float, z: float = 1.6449) -> float:
     """Darts in all for a standard error of tol/z (z = 1.645: 90 % of runs within tol)."""
     return z ** 2 * PI_VARIANCE / tol ** 2
@@ -332,9 +331,7 @@ def _pi_total(tol: float, z: float = 1.6449) -> float:
 
 def _pi_short(name: str, w: int, d: int, within: int, tol: float, case: Any) -> str:
     """The message for a plan whose runs landed within tol too rarely."""
-    se = _standard_error(w * d)
-    z = tol / se
-    share = math.erf(z / math.sqrt(2))
+    se, z, share = _normal(w * d, tol)
     hint = (" That is about the standard error you get from p(1 − p) without the factor "
             "16: the estimate is 4·hits/N, its variance π(4 − π)/N." if z < 0.45 else
             " A standard error equal to tol keeps only about 68 % of the runs within tol"
