@@ -546,11 +546,11 @@ def _mistakes(n: int) -> dict[str, np.ndarray]:
     """Named wrong W's: what the learner's first step may have applied instead."""
     eye, left = np.eye(n), np.roll(np.eye(n), -1, axis=1)      # (left @ x)[i] = x[i−1]
     right = left.T
+    near, k = (left + right, 2) if n > 2 else (left, 1)        # the distinct neighbours
     out = {"the values were summed, not averaged: divide by the number of values added "
-           "(yourself and your distinct neighbours)": eye + (left + right if n > 2 else left),
+           "(yourself and your distinct neighbours)": eye + near,
            "each rank took only its neighbours' mean and left its own value out — on an even "
-           "ring the replicas then swap between two states and never agree": (
-               (left + right) / 2 if n > 2 else left),
+           "ring the replicas then swap between two states and never agree": near / k,
            "each rank averaged with one neighbour only (the left, rank − 1): still an "
            "average, but the spread shrinks by cos(π/n) per step instead of |λ₂|":
                (eye + left) / 2,
@@ -558,7 +558,7 @@ def _mistakes(n: int) -> dict[str, np.ndarray]:
            "average, but the spread shrinks by cos(π/n) per step instead of |λ₂|":
                (eye + right) / 2,
            "you divided by the world size n, not by the number of values averaged":
-               (eye + (left + right if n > 2 else left)) / n}
+               (eye + near) / n}
     if n == 2:
         out["on 2 ranks the left and the right neighbour are the same rank: you counted it "
             "twice, (x + 2·x_other)/3; average over the DISTINCT neighbours"] = (eye + 2 * left) / 3

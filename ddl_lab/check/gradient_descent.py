@@ -378,49 +378,43 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
         lams = _bowl(case)
         got = trial.call(case, lams.copy())
         gamma, rate = two_numbers(got, ("gamma", "rate"), trial.name, case)
-        rtol = answer_rtol(got)
-        mu, L = float(lams.min()), float(lams.max())
-        want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
-        if not same(want_g, gamma, rtol=rtol):
-            fail(f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
-                 f"μ = {mu:.4g}: {_gamma_fault(gamma, lams)} [{case}].")
-        if not same(want_r, rate, rtol=rtol, scale=1.0):
-            fail(f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
-                 f"(L − μ)/(L + μ) = {want_r:.6g} — {_rate_fault(rate, lams)} [{case}].")
+        if fault := _best_step_fault(gamma, rate, lams, answer_rtol(got)):
+            fail(f"{fault} [{case}].")
     trial.passed(f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
                  "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
                  "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
 
 
-def _gamma_fault(gamma: float, lams: np.ndarray) -> str:
+def _best_step_fault(gamma: float, rate: float, lams: np.ndarray, rtol: float) -> str | None:
+    """What is wrong with γ, else with the contraction — the first named mistake that gives
+    the learner's value (and not the right one) — or None."""
     mu, L = float(lams.min()), float(lams.max())
+    want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
     first, last = float(lams[0]), float(lams[-1])
-    named = {
-        "1/L empties the steepest direction in one step but leaves the flattest shrinking "
-        "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
-            1 / L,
-        "2/L is the edge of divergence: the steepest direction flips sign and never "
-        "shrinks (|1 − 2| = 1)": 2 / L,
-        "the 2 is missing: 1 − γμ = γL − 1 gives γ = 2/(L + μ)": 1 / (L + mu),
-        "you took the first and the last curvature as μ and L, but they come in no "
-        "particular order: use the smallest and the largest": 2 / (first + last),
-        "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
-        "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
-        "their mean": 1 / float(lams.mean()),
-    }
-    return next((why for why, v in named.items() if not same(v, 2 / (L + mu), rtol=1e-6)
-                 and same(v, gamma, rtol=1e-6)),
-                "each direction's error is multiplied by |1 − γλ| per step; make the worst "
-                "of λ = μ and λ = L as small as possible")
-
-
-def _rate_fault(rate: float, lams: np.ndarray) -> str:
-    mu, L = float(lams.min()), float(lams.max())
-    right = (L - mu) / (L + mu)
-    first, last = sorted((float(lams[0]), float(lams[-1])))
-    named = {
+    if not same(want_g, gamma, rtol=rtol):
+        why = next((text for text, v in {
+            "1/L empties the steepest direction in one step but leaves the flattest shrinking "
+            "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
+                1 / L,
+            "2/L is the edge of divergence: the steepest direction flips sign and never "
+            "shrinks (|1 − 2| = 1)": 2 / L,
+            "the 2 is missing: 1 − γμ = γL − 1 gives γ = 2/(L + μ)": 1 / (L + mu),
+            "you took the first and the last curvature as μ and L, but they come in no "
+            "particular order: use the smallest and the largest": 2 / (first + last),
+            "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
+            "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
+            "their mean": 1 / float(lams.mean()),
+        }.items() if not same(v, want_g, rtol=1e-6) and same(v, gamma, rtol=1e-6)),
+            "each direction's error is multiplied by |1 − γλ| per step; make the worst of "
+            "λ = μ and λ = L as small as possible")
+        return (f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
+                f"μ = {mu:.4g}: {why}")
+    if same(want_r, rate, rtol=rtol, scale=1.0):
+        return None
+    first, last = sorted((first, last))
+    why = next((text for text, v in {
         "that is ρ², the factor for J − J* (a square of the distance): the distance "
-        "‖θ − θ*‖ shrinks by ρ": right ** 2,
+        "‖θ − θ*‖ shrinks by ρ": want_r ** 2,
         "1 − μ/L = 1 − 1/κ is the rate at γ = 1/L; at γ = 2/(L + μ) both ends shrink by "
         "(L − μ)/(L + μ)": 1 - mu / L,
         "you took the first and the last curvature as μ and L: use the smallest and the "
@@ -428,12 +422,12 @@ def _rate_fault(rate: float, lams: np.ndarray) -> str:
         "that is (L + μ)/(L − μ), upside down": (L + mu) / (L - mu) if L > mu else None,
         "that is 2μ/(L + μ), how much the flattest direction shrinks BY; the factor it is "
         "multiplied by is 1 − 2μ/(L + μ)": 2 * mu / (L + mu),
-    }
-    return next((why for why, v in named.items() if v is not None
-                 and not same(v, right, rtol=1e-6, scale=1.0)
-                 and same(v, rate, rtol=1e-6, scale=1.0)),
-                "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
-                "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+    }.items() if v is not None and not same(v, want_r, rtol=1e-6, scale=1.0)
+        and same(v, rate, rtol=1e-6, scale=1.0)),
+        "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
+        "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+    return (f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
+            f"(L − μ)/(L + μ) = {want_r:.6g} — {why}")
 
 
 # ------------------------------------------------------------------ a mini-batch SGD plan
