@@ -503,17 +503,14 @@ DRAWS, TRAINED = 6, 2     # budgets the prompt does not show; the first TRAINED 
 MARGIN = 0.03             # their target: the even spread's worst replica, less 3 points
 
 
-def budget_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A budget the prompt does not show: 24–300 steps, 2 to min(40, steps/4) allreduces."""
-    T = int(rng.integers(24, 301))
-    return {"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))}
-
-
 def unseen_budgets(seed: int) -> list[dict[str, Any]]:
-    """DRAWS budgets the prompt does not show, drawn from ``seed``. The first (trained) has a
-    prime number of steps: a period that must divide the steps would waste its budget."""
-    rng = np.random.default_rng([0x5EED, seed])
-    budgets = [budget_draw(rng) for _ in range(DRAWS)]
+    """DRAWS budgets the prompt does not show, drawn from ``seed``: 24–300 steps, 2 to
+    min(40, steps/4) allreduces. The first (trained) has a prime number of steps: a period
+    that must divide the steps would waste its budget."""
+    rng, budgets = np.random.default_rng([0x5EED, seed]), []
+    for _ in range(DRAWS):
+        T = int(rng.integers(24, 301))
+        budgets.append({"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))})
     T = budgets[0]["steps"]
     budgets[0]["steps"] = next(p for p in range(T, 2 * T) if all(p % d for d in range(2, p)))
     return budgets
