@@ -16,7 +16,7 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_in_world, task
+from ._core import fail, run_in_world, task
 from ._diagnose import Case, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
@@ -255,7 +255,7 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
                                                  "optimizer"))
         call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
-        got = call_local(my_zero_bytes, P, n, stage, prec, opt)
+        got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
             fail(returned_none(got, name, "the bytes per rank as a number") or
@@ -288,9 +288,9 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
                            for o in ("sgd", "momentum", "adam") if o != opt))])
         fail(f"{call} returned {value:,.6g}, expected {want:,.6g} ({case})"
              + (f": {hint}." if hint else "."))
-    passed("zero_bytes", f"{len(trial)} configurations (stages 0–3, fp32 and mixed precision, "
-           "SGD, momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
-           "accounting")
+    trial.passed(f"{len(trial)} configurations (stages 0–3, fp32 and mixed precision, SGD, "
+                 "momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
+                 "accounting")
 
 
 # ------------------------------------------------------------------ task 3 (design): a plan
@@ -443,8 +443,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "
                     f"budget, sent {sent / p['max_sent']:.0%} of its limit")
-    passed("memory_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - len(done)} "
-           "more budgets (up to 64 ranks, a billion parameters) met by the accounting")
+    trial.passed(f"on real workers — {'; '.join(done)}; and {len(trial) - len(done)} more "
+                 "budgets (up to 64 ranks, a billion parameters) met by the accounting")
 
 
 def _judge_plan(name: str, case: Case, plan: tuple[int, str, bool], kept: float, sent: float,
