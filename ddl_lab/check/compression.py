@@ -1,9 +1,7 @@
-"""Checks for lesson 08 (compressed updates): Strom's threshold with its residual, 1-bit SGD
-with error feedback (also trained on real workers), QSGD's unbiased rounding, index coding,
-the gossip step (D-PSGD on a ring, on real workers), a Strom message's size and choosing τ.
-Seeded cases (lengths 0, 1 and larger, float32 and float64, the edge values of each
-encoding); answers in torch or numpy, compared in the learner's dtype with references
-written here, independently of the package's compressors."""
+"""Checks for lesson 08 (compressed updates): Strom's threshold, 1-bit SGD with error feedback
+(trained on real workers), QSGD, index coding, a gossip step (on real workers), a Strom
+message's size and a choice of τ — answers in torch or numpy, judged in the learner's dtype
+against references written here, not the package's compressors."""
 from __future__ import annotations
 
 import functools
@@ -30,18 +28,6 @@ __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_c
 _PACKAGE = "ddl_lab.compression"
 # ----------------------------------------------------------------- task 1: Strom
 
-_STROM_FIXED = [{"d": 1000, "tau": 0.5, "dtype": "float32", "scale": 0.3},
-                {"d": 300, "tau": 0.125, "dtype": "float64", "scale": 0.1},
-                {"d": 1, "tau": 0.25, "dtype": "float32", "scale": 0.3},
-                {"d": 0, "tau": 0.5, "dtype": "float32"}]
-
-
-def _strom_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([2, 17, 100, 1000, 4099])), "tau": int(rng.integers(3, 64)) / 64,
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(rng.uniform(0.05, 2.0)), 3)}
-
-
 def _strom_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, float]:
     """grad and residual; their first four entries sum exactly to ±τ (sent: |v| ≥ τ)."""
     tau = case.params["tau"]
@@ -67,16 +53,19 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
     new_residual): v = residual + grad; the indices where |v| ≥ τ (sorted, from 0), their
     signs ±1, and v with τ·sign taken off the sent entries. ``grad`` stays unchanged."""
-    trial = Trial("strom_threshold", my_strom_threshold, seed, _STROM_FIXED, draws=3,
-                  draw=_strom_draw)
+    trial = Trial("strom_threshold", my_strom_threshold, seed, [
+        {"d": 1000, "tau": 0.5, "dtype": "float32", "scale": 0.3},
+        {"d": 300, "tau": 0.125, "dtype": "float64", "scale": 0.1},
+        {"d": 1, "tau": 0.25, "dtype": "float32", "scale": 0.3},
+        {"d": 0, "tau": 0.5, "dtype": "float32"}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([2, 17, 100, 1000, 4099])), "tau": int(rng.integers(3, 64)) / 64,
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(rng.uniform(0.05, 2.0)), 3)})
     for case in trial:
         grad, residual, tau = _strom_inputs(case)
-        want_idx, want_signs, want_new = _strom_ref(grad, residual, tau)
         idx, signs, new = _answer(trial, case, (grad, residual.clone(), tau), {"grad": grad},
                                   ("indices", "signs", "new_residual"))
-        if message := (_strom_indices_fault(idx, want_idx, grad, residual, tau)
-                       or _strom_signs_fault(signs, want_signs, grad, want_idx)
-                       or _strom_residual_fault(new, want_new, grad, residual, want_idx, tau)):
+        if message := _strom_fault(idx, signs, new, grad, residual, tau):
             fail(f"{message} ({case})")
     sent, err = _conservation(trial.fn, trial.name, 0.5)
     size = len(Threshold(0.5).encode(torch.ones(4)))
@@ -87,59 +76,48 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
                  "for 4 entries).")
 
 
-def _strom_indices_fault(idx: np.ndarray, want: np.ndarray, grad: torch.Tensor,
-                         residual: torch.Tensor, tau: float) -> str | None:
+def _strom_fault(idx: np.ndarray, signs: np.ndarray, new: np.ndarray, grad: torch.Tensor,
+                 residual: torch.Tensor, tau: float) -> str | None:
+    """The first of the indices, the signs and the new residual that is wrong, in words."""
+    want_idx, want_signs, want_new = _strom_ref(grad, residual, tau)
+    v, g = (residual + grad).numpy(), grad.numpy()
     if idx.dtype == bool:
         return ("the indices came back as a boolean mask; return the positions of the sent "
                 "entries, e.g. `torch.nonzero(mask).flatten()`")
     if idx.dtype.kind not in "iu":
         return (f"the indices are {idx.dtype} numbers; return integers (positions), e.g. "
                 "`torch.nonzero(mask).flatten()`")
-    idx = idx.ravel()
-    if np.array_equal(idx, want):
+    idx, signs = idx.ravel(), signs.ravel()
+    if not np.array_equal(idx, want_idx):
+        hints = {"the indices are off by one: count from 0, as torch.nonzero does": want_idx + 1,
+                 "you thresholded the gradient alone: add the residual first, v = residual + "
+                 "grad, and compare |v| with τ — that is how small gradients add up until sent":
+                     np.flatnonzero(np.abs(g) >= tau),
+                 "entries with |v| exactly τ are missing: send every entry with |v| ≥ τ":
+                     np.flatnonzero(np.abs(v) > tau),
+                 "the indices are right but not in increasing order; sort them (delta coding "
+                 "needs sorted indices)": lambda got: sorted(got.tolist()) == want_idx.tolist(),
+                 **{f"you used τ = {c:g}, not the tau given ({tau:g})": np.flatnonzero(
+                     np.abs(v) >= c) for c in (0.5, 1.0, 0.1, 0.01, 0.25) if c != tau}}
+        return explain(idx, hints, rtol=0.0) or (
+            f"expected {want_idx.size} indices (the entries with |residual + grad| ≥ τ = "
+            f"{tau:g}), got {idx.size}; the first expected are {want_idx[:5].tolist()}, yours "
+            f"{idx[:5].tolist()}")
+    if not np.array_equal(signs, want_signs):
+        return explain(signs, {
+            "the signs are 0/1; send them as +1/−1 (each sent entry decodes to sign·τ)":
+                (want_signs > 0).astype(int),
+            "the signs are those of grad; use the sign of v = residual + grad, the value being "
+            "sent": np.where(g[want_idx] >= 0, 1, -1)}, rtol=0.0) or (
+            f"the signs differ: {differs(want_signs, signs, rtol=0.0)}. The sign of entry i is "
+            "that of v = residual + grad (+1 for v ≥ τ, −1 for v ≤ −τ)")
+    new = new.ravel() if new.size == want_new.size else new
+    if same(want_new, new, scale=max(tau, 1e-3)):
         return None
-    v, g = (residual + grad).numpy(), grad.numpy()
-    hints = {"the indices are off by one: count from 0, as torch.nonzero does": want + 1,
-             "you thresholded the gradient alone: add the residual first, v = residual + grad, "
-             "and compare |v| with τ — that is how small gradients add up until sent":
-                 np.flatnonzero(np.abs(g) >= tau),
-             "entries with |v| exactly τ are missing: send every entry with |v| ≥ τ":
-                 np.flatnonzero(np.abs(v) > tau),
-             "the indices are right but not in increasing order; sort them (delta coding "
-             "needs sorted indices)": lambda got: sorted(got.tolist()) == want.tolist()}
-    for c in (0.5, 1.0, 0.1, 0.01, 0.25):
-        if c != tau:
-            hints[f"you used τ = {c:g}, not the tau given ({tau:g})"] = \
-                np.flatnonzero(np.abs(v) >= c)
-    return explain(idx, hints, rtol=0.0) or (
-        f"expected {want.size} indices (the entries with |residual + grad| ≥ τ = {tau:g}), got "
-        f"{idx.size}; the first expected are {want[:5].tolist()}, yours {idx[:5].tolist()}")
-
-
-def _strom_signs_fault(signs: np.ndarray, want: np.ndarray, grad: torch.Tensor,
-                       idx: np.ndarray) -> str | None:
-    signs = signs.ravel()
-    if np.array_equal(signs, want):
-        return None
-    return explain(signs, {
-        "the signs are 0/1; send them as +1/−1 (each sent entry decodes to sign·τ)":
-            (want > 0).astype(int),
-        "the signs are those of grad; use the sign of v = residual + grad, the value being "
-        "sent": np.where(grad.numpy()[idx] >= 0, 1, -1)}, rtol=0.0) or (
-        f"the signs differ: {differs(want, signs, rtol=0.0)}. The sign of entry i is that of "
-        "v = residual + grad (+1 for v ≥ τ, −1 for v ≤ −τ)")
-
-
-def _strom_residual_fault(new: np.ndarray, want: np.ndarray, grad: torch.Tensor,
-                          residual: torch.Tensor, idx: np.ndarray, tau: float) -> str | None:
-    new = new.ravel() if new.size == want.size else new
-    if same(want, new, scale=max(tau, 1e-3)):
-        return None
-    v = (residual + grad).numpy()
     zeroed, flipped = v.copy(), v.copy()
-    zeroed[idx] = 0
-    flipped[idx] += tau * np.sign(v[idx])
-    hint = explain(new, {
+    zeroed[want_idx] = 0
+    flipped[want_idx] += tau * np.sign(v[want_idx])
+    return explain(new, {
         "the new residual is all zeros: the residual was not kept. Entries that were not sent, "
         "and what ±τ did not carry of the sent ones, must wait in the residual for the next "
         "step": np.zeros_like(v),
@@ -148,9 +126,9 @@ def _strom_residual_fault(new: np.ndarray, want: np.ndarray, grad: torch.Tensor,
         "the sent entries' residual was set to 0, but a sent entry only carries ±τ: keep "
         "v − τ·sign there (the part of v beyond τ is still owed)": zeroed,
         "the residual grew at the sent entries: subtract τ·sign (what was sent), do not add "
-        "it": flipped})
-    return hint or (f"the new residual differs: {differs(want, new, scale=max(tau, 1e-3))}. It "
-                    "should be v = residual + grad, minus τ·sign at the sent entries")
+        "it": flipped}) or (
+        f"the new residual differs: {differs(want_new, new, scale=max(tau, 1e-3))}. It should "
+        "be v = residual + grad, minus τ·sign at the sent entries")
 
 
 def _conservation(fn: Callable, name: str, tau: float) -> tuple[int, float]:
@@ -202,12 +180,6 @@ def _train(compressor: Any, epochs: int) -> Any:
     return train_worker(compressor, epochs=epochs)
 
 
-def _ef_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([2, 3, 64, 1000, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}
-
-
 @task("compression", refuses=(_PACKAGE, "ef_onebit_step", "_ef_onebit_step"))
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                           world_size: int = 4, epochs: int = 4,
@@ -217,19 +189,17 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
     it trains the digits MLP on ``world_size`` real workers."""
     trial = Trial("error_feedback_onebit", my_error_feedback_onebit, seed, [
         {"d": 500, "dtype": "float32", "scale": 0.7}, {"d": 1, "dtype": "float32", "scale": 3.0},
-        {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=_ef_draw, name="yours",
-        timeout=120)
+        {"d": 2, "dtype": "float64", "scale": 0.0}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([2, 3, 64, 1000, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(10 ** rng.uniform(-3, 1)), 5)}, name="yours", timeout=120)
     for case in trial:
         grad, residual = _inputs(case, 2)
         k = min(3, grad.numel())
         residual[:k] = -grad[:k]                  # v = 0 exactly: sign(0) counts as +
         q, new = _answer(trial, case, (grad, residual.clone()), {"grad": grad},
                          ("q", "new_residual"))
-        v = (grad + residual).numpy()
-        want_q = (np.abs(v).mean() * np.where(v >= 0, 1.0, -1.0)).astype(v.dtype)
-        q, new = (a.ravel() if a.size == v.size else a for a in (q, new))
-        if message := (_ef_fault(q, want_q, v, grad.numpy())
-                       or _ef_residual_fault(new, q, v, residual.numpy())):
+        if message := _ef_fault(q, new, grad.numpy(), residual.numpy()):
             fail(f"{message} ({case})")
     from ddl_lab.compression.training import merge_logs
     result = merge_logs(trial.world(_train, world_size, LearnerOneBitEF(trial.fn), epochs))
@@ -244,40 +214,39 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                  "than fp32.")
 
 
-def _ef_fault(q: np.ndarray, want: np.ndarray, v: np.ndarray, grad: np.ndarray) -> str | None:
-    scale = float(np.abs(want).max()) if want.size else 1.0
-    if same(want, q, scale=scale):
-        return None
+def _ef_fault(q: np.ndarray, new: np.ndarray, grad: np.ndarray, residual: np.ndarray
+              ) -> str | None:
+    """What is wrong with q, else with the new residual, which must be v − q for the
+    learner's own (right) q, in the precision of q and new."""
+    v = grad + residual
     sign = np.where(v >= 0, 1.0, -1.0)
-    hint = explain(q, {
-        "q ignores the residual: quantize v = grad + residual, not the gradient alone":
-            np.abs(grad).mean() * np.where(grad >= 0, 1.0, -1.0),
-        "q is ±1: scale the signs by mean|v| so that q keeps the size of the update": sign,
-        "the scale is max|v|; use mean|v| (it minimises ‖v − scale·sign(v)‖)":
-            np.abs(v).max() * sign,
-        "the scale is the root mean square of v; use mean|v| (it minimises "
-        "‖v − scale·sign(v)‖)": np.sqrt((v * v).mean()) * sign,
-        "the scale is mean(v), which can be negative or 0; use mean|v|": v.mean() * sign,
-        "entries with v = 0 got q = 0 (torch.sign(0) is 0): every entry sends one bit, so "
-        "treat 0 as +: `torch.where(v >= 0, 1.0, -1.0)`": np.abs(v).mean() * np.sign(v)})
-    return hint or (f"q differs: {differs(want, q, scale=scale)}; expected mean|v|·sign(v), "
-                    "v = grad + residual")
-
-
-def _ef_residual_fault(new: np.ndarray, q: np.ndarray, v: np.ndarray,
-                       residual: np.ndarray) -> str | None:
-    """``new`` must be v − q for the learner's own (right) q, in the precision of q and new."""
+    want = (np.abs(v).mean() * sign).astype(v.dtype)
+    q, new = (a.ravel() if a.size == v.size else a for a in (q, new))
+    scale = float(np.abs(want).max()) if want.size else 1.0
+    if not same(want, q, scale=scale):
+        return explain(q, {
+            "q ignores the residual: quantize v = grad + residual, not the gradient alone":
+                np.abs(grad).mean() * np.where(grad >= 0, 1.0, -1.0),
+            "q is ±1: scale the signs by mean|v| so that q keeps the size of the update": sign,
+            "the scale is max|v|; use mean|v| (it minimises ‖v − scale·sign(v)‖)":
+                np.abs(v).max() * sign,
+            "the scale is the root mean square of v; use mean|v| (it minimises "
+            "‖v − scale·sign(v)‖)": np.sqrt((v * v).mean()) * sign,
+            "the scale is mean(v), which can be negative or 0; use mean|v|": v.mean() * sign,
+            "entries with v = 0 got q = 0 (torch.sign(0) is 0): every entry sends one bit, so "
+            "treat 0 as +: `torch.where(v >= 0, 1.0, -1.0)`": np.abs(v).mean() * np.sign(v)}
+        ) or (f"q differs: {differs(want, q, scale=scale)}; expected mean|v|·sign(v), "
+              "v = grad + residual")
     scale = float(np.abs(v).max()) if v.size else 1.0
-    want = v - q
-    if same(want, new, rtol=tolerance(q, new, v), scale=scale):
+    if same(v - q, new, rtol=tolerance(q, new, v), scale=scale):
         return None
     return explain(new, {
         "the new residual is all zeros: without it this is plain 1-bit SGD; keep v − q, what "
         "the signs failed to carry, for the next step": lambda got: not np.any(got),
         "the residual came back unchanged: it must become v − q": residual,
         "the new residual has the wrong sign: it is v − q (what is still owed), not q − v":
-            -want}) or f"the new residual differs: {differs(want, new, scale=scale)}; " \
-                       "expected v − q"
+            q - v}) or (f"the new residual differs: {differs(v - q, new, scale=scale)}; "
+                        "expected v − q")
 
 
 # ------------------------------------------------------------------ shared by the tasks
@@ -290,10 +259,10 @@ def _parts(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray]:
     return arrays
 
 
-def _inputs(case: Case, count: int, scale: float = 1.0) -> list[torch.Tensor]:
+def _inputs(case: Case, count: int) -> list[torch.Tensor]:
     """``count`` random vectors of the case's length and dtype, values far from ±1."""
     d, dtype = case.params["d"], case.params["dtype"]
-    return [torch.from_numpy(case.rng.normal(size=d) * scale * case.params.get("scale", 1.0))
+    return [torch.from_numpy(case.rng.normal(size=d) * case.params.get("scale", 1.0))
             .to(getattr(torch, dtype)) for _ in range(count)]
 
 
@@ -312,12 +281,6 @@ def _answer(trial: Trial, case: Case, args: tuple, unchanged: dict[str, Any],
 
 DRAWS = 3000
 BIAS_LIMIT = 5.0        # standard errors
-
-
-def _qsgd_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.choice([1, 2, 3, 50, 256, 1000])), "s": int(rng.integers(1, 17)),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "scale": round(float(10 ** rng.uniform(-3, 2)), 5)}
 
 
 def _qsgd_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,7 +312,10 @@ def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
         {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
         {"d": 16, "s": 4, "dtype": "float32", "scale": 0.0},
         {"d": 9, "s": 7, "dtype": "float64", "onehot": True},
-        {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=_qsgd_draw)
+        {"d": 1, "s": 1, "dtype": "float32", "scale": 0.3}], draws=3, draw=lambda rng: {
+            "d": int(rng.choice([1, 2, 3, 50, 256, 1000])), "s": int(rng.integers(1, 17)),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "scale": round(float(10 ** rng.uniform(-3, 2)), 5)})
     for case in trial:
         v, u = _qsgd_inputs(case)
         s = case.params["s"]
@@ -408,10 +374,9 @@ def _levels_fault(trial: Trial, got: np.ndarray, want: np.ndarray, v: np.ndarray
             _qsgd_ref(v, s, u, float(np.abs(v).max())),
         "you normalised by the L1 norm; QSGD uses the Euclidean norm ‖v‖₂":
             _qsgd_ref(v, s, u, float(np.abs(v).sum())),
-        "the levels have no sign: multiply by sign(v)": np.abs(want)}
-    for c in range(1, 17):
-        if c != s:
-            guesses[f"you used s = {c}, not the s given ({s})"] = _qsgd_ref(v, c, u)
+        "the levels have no sign: multiply by sign(v)": np.abs(want),
+        **{f"you used s = {c}, not the s given ({s})": _qsgd_ref(v, c, u)
+           for c in range(1, 17) if c != s}}
     if hint := next((h for h, w in guesses.items() if np.array_equal(got, w)), None):
         return hint
     if v.size >= 50 and _bias(trial, torch.from_numpy(v), s, None, strict=False) <= BIAS_LIMIT:
@@ -540,16 +505,6 @@ def _coding_fault(data: bytes, gaps: np.ndarray, idx: np.ndarray) -> str:
 # ------------------------------------------------- task 7: gossip, one D-PSGD step on a ring
 
 STEPS = 3                   # steps in a row on each case's 2–5 real workers
-_FIXED = [{"n": 4, "length": 1000, "dtype": "float32"},
-          {"n": 5, "length": 13, "dtype": "float64"},
-          {"n": 3, "length": 1, "dtype": "float32"},
-          {"n": 2, "length": 7, "dtype": "float64"},
-          {"n": 5, "length": 0, "dtype": "float32"}]
-
-
-def _draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice([2, 11, 97, 257, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"]))}
 
 
 def _start(n: int, length: int, seed: int) -> np.ndarray:
@@ -591,11 +546,11 @@ def _mistakes(n: int) -> dict[str, np.ndarray]:
     """Named wrong W's: what the learner's first step may have applied instead."""
     eye, left = np.eye(n), np.roll(np.eye(n), -1, axis=1)      # (left @ x)[i] = x[i−1]
     right = left.T
+    near, k = (left + right, 2) if n > 2 else (left, 1)        # the distinct neighbours
     out = {"the values were summed, not averaged: divide by the number of values added "
-           "(yourself and your distinct neighbours)": eye + (left + right if n > 2 else left),
+           "(yourself and your distinct neighbours)": eye + near,
            "each rank took only its neighbours' mean and left its own value out — on an even "
-           "ring the replicas then swap between two states and never agree": (
-               (left + right) / 2 if n > 2 else left),
+           "ring the replicas then swap between two states and never agree": near / k,
            "each rank averaged with one neighbour only (the left, rank − 1): still an "
            "average, but the spread shrinks by cos(π/n) per step instead of |λ₂|":
                (eye + left) / 2,
@@ -603,7 +558,7 @@ def _mistakes(n: int) -> dict[str, np.ndarray]:
            "average, but the spread shrinks by cos(π/n) per step instead of |λ₂|":
                (eye + right) / 2,
            "you divided by the world size n, not by the number of values averaged":
-               (eye + (left + right if n > 2 else left)) / n}
+               (eye + near) / n}
     if n == 2:
         out["on 2 ranks the left and the right neighbour are the same rank: you counted it "
             "twice, (x + 2·x_other)/3; average over the DISTINCT neighbours"] = (eye + 2 * left) / 3
@@ -638,8 +593,10 @@ def _structure_fault(got: list[dict], n: int) -> str | None:
     return None
 
 
-def _value_fault(got: np.ndarray, x0: np.ndarray, n: int, rtol: float) -> str | None:
-    """The first step's fault (mean, then a named W, then the first wrong value), or None."""
+def _value_fault(got: list[np.ndarray], x0: np.ndarray, n: int, rtol: float) -> str | None:
+    """The steps' fault, judged in order: the first step (the replicas' mean, then a named W,
+    then the first wrong value), the consensus distance after the last (W shrinks it by |λ₂|
+    per step on the slowest mode), every step's values; or None."""
     scale = float(np.abs(x0).max(initial=1.0))
     named = next((text for text, M in _mistakes(n).items()
                   if same(M @ x0, got[0], rtol=rtol, scale=scale)), None)
@@ -655,14 +612,25 @@ def _value_fault(got: np.ndarray, x0: np.ndarray, n: int, rtol: float) -> str | 
         if diff := differs(want[r], got[0][r], rtol=rtol, scale=scale):
             return (f"rank {r} after one step: {diff}; expected the mean of its own value and "
                     f"its ring neighbours' {neighbours(r, n)}")
+    want = np.linalg.matrix_power(mixing_matrix(n), STEPS) @ x0
+    c0, c_got, c_want = _consensus(x0), _consensus(got[-1]), _consensus(want)
+    if c_got > c_want * (1 + 1e-3) + rtol * c0:
+        return (f"the consensus distance fell from {c0:.4g} to {c_got:.4g} in {STEPS} steps; "
+                f"the ring's W brings it to {c_want:.4g} (≤ |λ₂|^{STEPS} = "
+                f"{second_eigenvalue(n) ** STEPS:.3g} of the start) — steps after the first "
+                "must average the values of the step before")
+    for t in range(STEPS):
+        w = np.linalg.matrix_power(mixing_matrix(n), t + 1) @ x0
+        if not same(w, got[t], rtol=rtol * (t + 1), scale=float(np.abs(x0).max())):
+            return (f"step {t + 1} is wrong ({differs(w, got[t], rtol=rtol)}): each call must "
+                    "average the tensor as it is now")
     return None
 
 
 def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
-    """Fail with the first fault, judged in order: whom the ranks talked to (a collective, or
-    a message to a rank that is not a ring neighbour), the replicas' mean (a doubly
-    stochastic W keeps it), the consensus distance (W shrinks it by |λ₂| per step on the
-    slowest mode), every step's values; else the consensus distance's factor per step."""
+    """Fail with the first fault — whom the ranks talked to (a collective, or a message to a
+    rank that is not a ring neighbour), then the values — else the consensus distance's
+    factor per step."""
     n, length = case.params["n"], case.params["length"]
     rtol = 2e-5 if case.params["dtype"] == "float32" else 1e-10
     if fault := _structure_fault(got, n):
@@ -672,19 +640,8 @@ def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
     values = [np.stack([g["values"][t] for g in got]) for t in range(STEPS)]
     if fault := _value_fault(values, x0, n, rtol):
         fail(f"{name}: {fault} ({_where(case)}).")
-    want = np.linalg.matrix_power(mixing_matrix(n), STEPS) @ x0
-    c0, c_got, c_want = _consensus(x0), _consensus(values[-1]), _consensus(want)
-    if c_got > c_want * (1 + 1e-3) + rtol * c0:
-        fail(f"{name}: the consensus distance fell from {c0:.4g} to {c_got:.4g} in {STEPS} "
-             f"steps; the ring's W brings it to {c_want:.4g} (≤ |λ₂|^{STEPS} = "
-             f"{second_eigenvalue(n) ** STEPS:.3g} of the start) — steps after the first "
-             f"must average the values of the step before ({_where(case)}).")
-    for t in range(STEPS):
-        w = np.linalg.matrix_power(mixing_matrix(n), t + 1) @ x0
-        if not same(w, values[t], rtol=rtol * (t + 1), scale=float(np.abs(x0).max())):
-            fail(f"{name}: step {t + 1} is wrong ({differs(w, values[t], rtol=rtol)}): each call "
-                 f"must average the tensor as it is now ({_where(case)}).")
-    return (c_got / c0) ** (1 / STEPS) if c0 else math.nan
+    c0 = _consensus(x0)
+    return (_consensus(values[-1]) / c0) ** (1 / STEPS) if c0 else math.nan
 
 
 def _failure(f: RankFailure, name: str, case: Case | None) -> str:
@@ -702,8 +659,13 @@ def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) 
     """Lesson 08, task 7: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
-    trial = Trial("gossip_step", my_gossip_step, seed, _FIXED, draws=3, draw=_draw,
-                  timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
+    trial = Trial("gossip_step", my_gossip_step, seed, [
+        {"n": 4, "length": 1000, "dtype": "float32"}, {"n": 5, "length": 13, "dtype": "float64"},
+        {"n": 3, "length": 1, "dtype": "float32"}, {"n": 2, "length": 7, "dtype": "float64"},
+        {"n": 5, "length": 0, "dtype": "float32"}], draws=3, draw=lambda rng: {
+            "n": int(rng.integers(2, 6)), "length": int(rng.choice([2, 11, 97, 257, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
     starts = [_start(c.params["n"], c.params["length"], int(c.rng.integers(1 << 30)))
               for c in trial]
     outcomes = trial.run(_gossip_case, [
@@ -830,10 +792,6 @@ def _scale_words(c: float) -> str:
                           "training does)")
 
 
-def _scale_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"scale": float(2.0 ** int(rng.choice([-3, -2, -1, 2, 3, 5, 8, 10])))}
-
-
 def sample_gradient() -> torch.Tensor:
     """Rank 0's gradient of its first minibatch at the initial model (the lesson's run)."""
     from ddl_lab.compression.training import batches, gradient, setup
@@ -898,7 +856,8 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     bytes than fp32 and ends within one point of fp32's test accuracy — for gradients of
     several scales: the loss multiplied by c, the rate divided by c. A threshold τ on
     gradients c× larger sends exactly what τ/c sends on the lesson's, so that is what trains."""
-    trial = Trial("strom_plan", my_strom_plan, seed, _SHOWN, draws=3, draw=_scale_draw)
+    trial = Trial("strom_plan", my_strom_plan, seed, _SHOWN, draws=3, draw=lambda rng: {
+        "scale": float(2.0 ** int(rng.choice([-3, -2, -1, 2, 3, 5, 8, 10])))})
     name = trial.name
     base = sample_gradient()
     plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in trial]
@@ -932,7 +891,7 @@ def _plan_fault(tau: float, ef: bool, c: float, acc: float, sent: float, fp32_ac
     relative = [t / k.params["scale"] for (t, _), k in zip(plans, cases)]
     scaled = ("" if max(relative) <= 1.01 * min(relative) else
               " Your τ did not grow with the gradients: divided by each case's scale it is "
-              + ", ".join(f"{t / k.params['scale']:.3g}" for (t, _), k in zip(plans, cases))
+              + ", ".join(f"{r:.3g}" for r in relative)
               + " — a threshold is in the units of the gradient, so scale it with a size of "
                 "the sample (its mean |g|, its RMS, its largest entry …).")
     if share > 1 - PLAN_SAVING:

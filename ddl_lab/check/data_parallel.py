@@ -1,8 +1,7 @@
 """Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD
-(run on 2–5 real workers, every rank's parameters against a float64 simulation of all
-replicas, simulated mistakes named), a straggler's time (a formula), a plan of averaging
-steps (trained on real workers, non-IID digits) and the gradient noise scale (real
-per-example gradients)."""
+(on 2–5 real workers, against a float64 simulation of all replicas and of named mistakes),
+a straggler's time (a formula), a plan of averagings (trained on real workers, non-IID
+digits) and the gradient noise scale (real per-example gradients)."""
 from __future__ import annotations
 
 import functools
@@ -116,25 +115,19 @@ def _draw(rng: np.random.Generator, H: bool = False) -> dict[str, Any]:
     return p
 
 
-def _trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
-           timeout: float) -> Trial:
-    """Two drawn cases after the fixed ones, run on workers; a failure in a case names it and
-    the world sizes that worked (``trial.right``)."""
+def _replicas(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
+              timeout: float, worker: Callable, fault: Callable[..., str | None],
+              right: Callable[[dict], str]) -> Trial:
+    """The fixed cases and two drawn ones, each on its n workers: ``worker(fn, d, θ, batches,
+    lr[, H])`` from a drawn θ and each rank's ``steps`` batches (3 by default); ``fault(results,
+    θ, batches, case, name, trial.right)`` judges it, and a case that passes adds
+    ``right(params)`` to the sizes that worked — named with a failure on the workers too."""
     def word(f: RankFailure, case: Case | None) -> str:
         n = case.params["n"] if case is not None else 0
         return f.message(trial.name, n) + (
             "" if f.kind == "stub" or case is None else
             f" ({case})" + only_right_for(trial.right, f"{n} ranks"))
     trial = Trial(task, fn, seed, fixed, draws=2, draw=draw, timeout=timeout, word=word)
-    return trial
-
-
-def _replicas(trial: Trial, worker: Callable, fault: Callable[..., str | None],
-              right: Callable[[dict], str]) -> None:
-    """Each case on its n workers: ``worker(fn, d, θ, batches, lr[, H])`` from a drawn θ and
-    each rank's ``steps`` batches (3 by default); ``fault(results, θ, batches, case, name,
-    trial.right)`` judges it, and a case that passes adds ``right(params)`` to the sizes
-    that worked."""
     data = []
     for case in trial:
         n, d = case.params["n"], case.params["d"]
@@ -148,6 +141,7 @@ def _replicas(trial: Trial, worker: Callable, fault: Callable[..., str | None],
                             trial.right):
             fail(f"{message} ({case})")
         trial.right.append(right(case.params))
+    return trial
 
 
 # ------------------------------------------------------------- synchronous step
@@ -198,10 +192,9 @@ def sync_sgd_step(my_sync_sgd_step: Callable, seed: int = 0, timeout: float = 60
     """Lesson 05, task 1: ``my_sync_sgd_step(model, loss_fn, X, y, lr)`` takes one step of
     synchronous SGD — local gradient, allreduce (sum), W ← W − lr·ΔW/R — updating the model
     in place, and returns this rank's loss."""
-    trial = _trial("sync_sgd_step", my_sync_sgd_step, seed, [
+    trial = _replicas("sync_sgd_step", my_sync_sgd_step, seed, [
         {"n": 3, "d": 4, "lr": 0.1}, {"n": 2, "d": 1, "lr": 0.07}, {"n": 5, "d": 3, "lr": 0.17}],
-        _draw, timeout)
-    _replicas(trial, _sync_case, _sync_fault, lambda p: f"{p['n']} ranks")
+        _draw, timeout, _sync_case, _sync_fault, lambda p: f"{p['n']} ranks")
     trial.passed(f"{len(trial)} cases (2–5 ranks, random lr, batch sizes 1–9), 3 steps each: "
                  "every rank's parameters match one process averaging all the ranks' "
                  "gradients, and each step returned its rank's loss")
@@ -213,11 +206,10 @@ def _sync_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, n
     sizes that worked, named when nothing else explains a difference)."""
     n, d, lr = (case.params[k] for k in ("n", "d", "lr"))
     want, losses = _sync_reference(theta, batches, lr, d)
-    for r, g in enumerate(got):
-        for changed in g["changed"]:
-            if changed:
-                return (f"{name} changed its input {' and '.join(changed)} in place on rank {r}: "
-                        "the minibatch must stay as it was; only the model's parameters change.")
+    if changed := next(((r, c) for r, g in enumerate(got) for c in g["changed"] if c), None):
+        return (f"{name} changed its input {' and '.join(changed[1])} in place on rank "
+                f"{changed[0]}: the minibatch must stay as it was; only the model's parameters "
+                "change.")
     first = [g["params"][0] for g in got]
     step_want = want[0] - theta
     if all(same(theta, p, _RTOL, scale=np.abs(step_want).max()) for p in first):
@@ -381,13 +373,12 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""
-    trial = _trial("local_sgd", my_local_sgd, seed, [
+    trial = _replicas("local_sgd", my_local_sgd, seed, [
         {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
         {"n": 4, "d": 2, "lr": 0.05, "H": 3, "steps": 8},
         {"n": 2, "d": 3, "lr": 0.15, "H": 1, "steps": 3},
         {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], lambda rng: _draw(rng, H=True),
-        timeout)
-    _replicas(trial, _local_case, _local_fault, lambda p: f"{p['n']} ranks with H = {p['H']}")
+        timeout, _local_case, _local_fault, lambda p: f"{p['n']} ranks with H = {p['H']}")
     trial.passed(f"{len(trial)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts that "
                  "are and are not multiples of H): every rank's parameters match a simulation "
                  "of all replicas")
@@ -512,17 +503,14 @@ DRAWS, TRAINED = 6, 2     # budgets the prompt does not show; the first TRAINED 
 MARGIN = 0.03             # their target: the even spread's worst replica, less 3 points
 
 
-def budget_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A budget the prompt does not show: 24–300 steps, 2 to min(40, steps/4) allreduces."""
-    T = int(rng.integers(24, 301))
-    return {"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))}
-
-
 def unseen_budgets(seed: int) -> list[dict[str, Any]]:
-    """DRAWS budgets the prompt does not show, drawn from ``seed``. The first (trained) has a
-    prime number of steps: a period that must divide the steps would waste its budget."""
-    rng = np.random.default_rng([0x5EED, seed])
-    budgets = [budget_draw(rng) for _ in range(DRAWS)]
+    """DRAWS budgets the prompt does not show, drawn from ``seed``: 24–300 steps, 2 to
+    min(40, steps/4) allreduces. The first (trained) has a prime number of steps: a period
+    that must divide the steps would waste its budget."""
+    rng, budgets = np.random.default_rng([0x5EED, seed]), []
+    for _ in range(DRAWS):
+        T = int(rng.integers(24, 301))
+        budgets.append({"steps": T, "max_allreduces": int(rng.integers(2, min(40, T // 4) + 1))})
     T = budgets[0]["steps"]
     budgets[0]["steps"] = next(p for p in range(T, 2 * T) if all(p % d for d in range(2, p)))
     return budgets
@@ -541,31 +529,26 @@ def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
         fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
              "number) or the steps after which to average (a list of step numbers).")
     if answers.scalar(got) is not None:           # a period H: 12, np.int64(12), 12.0
-        H = answers.whole(got)
-        if H is None or H < 1:
+        plan = answers.whole(got)
+        if plan is None or plan < 1:
             fail(f"{call} returned H = {describe_value(got)}; the averaging period is a whole "
                  "number of steps, at least 1.")
-        return _within(H, call, steps, budget)
-    try:
-        plan = sorted({int(s) for s in got})
-        exact = all(float(s) == int(s) for s in got)
-    except (TypeError, ValueError):
-        plan, exact = [], False
-    if not exact or not plan:
-        fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
-             "non-empty list of whole step numbers.")
-    if plan[0] < 1 or plan[-1] > steps:
-        fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
-             f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step t; "
-             f"step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
-    return _within(plan, call, steps, budget)
-
-
-def _within(plan: int | list[int], call: str, steps: int, budget: int) -> int | list[int]:
-    count = len(sync_steps(plan, steps))
-    if count > budget:
-        fail(f"{call} returned a plan that averages {count} times in {steps} steps (after "
-             f"steps {sync_steps(plan, steps)[:6]}…), but the budget is {budget} allreduces.")
+    else:
+        try:
+            plan = sorted({int(s) for s in got})
+            exact = all(float(s) == int(s) for s in got)
+        except (TypeError, ValueError):
+            plan, exact = [], False
+        if not exact or not plan:
+            fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
+                 "non-empty list of whole step numbers.")
+        if plan[0] < 1 or plan[-1] > steps:
+            fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
+                 f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step "
+                 f"t; step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
+    if len(at := sync_steps(plan, steps)) > budget:
+        fail(f"{call} returned a plan that averages {len(at)} times in {steps} steps (after "
+             f"steps {at[:6]}…), but the budget is {budget} allreduces.")
     return plan
 
 
@@ -682,12 +665,6 @@ _NOISE_FIXED = [
     {"grads": "digits MLP", "steps": 300, "N": 128, "dtype": "float64", "factor": 4 / 3}]
 
 
-def _noise_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"grads": "digits MLP", "steps": int(rng.choice(_STATES)),
-            "N": int(rng.choice([128, 192, 256])), "dtype": str(rng.choice(["float32", "float64"])),
-            "factor": round(float(rng.uniform(1.1, 1.9)), 3)}
-
-
 @functools.lru_cache(maxsize=1)
 def _snapshots() -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]:
     """The digits MLP's flat parameters after each of ``_STATES`` steps, and the data."""
@@ -780,7 +757,10 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
     unbiased (N − 1) per-coordinate variance summed and |G|² = |ḡ|² − tr(Σ)/N; B_max the
     largest batch B at which doubling B still divides the steps S(B) = S_min(1 + B_noise/B)
     by at least ``factor``."""
-    trial = Trial("noise_scale", my_noise_scale, seed, _NOISE_FIXED, draws=3, draw=_noise_draw)
+    trial = Trial("noise_scale", my_noise_scale, seed, _NOISE_FIXED, draws=3, draw=lambda rng: {
+        "grads": "digits MLP", "steps": int(rng.choice(_STATES)),
+        "N": int(rng.choice([128, 192, 256])), "dtype": str(rng.choice(["float32", "float64"])),
+        "factor": round(float(rng.uniform(1.1, 1.9)), 3)})
     name, shown = trial.name, []
     for case in trial:
         g, f = _noise_grads(case), case.params["factor"]

@@ -1,7 +1,6 @@
 """Checks for lesson 01 (gradient descent): the batch gradient, the mini-batch SGD epoch,
-the Adagrad update, a learning rate that converges, the best fixed step and its contraction
-(reasoning) and a mini-batch SGD plan within budgets (design), on seeded cases in this
-process."""
+Adagrad, a learning rate that converges, the best fixed step (reasoning) and a mini-batch
+SGD plan within budgets (design), on seeded cases in this process."""
 from __future__ import annotations
 
 import functools
@@ -12,10 +11,9 @@ import numpy as np
 
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
-from ._core import call_local, fail, judge, name_of, passed, task
-from ._diagnose import (AdagradWords, Case, Cases, Snapshot, adagrad_diagnosis, as_array,
-                        describe_value, differs, explain, factor_of, name_factor, returned_none,
-                        same)
+from ._core import fail, judge, task
+from ._diagnose import (AdagradWords, Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
+                        differs, explain, factor_of, name_factor, returned_none, same)
 from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
@@ -28,34 +26,31 @@ def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.n
 
 # ------------------------------------------------------------------ task 1
 
-def _gradient_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 65)), "d": int(rng.integers(1, 11)),
-            "scale": float(10 ** rng.uniform(-1, 1)),
-            "dtype": str(rng.choice(["float64", "float32"]))}
-
-
 @task("gradient_descent", refuses=("ddl_lab.ml", "linreg_grad"))
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
-    name = name_of(my_batch_gradient, "my_batch_gradient")
     fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
              {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
              {"n": 13, "d": 1, "scale": 0.5, "dtype": "float32"},
              {"n": 5, "d": 5, "scale": 2.0, "dtype": "float64"}]
-    trial = Trial("batch_gradient", my_batch_gradient, seed, fixed, draws=4, draw=_gradient_case)
+    trial = Trial("batch_gradient", my_batch_gradient, seed, fixed, draws=4, draw=lambda rng: {
+        "n": int(rng.integers(2, 65)), "d": int(rng.integers(1, 11)),
+        "scale": float(10 ** rng.uniform(-1, 1)), "dtype": str(rng.choice(["float64", "float32"]))},
+        name="my_batch_gradient")
+    name = trial.name
     for case in trial:
-        n, d, p = case.params["n"], case.params["d"], case.params
+        n, d, scale, dtype = (case.params[k] for k in ("n", "d", "scale", "dtype"))
         rng = case.rng
-        X = (rng.normal(size=(n, d)) * p["scale"]).astype(p["dtype"])
-        y, theta = rng.normal(size=n).astype(p["dtype"]), rng.normal(size=d).astype(p["dtype"])
+        X = (rng.normal(size=(n, d)) * scale).astype(dtype)
+        y, theta = rng.normal(size=n).astype(dtype), rng.normal(size=d).astype(dtype)
         want = _reference_gradient(*(a.astype(np.float64) for a in (theta, X, y)))
         inputs = Snapshot(theta=theta, X=X, y=y)
-        got = call_local(my_batch_gradient, theta, X, y)
+        got = trial.call(case, theta, X, y)
         where = f"{name} on {case}"
         judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
               case)
-        diff = differs(want.astype(p["dtype"]), got)
+        diff = differs(want.astype(dtype), got)
         if diff is None:
             continue
         got_a = as_array(got)
@@ -68,23 +63,22 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
                     "the gradient averages over the examples (axis=0)"
                     if got_a.shape == (n,) else "")
             fail(f"{where} returned shape {got_a.shape}, expected ({d},){axis}.")
-        hint = explain(got, {"the targets y are missing: the residual is Xθ − y":
-                             _reference_gradient(theta, X, np.zeros_like(y))})
         c = factor_of(want, got)
-        hint = hint or (name_factor(c, {
-            float(n): "you summed over the batch: divide by the batch size n (the mean "
-                      "keeps the step size independent of n)",
-            n / d: "you divided by the number of features d; divide by the number of "
-                   "examples n",
-            2.0: "twice too large: the ½ in J cancels the 2 from the square",
-            -1.0: "the sign is flipped: the residual is Xθ − y (prediction minus target), "
-                  "and the gradient points uphill",
-            1.0 / n: "you divided by n twice"}) if c is not None else None)
-        if hint is None and c is not None:
-            hint = f"your gradient is {c:.4g} × the right one: the factor in front is 1/n"
+        hint = explain(got, {"the targets y are missing: the residual is Xθ − y":
+                             _reference_gradient(theta, X, np.zeros_like(y))}) or (
+            c is not None and (name_factor(c, {
+                float(n): "you summed over the batch: divide by the batch size n (the mean "
+                          "keeps the step size independent of n)",
+                n / d: "you divided by the number of features d; divide by the number of "
+                       "examples n",
+                2.0: "twice too large: the ½ in J cancels the 2 from the square",
+                -1.0: "the sign is flipped: the residual is Xθ − y (prediction minus target), "
+                      "and the gradient points uphill",
+                1.0 / n: "you divided by n twice"})
+                or f"your gradient is {c:.4g} × the right one: the factor in front is 1/n"))
         fail(f"{where}: {hint or diff + '. Expected Xᵀ(Xθ − y)/n'}.")
-    passed("batch_gradient", f"Xᵀ(Xθ − y)/n on {len(trial)} batches (n from 1 to "
-           f"{max(c.params['n'] for c in trial)}, float64 and float32, data of scale 0.1–10)")
+    trial.passed(f"Xᵀ(Xθ − y)/n on {len(trial)} batches (n from 1 to "
+                 f"{max(c.params['n'] for c in trial)}, float64 and float32, data of scale 0.1–10)")
 
 
 # ------------------------------------------------------------------ task 2
@@ -130,80 +124,76 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
              {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
              {"m": 1, "batch_size": 3, "lr": 0.1}]
     trial = Trial("minibatch_sgd_epoch", my_minibatch_sgd_epoch, seed, fixed, draws=3,
-                  draw=_epoch_case)
+                  draw=_epoch_case, name="my_minibatch_sgd_epoch")
+    name = trial.name
     for case in trial:
-        _one_epoch_case(my_minibatch_sgd_epoch, case)
-    passed("minibatch_sgd_epoch", f"on {len(trial)} cases (m from 1 to 29, batch sizes "
-           "1 to m + 2, random lr): every example once per epoch in consecutive batches of "
-           "one shuffle, θ updated after each, reproducible from the generator")
+        m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
+        X, y = _epoch_problem(m, case.rng)
+        theta0 = case.rng.normal(size=3)
+        runs = []
+        for generator_seed in (0, 0, 1):
+            rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
+            out = trial.call(case, theta0.copy(), X, y, rec, lr, b, np.random.default_rng(
+                [generator_seed, case.index]))
+            judge(rec.misuse or inputs.changed(name) or returned_none(out, name, "the updated θ"),
+                  case)
+            if as_array(out) is None:
+                fail(f"{name} returned {describe_value(out)}; return the updated θ, an array "
+                     f"of shape (3,) [{case}].")
+            if fault := _batches_fault(rec, m, b) or _updates_fault(rec, theta0, out, lr):
+                fail(f"{fault} [{case}].")
+            runs.append((np.concatenate([np.rint(c[1][:, 0] * m) for c in rec.calls]), out))
+        (order, out), (order2, out2), (order3, _) = runs
+        if not same(out, out2) or not np.array_equal(order, order2):
+            fail(f"two epochs from generators in the same state visited the examples in "
+                 f"different orders ({order.astype(int).tolist()} and "
+                 f"{order2.astype(int).tolist()}): shuffle with the rng you are given, not "
+                 f"np.random or a new unseeded generator, so a run can be reproduced [{case}].")
+        if m > 6 and np.array_equal(order, np.arange(m)):      # 1/m! by chance: never
+            fail(f"the examples were visited in their stored order {order.astype(int).tolist()}"
+                 ": shuffle them at the start of every epoch (e.g. order = rng.permutation(m)),"
+                 f" or SGD sees the data in the same biased sequence every time [{case}].")
+        if m > 6 and np.array_equal(order, order3):
+            fail("generators in different states gave the same order "
+                 f"{order.astype(int).tolist()}: shuffle with the rng you are given (do not "
+                 f"create a new generator with a fixed seed inside the function) [{case}].")
+    trial.passed(f"on {len(trial)} cases (m from 1 to 29, batch sizes 1 to m + 2, random lr): "
+                 "every example once per epoch in consecutive batches of one shuffle, θ updated "
+                 "after each, reproducible from the generator")
 
 
-def _one_epoch_case(fn: Callable, case: Any) -> None:
-    name = name_of(fn, "my_minibatch_sgd_epoch")
-    m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
-    X, y = _epoch_problem(m, case.rng)
-    theta0 = case.rng.normal(size=3)
-    runs = []
-    for generator_seed in (0, 0, 1):
-        rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
-        out = call_local(fn, theta0.copy(), X, y, rec, lr, b, np.random.default_rng(
-            [generator_seed, case.index]))
-        judge(rec.misuse or inputs.changed(name) or returned_none(out, name, "the updated θ"),
-              case)
-        if as_array(out) is None:
-            fail(f"{name} returned {describe_value(out)}; return the updated θ, an array "
-                 f"of shape (3,) [{case}].")
-        _check_batches(rec, m, b, case)
-        _check_updates(rec, theta0, out, lr, case)
-        runs.append((np.concatenate([np.rint(c[1][:, 0] * m) for c in rec.calls]), out))
-    (order, out), (order2, out2), (order3, _) = runs
-    if not same(out, out2) or not np.array_equal(order, order2):
-        fail(f"two epochs from generators in the same state visited the examples in "
-             f"different orders ({order.astype(int).tolist()} and {order2.astype(int).tolist()})"
-             ": shuffle with the rng you are given, not np.random or a new unseeded "
-             f"generator, so a run can be reproduced [{case}].")
-    if m > 6 and np.array_equal(order, np.arange(m)):      # 1/m! by chance: never
-        fail(f"the examples were visited in their stored order {order.astype(int).tolist()}:"
-             " shuffle them at the start of every epoch (e.g. order = rng.permutation(m)),"
-             f" or SGD sees the data in the same biased sequence every time [{case}].")
-    if m > 6 and np.array_equal(order, order3):
-        fail("generators in different states gave the same order "
-             f"{order.astype(int).tolist()}: shuffle with the rng you are given (do not "
-             f"create a new generator with a fixed seed inside the function) [{case}].")
-
-
-def _check_batches(rec: _Recorder, m: int, b: int, case: Any) -> None:
+def _batches_fault(rec: _Recorder, m: int, b: int) -> str | None:
+    """What is wrong with the batches grad saw, or None."""
     if not rec.calls:
-        fail(f"grad was never called: compute grad(θ, X_batch, y_batch) for each "
-             f"mini-batch [{case}].")
+        return "grad was never called: compute grad(θ, X_batch, y_batch) for each mini-batch"
     sizes = [len(c[2]) for c in rec.calls]
     ids = [np.rint(c[1][:, 0] * m).astype(int) for c in rec.calls]
     for k, (bx, by) in enumerate(zip(ids, (c[2] for c in rec.calls))):
         if len(bx) != len(by):
-            fail(f"batch {k}: X_batch has {len(bx)} rows but y_batch {len(by)} values [{case}].")
+            return f"batch {k}: X_batch has {len(bx)} rows but y_batch {len(by)} values"
         if not np.allclose(by, 10 * bx + 0.5):
-            fail(f"batch {k}: the targets y_batch do not belong to the rows of X_batch — X and "
-                 "y were shuffled separately. Shuffle one index array and use it for both: "
-                 f"X[batch], y[batch] [{case}].")
+            return (f"batch {k}: the targets y_batch do not belong to the rows of X_batch — X "
+                    "and y were shuffled separately. Shuffle one index array and use it for "
+                    "both: X[batch], y[batch]")
     counts = np.bincount(np.concatenate(ids), minlength=m)
     if (counts > 1).any():
-        fail(f"example {int(np.argmax(counts > 1))} was used {counts.max()} times in one epoch "
-             f"(batch sizes {sizes}): take the batches from ONE permutation, consecutively "
-             f"(order[i:i + batch_size]), so each example is used exactly once [{case}].")
+        return (f"example {int(np.argmax(counts > 1))} was used {counts.max()} times in one "
+                f"epoch (batch sizes {sizes}): take the batches from ONE permutation, "
+                "consecutively (order[i:i + batch_size]), so each example is used exactly once")
     if (counts == 0).any():
         missing = np.flatnonzero(counts == 0).tolist()
         hint = (" — the last, smaller batch was dropped: with range(0, m, batch_size) the "
                 "final slice holds the remaining examples" if len(missing) == m % b and
                 all(s == b for s in sizes) else "")
-        fail(f"examples {missing} were never used in the epoch (batch sizes {sizes}){hint} "
-             f"[{case}].")
+        return f"examples {missing} were never used in the epoch (batch sizes {sizes}){hint}"
     want = [b] * (m // b) + ([m % b] if m % b else [])
     if sizes != want:
-        fail(f"batch sizes were {sizes}, expected {want} for m={m} and batch_size={b} "
-             f"[{case}].")
+        return f"batch sizes were {sizes}, expected {want} for m={m} and batch_size={b}"
+    return None
 
 
-def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case: Any) -> None:
+def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> str | None:
+    """What is wrong with the θ each gradient was taken at, or with the θ returned; or None."""
     theta, up = theta0.copy(), None
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
@@ -215,52 +205,49 @@ def _check_updates(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float, case
                     if same(up, seen) else
                     f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}),"
                     " not a constant" if c is not None else "")
-            fail(f"the gradient of batch {k} was computed at θ = {np.round(seen, 4).tolist()}, "
-                 f"expected the θ after the previous updates, {np.round(theta, 4).tolist()}"
-                 f"{hint} [{case}].")
+            return (f"the gradient of batch {k} was computed at θ = "
+                    f"{np.round(seen, 4).tolist()}, expected the θ after the previous updates, "
+                    f"{np.round(theta, 4).tolist()}{hint}")
         g = _reference_gradient(theta, Xb, yb)
         theta, up = theta - lr * g, theta + lr * g
-    if not same(theta, out):
-        c = factor_of(theta - theta0, as_array(out) - theta0)
-        hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
-                             theta0 + (theta0 - theta),
-                             " — that is the starting θ: return the updated θ": theta0}) or (
-            f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
-            "constant" if c is not None else "")
-        fail(f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
-             f"expected {np.round(theta, 4).tolist()}{hint} [{case}].")
+    if same(theta, out):
+        return None
+    c = factor_of(theta - theta0, as_array(out) - theta0)
+    hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
+                         theta0 + (theta0 - theta),
+                         " — that is the starting θ: return the updated θ": theta0}) or (
+        f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
+        "constant" if c is not None else "")
+    return (f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
+            f"expected {np.round(theta, 4).tolist()}{hint}")
 
 
 # ------------------------------------------------------------------ task 3
-
-def _adagrad_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.integers(1, 12)), "lr": float(10 ** rng.uniform(-2, 0)),
-            "eps": float(10.0 ** rng.integers(-10, -1)),
-            "dtype": str(rng.choice(["float64", "float32"]))}
-
 
 @task("gradient_descent", refuses=("ddl_lab.ml", "Adagrad"))
 def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
-    name = name_of(my_adagrad_step, "my_adagrad_step")
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
              {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
              {"d": 5, "lr": 0.05, "eps": 1e-6, "dtype": "float32"}]
-    trial = Trial("adagrad_step", my_adagrad_step, seed, fixed, draws=3, draw=_adagrad_case)
+    trial = Trial("adagrad_step", my_adagrad_step, seed, fixed, draws=3, draw=lambda rng: {
+        "d": int(rng.integers(1, 12)), "lr": float(10 ** rng.uniform(-2, 0)),
+        "eps": float(10.0 ** rng.integers(-10, -1)),
+        "dtype": str(rng.choice(["float64", "float32"]))}, name="my_adagrad_step")
     for case in trial:
         theta, g, G = _adagrad_inputs(case)
         lr, eps = case.params["lr"], case.params["eps"]
         inputs = Snapshot(theta=theta, g=g, G=G)
         with np.errstate(all="ignore"):
-            got = call_local(my_adagrad_step, theta, g, G, lr, eps)
-        judge(inputs.changed(name) or adagrad_diagnosis(      # AdagradWords: lesson 01's
-            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps, AdagradWords(name)),
-            case)
-    passed("adagrad_step", f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases "
-           "(random lr and eps, float64 and float32); a feature seen for the first time "
-           "moves by ≈ lr, an absent one not at all")
+            got = trial.call(case, theta, g, G, lr, eps)
+        judge(inputs.changed(trial.name) or adagrad_diagnosis(      # AdagradWords: lesson 01's
+            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps,
+            AdagradWords(trial.name)), case)
+    trial.passed(f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases (random lr "
+                 "and eps, float64 and float32); a feature seen for the first time moves by ≈ "
+                 "lr, an absent one not at all")
 
 
 def _adagrad_inputs(case: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -281,13 +268,20 @@ def _adagrad_inputs(case: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 LR_STEPS, LR_TOL = 50, 1e-6
 
 
-def _lr_problem(rng: np.random.Generator, scale: float, spread: float, d: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """X of m×d with features of about ``scale`` (each within ×spread), y = Xθ + noise; m
-    grows with d, so that many features stay well conditioned."""
-    m = int(rng.integers(max(100, 25 * d), max(300, 40 * d)))
-    X = rng.normal(size=(m, d)) * scale * spread ** rng.uniform(-1, 1, size=d)
-    return X, X @ rng.normal(size=d) + 0.1 * rng.normal(size=m)
+def _lr_problem(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """X of m×d with features of about the case's scale (each within ×spread), y = Xθ + noise;
+    m grows with d, so that many features stay well conditioned — drawn again until γ = 1/L
+    does converge within the budget (a well-conditioned X)."""
+    p, rng = case.params, case.rng
+    d, scale, spread = p["d"], p["scale"], p.get("spread", 1.2)
+    while True:
+        m = int(rng.integers(max(100, 25 * d), max(300, 40 * d)))
+        X = rng.normal(size=(m, d)) * scale * spread ** rng.uniform(-1, 1, size=d)
+        y = X @ rng.normal(size=d) + 0.1 * rng.normal(size=m)
+        L = float(np.linalg.eigvalsh(X.T @ X / len(X))[-1])
+        excess, start = _gd_excess(1.0 / L, X, y, LR_STEPS)
+        if excess < 1e-3 * LR_TOL * start:
+            return X, y
 
 
 def _gd_excess(lr: float, X: np.ndarray, y: np.ndarray, steps: int) -> tuple[float, float]:
@@ -300,48 +294,31 @@ def _gd_excess(lr: float, X: np.ndarray, y: np.ndarray, steps: int) -> tuple[flo
     return J(theta) - J(theta_star), J(np.zeros(X.shape[1])) - J(theta_star)
 
 
-def _lr_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Features of scale 1, ×10, ×0.1, mixed, and random scales, 2–6 features and many
-    (12–40: there a bound such as 1/trace(XᵀX/m) is about d times too small) — each drawn so
-    that γ = 1/L does converge within the budget (a well-conditioned X)."""
-    out = []
-    fixed = [{"scale": 1.0, "d": 3}, {"scale": 10.0, "d": 5}, {"scale": 0.1, "d": 2},
-             {"scale": 1.0, "spread": 1.6, "d": 4}, {"scale": 1.0, "d": 12},
-             {"scale": 3.0, "d": 24}]
-    for case in Cases("learning_rate", seed, fixed, draws=3, draw=lambda r: {
-            "scale": float(10 ** r.uniform(-1.5, 1.5)),
-            "d": int(r.choice([r.integers(2, 7), r.integers(12, 41)]))}):
-        while True:
-            X, y = _lr_problem(case.rng, case.params["scale"], case.params.get("spread", 1.2),
-                               case.params["d"])
-            L = float(np.linalg.eigvalsh(X.T @ X / len(X))[-1])
-            excess, start = _gd_excess(1.0 / L, X, y, LR_STEPS)
-            if excess < 1e-3 * LR_TOL * start:
-                break
-        out.append((str(case), X, y))
-    return out
-
-
 @task("gradient_descent", refuses=("ddl_lab.ml", "lipschitz"))
 def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STEPS) -> None:
     """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
-    name = name_of(my_learning_rate, "my_learning_rate")
-    problems, runs = _lr_cases(seed), []
-    for case, X, y in problems:
+    fixed = [{"scale": 1.0, "d": 3}, {"scale": 10.0, "d": 5}, {"scale": 0.1, "d": 2},
+             {"scale": 1.0, "spread": 1.6, "d": 4}, {"scale": 1.0, "d": 12},
+             {"scale": 3.0, "d": 24}]     # many features (12–40): 1/trace(XᵀX/m) ≈ 1/(d·L)
+    trial = Trial("learning_rate", my_learning_rate, seed, fixed, draws=3, draw=lambda r: {
+        "scale": float(10 ** r.uniform(-1.5, 1.5)),
+        "d": int(r.choice([r.integers(2, 7), r.integers(12, 41)]))}, name="my_learning_rate")
+    name, runs = trial.name, []
+    for case in trial:
+        X, y = _lr_problem(case)
         inputs = Snapshot(X=X)
-        lr = call_local(my_learning_rate, X)
+        lr = trial.call(case, X)
         judge(inputs.changed(name) or returned_none(lr, name, "the learning rate γ"), case)
         try:
             lr = float(lr)
         except (TypeError, ValueError):
             fail(f"{name} returned {describe_value(lr)}; return a number (a float) [{case}].")
         runs.append((case, X, y, lr))
-    rates = [r[3] for r in runs]
     same_rate = (" You returned the same γ for every X, but their L differ ×10⁴: a "
                  "constant rate cannot suit every scale — compute γ from X."
-                 if len(set(rates)) == 1 else "")
+                 if len({r[3] for r in runs}) == 1 else "")
     results = []
     for case, X, y, lr in runs:
         L = float(np.linalg.eigvalsh(X.T @ X / len(X))[-1])
@@ -349,18 +326,17 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
             fail(f"you chose γ = {lr:g}; a learning rate must be > 0 [{case}].")
         where = (f"(largest eigenvalue of XᵀX/m: L = {L:.4g}, so batch GD converges for "
                  f"γ < 2/L = {2 / L:.4g})")
-        results.append((lr, L, where, case, *_gd_excess(lr, X, y, steps)))
-    for lr, L, where, case, excess, start in results:   # divergence first: it is worse
+        results.append((lr, L, where, case, X, *_gd_excess(lr, X, y, steps)))
+    for lr, L, where, case, X, excess, start in results:   # divergence first: it is worse
         if not np.isfinite(excess) or excess > start:
             fail(f"γ = {lr:.4g} diverges {where}: J grew from {start:.3g} above its minimum "
                  f"to {excess:.3g} in {steps} steps.{same_rate} [{case}]")
-    for lr, L, where, case, excess, start in results:
+    for lr, L, where, case, X, excess, start in results:
         if excess > LR_TOL * start:
-            X = next(r[1] for r in runs if r[0] == case)
-            trace = float(np.trace(X.T @ X)) / len(X)
+            trace, d = float(np.trace(X.T @ X)) / len(X), X.shape[1]
             slow = (f"that is 1/trace(XᵀX/m) = 1/Σλ: always stable, but the trace adds up all "
-                    f"{X.shape[1]} curvatures, so on a well-conditioned X with {X.shape[1]} "
-                    f"features it is about {X.shape[1]} times smaller than 1/L — too slow"
+                    f"{d} curvatures, so on a well-conditioned X with {d} features it is about "
+                    f"{d} times smaller than 1/L — too slow"
                     if np.isclose(lr, 1 / trace, rtol=1e-3) else
                     "far below 1/L: too slow" if lr < 0.5 / L else
                     "so close to 2/L that the steepest direction barely settles"
@@ -370,8 +346,9 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
                  + (f" — {slow}" if slow else "")
                  + f".{same_rate or ' Which curvature limits the step (lesson 01, §4)?'} "
                  f"[{case}]")
-    passed("learning_rate", f"converged within {steps} steps on {len(results)} scales of X — "
-           + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4]) + " …")
+    trial.passed(f"converged within {steps} steps on {len(results)} scales of X — "
+                 + "; ".join(f"γ = {lr:.3g} (1/L = {1 / L:.3g})" for lr, L, *_ in results[:4])
+                 + " …")
 
 
 # ------------------------------------------------------------------ task 5 (reasoning): the best step
@@ -387,67 +364,57 @@ def _bowl(case: Case) -> np.ndarray:
     return np.array([inner[0], L / p["kappa"], L, *inner[1:]])
 
 
-def _bowl_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.integers(4, 13)), "L": float(10 ** rng.uniform(-1.5, 1.5)),
-            "kappa": float(10 ** rng.uniform(0.3, 3))}
-
-
 @task("gradient_descent")
 def best_step(my_best_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
     XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
     minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
-    fn, name = my_best_step, name_of(my_best_step, "my_best_step")
     fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
              {"values": (0.74, 0.11, 1.05, 0.28, 0.52, 0.2, 0.16, 0.37, 0.14, 0.12)}]
-    trial = Trial("best_step", my_best_step, seed, fixed, draws=3, draw=_bowl_case)
+    trial = Trial("best_step", my_best_step, seed, fixed, draws=3, draw=lambda rng: {
+        "d": int(rng.integers(4, 13)), "L": float(10 ** rng.uniform(-1.5, 1.5)),
+        "kappa": float(10 ** rng.uniform(0.3, 3))}, name="my_best_step")
     for case in trial:
         lams = _bowl(case)
-        got = call_local(fn, lams.copy())
-        gamma, rate = two_numbers(got, ("gamma", "rate"), name, case)
-        rtol = answer_rtol(got)
-        mu, L = float(lams.min()), float(lams.max())
-        want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
-        if not same(want_g, gamma, rtol=rtol):
-            fail(f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
-                 f"μ = {mu:.4g}: {_gamma_fault(gamma, lams)} [{case}].")
-        if not same(want_r, rate, rtol=rtol, scale=1.0):
-            fail(f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
-                 f"(L − μ)/(L + μ) = {want_r:.6g} — {_rate_fault(rate, lams)} [{case}].")
-    passed("best_step", f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
-           "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
-           "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
+        got = trial.call(case, lams.copy())
+        gamma, rate = two_numbers(got, ("gamma", "rate"), trial.name, case)
+        if fault := _best_step_fault(gamma, rate, lams, answer_rtol(got)):
+            fail(f"{fault} [{case}].")
+    trial.passed(f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
+                 "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
+                 "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
 
 
-def _gamma_fault(gamma: float, lams: np.ndarray) -> str:
+def _best_step_fault(gamma: float, rate: float, lams: np.ndarray, rtol: float) -> str | None:
+    """What is wrong with γ, else with the contraction — the first named mistake that gives
+    the learner's value (and not the right one) — or None."""
     mu, L = float(lams.min()), float(lams.max())
+    want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
     first, last = float(lams[0]), float(lams[-1])
-    named = {
-        "1/L empties the steepest direction in one step but leaves the flattest shrinking "
-        "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
-            1 / L,
-        "2/L is the edge of divergence: the steepest direction flips sign and never "
-        "shrinks (|1 − 2| = 1)": 2 / L,
-        "the 2 is missing: 1 − γμ = γL − 1 gives γ = 2/(L + μ)": 1 / (L + mu),
-        "you took the first and the last curvature as μ and L, but they come in no "
-        "particular order: use the smallest and the largest": 2 / (first + last),
-        "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
-        "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
-        "their mean": 1 / float(lams.mean()),
-    }
-    return next((why for why, v in named.items() if not same(v, 2 / (L + mu), rtol=1e-6)
-                 and same(v, gamma, rtol=1e-6)),
-                "each direction's error is multiplied by |1 − γλ| per step; make the worst "
-                "of λ = μ and λ = L as small as possible")
-
-
-def _rate_fault(rate: float, lams: np.ndarray) -> str:
-    mu, L = float(lams.min()), float(lams.max())
-    right = (L - mu) / (L + mu)
-    first, last = sorted((float(lams[0]), float(lams[-1])))
-    named = {
+    if not same(want_g, gamma, rtol=rtol):
+        why = next((text for text, v in {
+            "1/L empties the steepest direction in one step but leaves the flattest shrinking "
+            "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
+                1 / L,
+            "2/L is the edge of divergence: the steepest direction flips sign and never "
+            "shrinks (|1 − 2| = 1)": 2 / L,
+            "the 2 is missing: 1 − γμ = γL − 1 gives γ = 2/(L + μ)": 1 / (L + mu),
+            "you took the first and the last curvature as μ and L, but they come in no "
+            "particular order: use the smallest and the largest": 2 / (first + last),
+            "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
+            "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
+            "their mean": 1 / float(lams.mean()),
+        }.items() if not same(v, want_g, rtol=1e-6) and same(v, gamma, rtol=1e-6)),
+            "each direction's error is multiplied by |1 − γλ| per step; make the worst of "
+            "λ = μ and λ = L as small as possible")
+        return (f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
+                f"μ = {mu:.4g}: {why}")
+    if same(want_r, rate, rtol=rtol, scale=1.0):
+        return None
+    first, last = sorted((first, last))
+    why = next((text for text, v in {
         "that is ρ², the factor for J − J* (a square of the distance): the distance "
-        "‖θ − θ*‖ shrinks by ρ": right ** 2,
+        "‖θ − θ*‖ shrinks by ρ": want_r ** 2,
         "1 − μ/L = 1 − 1/κ is the rate at γ = 1/L; at γ = 2/(L + μ) both ends shrink by "
         "(L − μ)/(L + μ)": 1 - mu / L,
         "you took the first and the last curvature as μ and L: use the smallest and the "
@@ -455,12 +422,12 @@ def _rate_fault(rate: float, lams: np.ndarray) -> str:
         "that is (L + μ)/(L − μ), upside down": (L + mu) / (L - mu) if L > mu else None,
         "that is 2μ/(L + μ), how much the flattest direction shrinks BY; the factor it is "
         "multiplied by is 1 − 2μ/(L + μ)": 2 * mu / (L + mu),
-    }
-    return next((why for why, v in named.items() if v is not None
-                 and not same(v, right, rtol=1e-6, scale=1.0)
-                 and same(v, rate, rtol=1e-6, scale=1.0)),
-                "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
-                "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+    }.items() if v is not None and not same(v, want_r, rtol=1e-6, scale=1.0)
+        and same(v, rate, rtol=1e-6, scale=1.0)),
+        "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
+        "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+    return (f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
+            f"(L − μ)/(L + μ) = {want_r:.6g} — {why}")
 
 
 # ------------------------------------------------------------------ a mini-batch SGD plan
@@ -538,17 +505,17 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     each of three shuffles — for the prompt's budgets (8192, 256) and (16384, 64), 20 steps
     of 20,480 examples, and three budgets drawn per call, so that the plan must be computed
     from its budgets (issue 26)."""
-    fn, name = my_sgd_plan, name_of(my_sgd_plan, "my_sgd_plan")
     _, y, J_star, J_zero, _ = lesson_data()
-    m, start, report = len(y), J_zero - J_star, []
+    m, start, report, plans = len(y), J_zero - J_star, [], []
     fixed = [{"max_examples": e, "max_steps": s} for e, s in SGD_BUDGETS]
-    trial = Trial("sgd_plan", my_sgd_plan, seed, fixed, draws=3, draw=_sgd_budget)
-    plans = []
+    trial = Trial("sgd_plan", my_sgd_plan, seed, fixed, draws=3, draw=_sgd_budget,
+                  name="my_sgd_plan")
+    name = trial.name
     for case in trial:                      # every plan first: a table fails before training
-        where = f"max_examples = {case.params['max_examples']:,}, max_steps = " \
-                f"{case.params['max_steps']}"
-        plans.append(_valid_plan(name, answers.plan_call(
-            fn, (case.params["max_examples"], case.params["max_steps"]), name, where), m, where))
+        budgets = (case.params["max_examples"], case.params["max_steps"])
+        where = f"max_examples = {budgets[0]:,}, max_steps = {budgets[1]}"
+        plans.append(_valid_plan(name, answers.plan_call(my_sgd_plan, budgets, name, where), m,
+                                 where))
     for case, (batch, lr) in zip(trial, plans):
         max_examples, max_steps = case.params["max_examples"], case.params["max_steps"]
         steps, used = steps_within(m, batch, max_examples, max_steps)
@@ -565,8 +532,8 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
                  f"{answers.same_for_all(plans)} [{case}]")
         report.append(f"({max_examples:,}, {max_steps}): batch {batch}, γ = {lr:.3g} → "
                       f"{steps} steps, J − J* ≤ {max(gaps):.2g}")
-    passed("sgd_plan", f"the lesson's mini-batch SGD, trained for real on 3 shuffles for each "
-           f"of {len(trial)} budgets (3 drawn) — " + "; ".join(report))
+    trial.passed(f"the lesson's mini-batch SGD, trained for real on 3 shuffles for each of "
+                 f"{len(trial)} budgets (3 drawn) — " + "; ".join(report))
 
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:

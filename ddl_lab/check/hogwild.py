@@ -1,19 +1,19 @@
-"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched
-here on a θ that notes every access and a lock that knows when it is held, then run on 3
-worker processes sharing θ; the coordinates updates share (reasoning); a lock-free plan
-run on real processes (design)."""
+"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched here
+(every access to θ, the lock held or not), then on 3 processes sharing θ; the coordinates
+updates share (reasoning); a lock-free plan run on real processes (design)."""
 from __future__ import annotations
 
 import functools
 import math
 import threading
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, judge, name_of, on_workers, passed, run_beside, task
-from ._diagnose import (Case, Cases, Snapshot, as_array, describe_value, differs, explain,
+from ._core import call_local, fail, judge, on_workers, run_beside, task
+from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         factor_of, returned_none, same, tolerance)
 from .parallel_models import PROCESSES, FileLock, shared_file
 from ._trial import Trial
@@ -25,8 +25,6 @@ __all__ = ["hogwild_update", "hogwild_worker", "expected_overlap", "hogwild_plan
 
 _COPY_HINT = ("`w = theta[idx]` (fancy indexing) and `theta = theta - ...` both make a new "
               "array; write into the shared one: `theta[idx] -= step`.")
-
-
 _IMPLEMENTATIONS = ("sgd_update", "sparse_step", "hogwild_loop", "reference_sgd")
 
 
@@ -36,79 +34,78 @@ def _sigmoid(z: float) -> float:
 
 # ------------------------------------------------------------------ task 1: the update
 
-def _update_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"d": int(rng.integers(5, 300)), "nnz": int(rng.integers(1, 11)),
-            "lr": float(10 ** rng.uniform(-2, 0)), "y": int(rng.integers(0, 2)),
-            "dtype": str(rng.choice(["float64", "float32"]))}
-
-
 @task("hogwild", refuses=("ddl_lab.hogwild", *_IMPLEMENTATIONS))
 def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     """Lesson 03, task 1: ``my_hogwild_update(theta, idx, val, y, lr)`` does one SGD step of
     logistic regression on a sparse example, in place, touching only θ[idx]:
     θ[idx] −= lr (σ(θ[idx]·val) − y) val. ``idx`` and ``val`` stay as they were."""
-    name = getattr(my_hogwild_update, "__name__", "my_hogwild_update")
     fixed = [{"d": 200, "nnz": 5, "lr": 0.2, "y": 1, "dtype": "float64"},
              {"d": 50, "nnz": 8, "lr": 0.7, "y": 0, "dtype": "float64"},
              {"d": 7, "nnz": 1, "lr": 0.05, "y": 1, "dtype": "float64"},
              {"d": 100, "nnz": 6, "lr": 0.3, "y": 0, "dtype": "float32"}]
-    trial = Trial("hogwild_update", my_hogwild_update, seed, fixed, draws=4, draw=_update_case)
+    trial = Trial("hogwild_update", my_hogwild_update, seed, fixed, draws=4, draw=lambda rng: {
+        "d": int(rng.integers(5, 300)), "nnz": int(rng.integers(1, 11)),
+        "lr": float(10 ** rng.uniform(-2, 0)), "y": int(rng.integers(0, 2)),
+        "dtype": str(rng.choice(["float64", "float32"]))}, name="my_hogwild_update")
+    name = trial.name
     for case in trial:
-        _one_update(my_hogwild_update, name, case)
-    passed("hogwild_update", f"{len(trial)} sparse updates (1–10 features, lr 0.01–1, feature "
-           "values not 1, float32 θ too) match θ[idx] −= lr (σ(θ[idx]·val) − y) val, written "
-           "in place, touching only the example's features")
+        p, rng = case.params, case.rng
+        theta = rng.normal(size=p["d"]).astype(p["dtype"])
+        idx = rng.choice(p["d"], size=min(p["nnz"], p["d"]), replace=False)
+        val = rng.normal(size=len(idx)) * 10 ** rng.uniform(-0.5, 0.5)
+        y, lr, before = float(p["y"]), p["lr"], theta.astype(np.float64)
+        z = float(before[idx] @ val)
+        step = lr * (_sigmoid(z) - y) * val
+        inputs = Snapshot(idx=idx, val=val)
+        out = trial.call(case, theta, idx, val, y, lr)
+        judge(inputs.changed(name), case)
+        if np.array_equal(theta, before.astype(p["dtype"])):
+            want = before.copy()
+            want[idx] -= step
+            if out is not None and differs(want, out) is None:
+                fail(f"{name} returned the new θ but left `theta` unchanged: the workers share "
+                     f"`theta`, so the update must be written into it. {_COPY_HINT} [{case}]")
+            fail(f"theta did not change: {name} updated a copy. {_COPY_HINT} [{case}]")
+        outside = np.setdiff1d(np.flatnonzero(theta != before.astype(p["dtype"])), idx)
+        if len(outside):
+            fail(f"the example uses features {sorted(idx.tolist())}, but coordinate "
+                 f"{outside[0]} changed too: a Hogwild! update reads and writes only the "
+                 f"example's own features — that is why workers rarely collide [{case}].")
+        got_step = before[idx] - theta[idx].astype(np.float64)
+        ulps = 50 * np.finfo(p["dtype"]).eps * float(np.abs(before[idx]).max())  # θ's rounding
+        diff = differs(step, got_step, scale=float(np.abs(step).max()) + ulps / tolerance(theta),
+                       rtol=tolerance(theta))
+        if diff is not None:
+            fail(f"after one update: θ[idx] moved by {np.round(-got_step, 6).tolist()}, "
+                 f"expected {np.round(-step, 6).tolist()} — "
+                 f"{_update_fault(got_step, step, before[idx], val, y, lr, diff)} [{case}].")
+    trial.passed(f"{len(trial)} sparse updates (1–10 features, lr 0.01–1, feature values not "
+                 "1, float32 θ too) match θ[idx] −= lr (σ(θ[idx]·val) − y) val, written in "
+                 "place, touching only the example's features")
 
 
-def _one_update(fn: Callable, name: str, case: Any) -> None:
-    p, rng = case.params, case.rng
-    theta = rng.normal(size=p["d"]).astype(p["dtype"])
-    idx = rng.choice(p["d"], size=min(p["nnz"], p["d"]), replace=False)
-    val = rng.normal(size=len(idx)) * 10 ** rng.uniform(-0.5, 0.5)
-    y, lr, before = float(p["y"]), p["lr"], theta.astype(np.float64)
-    z = float(before[idx] @ val)
-    step = lr * (_sigmoid(z) - y) * val
-    inputs = Snapshot(idx=idx, val=val)
-    out = call_local(fn, theta, idx, val, y, lr)
-    judge(inputs.changed(name), case)
-    if np.array_equal(theta, before.astype(p["dtype"])):
-        want = before.copy()
-        want[idx] -= step
-        if out is not None and differs(want, out) is None:
-            fail(f"{name} returned the new θ but left `theta` unchanged: the workers share "
-                 f"`theta`, so the update must be written into it. {_COPY_HINT} [{case}]")
-        fail(f"theta did not change: {name} updated a copy. {_COPY_HINT} [{case}]")
-    outside = np.setdiff1d(np.flatnonzero(theta != before.astype(p["dtype"])), idx)
-    if len(outside):
-        fail(f"the example uses features {sorted(idx.tolist())}, but coordinate {outside[0]} "
-             "changed too: a Hogwild! update reads and writes only the example's own "
-             f"features — that is why workers rarely collide [{case}].")
-    got_step = before[idx] - theta[idx].astype(np.float64)
-    ulps = 50 * np.finfo(p["dtype"]).eps * float(np.abs(before[idx]).max())   # θ's rounding
-    diff = differs(step, got_step, scale=float(np.abs(step).max()) + ulps / tolerance(theta),
-                   rtol=tolerance(theta))
-    if diff is None:
-        return
-    hint = explain(got_step, {
+def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.ndarray,
+                  y: float, lr: float, diff: str) -> str:
+    """The named mistake behind a wrong step on θ[idx] (``theta``), else what differs."""
+    c = factor_of(step, got)
+    return explain(got, {
         "the step has the wrong sign: subtract lr·(σ(z) − y)·val (or add lr·(y − σ(z))·val)":
             -step,
         "the step is missing the factor val: the gradient of the logistic loss is "
-        "(σ(z) − y)·x, and x's values here are not 1": lr * (_sigmoid(z) - y) * np.ones_like(val),
+        "(σ(z) − y)·x, and x's values here are not 1":
+            lr * (_sigmoid(float(theta @ val)) - y) * np.ones_like(val),
         "z must be θ[idx]·val (the dot product with the feature values), not sum(θ[idx])":
-            lr * (_sigmoid(float(before[idx].sum())) - y) * val,
-        f"lr is missing: multiply the step by lr (= {lr:g})": step / lr})
-    c = factor_of(step, got_step) if hint is None else None
-    if c is not None:
-        hint = f"the step is {c:.4g} × lr·(σ(z) − y)·val: use the lr passed in ({lr:g})"
-    hint = hint or diff + "; is it σ(z) − y with z = θ[idx]·val, times val and lr?"
-    fail(f"after one update: θ[idx] moved by {np.round(-got_step, 6).tolist()}, expected "
-         f"{np.round(-step, 6).tolist()} — {hint} [{case}].")
+            lr * (_sigmoid(float(theta.sum())) - y) * val,
+        f"lr is missing: multiply the step by lr (= {lr:g})": step / lr}) or (
+        f"the step is {c:.4g} × lr·(σ(z) − y)·val: use the lr passed in ({lr:g})"
+        if c is not None else diff + "; is it σ(z) − y with z = θ[idx]·val, times val and lr?")
 
 
 # ------------------------------------------------------------------ task 2: the worker loop
 
 class _Trail:
-    """What a worker did to θ and to the lock: acquisitions, and accesses outside it."""
+    """The lock the worker gets in this process, and what the worker did to θ and to it: it
+    counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
 
     def __init__(self) -> None:
         self.held, self.taken, self.reads, self.writes = False, 0, 0, 0
@@ -123,25 +120,18 @@ class _Trail:
         if not self.held:
             self.outside.append(what)
 
-
-class _TrailLock:
-    """The lock the worker gets in this process: it counts and knows when it is held."""
-
-    def __init__(self, trail: _Trail):
-        self.trail = trail
-
     def acquire(self, *args: object, **kwargs: object) -> bool:
-        if not self.trail._lock.acquire(timeout=2):
+        if not self._lock.acquire(timeout=2):
             raise TimeoutError("the lock was still held after 2 s: release it after each "
                                "update (`with lock:` does that for you)")
-        self.trail.held, self.trail.taken = True, self.trail.taken + 1
+        self.held, self.taken = True, self.taken + 1
         return True
 
     def release(self) -> None:
-        self.trail.held = False
-        self.trail._lock.release()
+        self.held = False
+        self._lock.release()
 
-    def __enter__(self) -> "_TrailLock":
+    def __enter__(self) -> "_Trail":
         self.acquire()
         return self
 
@@ -194,68 +184,73 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     lock unless ``locked``, and then holding it around each whole update (read θ, compute,
     write)."""
     from ddl_lab.hogwild.engine import sparse_problem
-    name = getattr(my_hogwild_worker, "__name__", "my_hogwild_worker")
-    for case in Trial("hogwild_worker", my_hogwild_worker, seed, [{"locked": False},
-                                                                  {"locked": True}]):
+    trial = Trial("hogwild_worker", my_hogwild_worker, seed, [{"locked": False}, {"locked": True}],
+                  name="my_hogwild_worker")
+    name = trial.name
+    for case in trial:
         rng = case.rng
         problem = sparse_problem(m=300, d=int(rng.integers(30, 120)),
                                  nnz=int(rng.integers(2, 8)), lr=0.1, seed=int(rng.integers(99)))
         case.params.update(d=problem.d, lr=round(float(rng.uniform(0.2, 0.8)), 3))
         rows = rng.permutation(len(problem))[:int(rng.integers(40, 90))]
-        run_beside(_traced_run, my_hogwild_worker, name, problem, rows, case)
-    start, runs = _on_processes(my_hogwild_worker, name)
-    passed("hogwild_worker", "one update per row in order with the given lr; lock-free never "
-           "takes the lock, locked holds it around each whole update (observed read by "
-           f"read); on {PROCESSES} processes sharing θ, locked took the lock once per update and "
-           f"lock-free trained the shared θ (loss {start:.3f} → {runs[False]:.3f})")
+        locked, lr = case.params["locked"], case.params["lr"]
+        theta0 = rng.normal(size=problem.d) * 0.1
+        got, counted, changed = run_beside(_traced, trial.fn, name, theta0, problem, rows,
+                                           lr, locked)
+        trail = SimpleNamespace(**counted)
+        want = _serial(problem, theta0, rows, lr)
+        judge(changed, case)
+        if np.array_equal(got, theta0):
+            fail(f"after {name}(theta, problem, rows, ...) theta is unchanged: the loop must "
+                 f"update the `theta` it is given — the shared vector, not a copy. "
+                 f"{_COPY_HINT} [{case}]")
+        rtol = tolerance(problem.val, problem.y)      # float32 data: float32 steps are fair
+        if diff := differs(want, got, rtol=rtol):
+            hint = explain(got, rtol=rtol, mistakes={
+                f" — that is SGD with problem.lr ({problem.lr:g}): use the lr argument "
+                f"({lr:g})": _serial(problem, theta0, rows, problem.lr),
+                " — that is SGD over the rows in sorted order: keep the order of `rows`":
+                    _serial(problem, theta0, np.sort(rows), lr),
+                " — that is SGD over examples 0, 1, 2, …: use the example numbers in `rows` "
+                "(problem.idx[i] for i in rows)":
+                    _serial(problem, theta0, np.arange(len(rows)), lr),
+            }) or ". Apply one update per row, in the order of `rows`, with the given lr"
+            fail(f"{'locked' if locked else 'lock-free'}: θ after one pass differs from plain "
+                 f"SGD over the same rows in the same order: {diff}{hint} [{case}].")
+        if not locked and trail.taken:
+            fail(f"lock-free mode (locked=False): {name} took the lock {trail.taken:,} times "
+                 f"during {len(rows):,} updates. Hogwild! never locks: the workers write the "
+                 f"shared θ at the same time, and that is the point [{case}].")
+        if locked and trail.taken != len(rows):
+            fail(f"locked=True: the lock was taken {trail.taken:,} times for {len(rows):,} "
+                 "updates. The locked baseline holds it around each update (read θ, compute, "
+                 f"write) — once per row, so the other workers can take turns [{case}].")
+        if locked and trail.outside:
+            fail(f"locked=True: {trail.outside.count('read')} of {trail.reads} reads and "
+                 f"{trail.outside.count('write')} of {trail.writes} writes of θ happened while "
+                 f"the lock was NOT held ({'reads' if 'read' in trail.outside else 'writes'} "
+                 "outside it): hold the lock around the whole update — the read of θ[idx] for "
+                 "z, the step, and the write — or another worker can change θ[idx] between "
+                 f"your read and your write [{case}].")
+    start, runs = _on_processes(my_hogwild_worker)
+    trial.passed("one update per row in order with the given lr; lock-free never takes the "
+                 "lock, locked holds it around each whole update (observed read by read); on "
+                 f"{PROCESSES} processes sharing θ, locked took the lock once per update and "
+                 f"lock-free trained the shared θ (loss {start:.3f} → {runs[False]:.3f})")
 
 
-def _traced_run(fn: Callable, name: str, problem: "Problem", rows: np.ndarray, case: Any) -> None:
-    locked, lr = case.params["locked"], case.params["lr"]
-    theta0 = case.rng.normal(size=problem.d) * 0.1
-    trail = _Trail()
-    theta = theta0.copy().view(_TrailTheta)
+def _traced(fn: Callable, name: str, theta0: np.ndarray, problem: "Problem", rows: np.ndarray,
+            lr: float, locked: bool) -> tuple[np.ndarray, dict, str | None]:
+    """Where the learner's code runs (``run_beside``): its loop on a θ and a lock that note
+    every access; θ after it, what the trail counted, and what it changed of its inputs."""
+    theta, trail, inputs = theta0.copy().view(_TrailTheta), _Trail(), Snapshot(rows=rows)
     theta.trail = trail
-    inputs = Snapshot(rows=rows)
-    call_local(fn, theta, problem, rows, lr, _TrailLock(trail), locked)
-    got, want = np.asarray(theta), _serial(problem, theta0, rows, lr)
-    judge(inputs.changed(name), case)
-    if np.array_equal(got, theta0):
-        fail(f"after {name}(theta, problem, rows, ...) theta is unchanged: the loop must "
-             f"update the `theta` it is given — the shared vector, not a copy. {_COPY_HINT} "
-             f"[{case}]")
-    rtol = tolerance(problem.val, problem.y)          # float32 data: float32 steps are fair
-    diff = differs(want, got, rtol=rtol)
-    if diff is not None:
-        hint = explain(got, rtol=rtol, mistakes={
-            f" — that is SGD with problem.lr ({problem.lr:g}): use the lr argument ({lr:g})":
-                _serial(problem, theta0, rows, problem.lr),
-            " — that is SGD over the rows in sorted order: keep the order of `rows`":
-                _serial(problem, theta0, np.sort(rows), lr),
-            " — that is SGD over examples 0, 1, 2, …: use the example numbers in `rows` "
-            "(problem.idx[i] for i in rows)": _serial(problem, theta0, np.arange(len(rows)), lr),
-        })
-        hint = hint or ". Apply one update per row, in the order of `rows`, with the given lr"
-        fail(f"{'locked' if locked else 'lock-free'}: θ after one pass differs from plain SGD "
-             f"over the same rows in the same order: {diff}{hint} [{case}].")
-    if not locked and trail.taken:
-        fail(f"lock-free mode (locked=False): {name} took the lock {trail.taken:,} times "
-             f"during {len(rows):,} updates. Hogwild! never locks: the workers write the "
-             f"shared θ at the same time, and that is the point [{case}].")
-    if locked and trail.taken != len(rows):
-        fail(f"locked=True: the lock was taken {trail.taken:,} times for {len(rows):,} "
-             "updates. The locked baseline holds it around each update (read θ, compute, "
-             f"write) — once per row, so the other workers can take turns [{case}].")
-    if locked and trail.outside:
-        what = ("reads" if "read" in trail.outside else "writes")
-        fail(f"locked=True: {trail.outside.count('read')} of {trail.reads} reads and "
-             f"{trail.outside.count('write')} of {trail.writes} writes of θ happened while "
-             f"the lock was NOT held ({what} outside it): hold the lock around the whole "
-             "update — the read of θ[idx] for z, the step, and the write — or another worker "
-             f"can change θ[idx] between your read and your write [{case}].")
+    call_local(fn, theta, problem, rows, lr, trail, locked)
+    counted = {k: getattr(trail, k) for k in ("taken", "reads", "writes", "outside")}
+    return np.asarray(theta).copy(), counted, inputs.changed(name)
 
 
-def _on_processes(fn: Callable, name: str) -> tuple[float, dict[bool, float]]:
+def _on_processes(fn: Callable) -> tuple[float, dict[bool, float]]:
     """Lock-free and locked runs on the warm workers sharing θ and a file lock; returns
     the start loss and each run's final loss."""
     from ddl_lab.hogwild.engine import sparse_problem
@@ -329,15 +324,16 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
     of examples that use feature j — returns how many coordinates an in-flight update expects
     to share with the other workers − 1 in-flight updates, on independent examples:
     (workers − 1)·Σ_j freq[j]²."""
-    fn, name = my_expected_overlap, name_of(my_expected_overlap, "my_expected_overlap")
     fixed = [{"freq": "uniform", "d": 1000, "nnz": 10, "workers": 2},
              {"freq": "lesson", "d": 1000, "nnz": 10, "workers": 4},
              {"freq": "uniform", "d": 100, "nnz": 5, "workers": 1},
              {"freq": "skewed", "d": 50, "nnz": 8, "workers": 8}]
-    trial = Trial("expected_overlap", my_expected_overlap, seed, fixed, draws=3, draw=_overlap_case)
+    trial = Trial("expected_overlap", my_expected_overlap, seed, fixed, draws=3,
+                  draw=_overlap_case, name="my_expected_overlap")
+    name = trial.name
     for case in trial:
         freq, w = _frequencies(case), case.params["workers"]
-        got = call_local(fn, freq.copy(), w)
+        got = trial.call(case, freq.copy(), w)
         value = as_array(got)
         if value is None or value.size != 1 or not np.isfinite(value).all():
             fail((returned_none(got, name, "the expected number of shared coordinates") or
@@ -346,9 +342,9 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
         if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
             fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
                  f"{want:.6g} — {_overlap_fault(x, freq, w)} [{case}].")
-    passed("expected_overlap", f"on {len(trial)} cases (uniform, skewed and the lesson's "
-           "frequencies, 1–16 workers): (workers − 1)·Σ f_j² shared coordinates — a "
-           "coordinate is in two independent updates with probability f_j²")
+    trial.passed(f"on {len(trial)} cases (uniform, skewed and the lesson's frequencies, 1–16 "
+                 "workers): (workers − 1)·Σ f_j² shared coordinates — a coordinate is in two "
+                 "independent updates with probability f_j²")
 
 
 def _overlap_fault(got: float, freq: np.ndarray, w: int) -> str:
@@ -445,16 +441,6 @@ def _paper_budget(rng: np.random.Generator, tight: bool) -> dict[str, Any]:
             "max_workers": w}
 
 
-def _plan_budgets(seed: int) -> list[Case]:
-    """The prompt's budgets, one drawn for a real run, four drawn for their arithmetic."""
-    prompt = {"examples": PLAN_EXAMPLES, "max_updates_per_worker": PLAN_BUDGET,
-              "max_workers": PROCESSES}
-    kinds = iter([_real_budget, lambda r: _paper_budget(r, True),
-                  lambda r: _paper_budget(r, False), lambda r: _paper_budget(r, True),
-                  lambda r: _paper_budget(r, False)])
-    return list(Cases("hogwild_plan", seed, [prompt], draws=5, draw=lambda r: next(kinds)(r)))
-
-
 @task("hogwild")
 def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     """Lesson 03, task 4: ``my_hogwild_plan(examples, max_updates_per_worker, max_workers)``
@@ -464,18 +450,20 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     workers) and one drawn budget, run for real; and no worker over its budget of updates,
     no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
     20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
-    fn, name = my_hogwild_plan, name_of(my_hogwild_plan, "my_hogwild_plan")
-    cases, real = _plan_budgets(seed), 2          # the first two run for real
-    plans: list[tuple[int, int, float]] = []
-    reports = []
-    for k, case in enumerate(cases):
+    kinds = iter([_real_budget] + [functools.partial(_paper_budget, tight=tight)
+                                   for tight in (True, False, True, False)])
+    prompt = {"examples": PLAN_EXAMPLES, "max_updates_per_worker": PLAN_BUDGET,
+              "max_workers": PROCESSES}       # then one drawn budget run for real, four on paper
+    trial = Trial("hogwild_plan", my_hogwild_plan, seed, [prompt], draws=5,
+                  draw=lambda rng: next(kinds)(rng), name="my_hogwild_plan", plan=True)
+    real, plans, reports = 2, [], []          # the first two run for real
+    for case in trial:
         p = case.params
         args = (p["examples"], p["max_updates_per_worker"], p["max_workers"])
         where = (f"examples = {args[0]:,}, max_updates_per_worker = {args[1]:,}, "
                  f"max_workers = {args[2]}")
-        out = call_local(fn, *args) if k == 0 else answers.plan_call(fn, args, name, where)
-        plans.append(_valid_plan(name, out, case, plans))
-        if k >= real:
+        plans.append(_valid_plan(trial.name, trial.call(case, *args, where=where), case, plans))
+        if case.index >= real:
             continue
         workers, epochs, lr = plans[-1]
         seeds = [s + 10 * seed for s in PLAN_SEEDS]
@@ -487,8 +475,8 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
             fail(f"{what}, target ≤ {PLAN_TARGET} — {_plan_fault(epochs, lr)}."
                  f"{answers.same_for_all(plans)} [{case}]")
         reports.append(f"{what} (each worker ≤ {p['max_updates_per_worker']:,} updates)")
-    passed("hogwild_plan", "lock-free on real processes sharing θ — " + "; ".join(reports)
-           + f"; within the budgets of {len(cases) - real} more drawn far from the prompt's")
+    trial.passed("lock-free on real processes sharing θ — " + "; ".join(reports)
+                 + f"; within the budgets of {len(trial) - real} more drawn far from the prompt's")
 
 
 def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, int, float]:

@@ -16,28 +16,13 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_in_world, task
-from ._diagnose import Case, describe_value, differs, explain, returned_none
+from ._core import fail, run_in_world, task
+from ._diagnose import Case, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 
 STEPS = 3
-_FIXED = [
-    {"n": 2, "length": 10, "dtype": "float32", "optimizer": "adam"},
-    {"n": 3, "length": 1000, "dtype": "float32", "optimizer": "adam"},     # memory, bytes
-    {"n": 4, "length": 4099, "dtype": "float32", "optimizer": "momentum"},  # a prime
-    {"n": 5, "length": 3, "dtype": "float64", "optimizer": "adam"},        # fewer than n
-    {"n": 5, "length": 2003, "dtype": "float64", "optimizer": "momentum"},
-]
-
-
-def _draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice([7, 97, 1009, 1543, 2048])),
-            "dtype": str(rng.choice(["float32", "float64"])),
-            "optimizer": str(rng.choice(["adam", "momentum"]))}
-
-
 def _hyper(case: Case) -> dict[str, float]:
     if case.params["optimizer"] == "adam":
         return {"lr": float(case.rng.choice([1e-3, 1e-2, 0.05])),
@@ -144,8 +129,16 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
     1/n of the vector — only), the optimizer (``make_optimizer([tensors])``) on that chunk
     alone, all-gather the chunks into ``param`` (in place). ``state``: a dict kept
     between steps on this rank — it may hold 1/n of the optimizer state."""
-    trial = Trial("zero2_step", my_zero2_step, seed, _FIXED, draws=2, draw=_draw,
-                  timeout=timeout)
+    trial = Trial("zero2_step", my_zero2_step, seed, [
+        {"n": 2, "length": 10, "dtype": "float32", "optimizer": "adam"},
+        {"n": 3, "length": 1000, "dtype": "float32", "optimizer": "adam"},     # memory, bytes
+        {"n": 4, "length": 4099, "dtype": "float32", "optimizer": "momentum"},  # a prime
+        {"n": 5, "length": 3, "dtype": "float64", "optimizer": "adam"},        # fewer than n
+        {"n": 5, "length": 2003, "dtype": "float64", "optimizer": "momentum"}], draws=2,
+        draw=lambda rng: {
+            "n": int(rng.integers(2, 6)), "length": int(rng.choice([7, 97, 1009, 1543, 2048])),
+            "dtype": str(rng.choice(["float32", "float64"])),
+            "optimizer": str(rng.choice(["adam", "momentum"]))}, timeout=timeout)
     name, seeds = trial.name, [int(c.rng.integers(1 << 30)) for c in trial]
     hypers = [_hyper(c) for c in trial]
     outcomes = trial.run(_run_case, [
@@ -157,13 +150,12 @@ def zero2_step(my_zero2_step: Callable, seed: int = 0, timeout: float = 60.0) ->
             fail(outcome.failure.message(name, case.params["n"]) + f" ({_where(case)})")
         _judge(outcome.results, name, case, hyper, data_seed)
         if case.params["length"] >= 1000:
-            n, esize = case.params["n"], 4 if case.params["dtype"] == "float32" else 8
-            S = case.params["length"] * esize
+            S, n = case.params["length"] * np.dtype(case.params["dtype"]).itemsize, case.params["n"]
             shown.append(f"{n} ranks: {max(g['sent'] for g in outcome.results) / S:.2f}·S sent, "
                          f"{max(g['kept'] for g in outcome.results) / S:.2f}·S kept")
-    passed("zero2_step", f"{len(trial)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, "
-           f"Adam and momentum): every rank equals DDP with the same optimizer; per step and "
-           f"rank {'; '.join(shown)}")
+    trial.passed(f"{len(trial)} cases × {STEPS} steps (2–5 ranks, lengths 3 to 4,099, Adam and "
+                 f"momentum): every rank equals DDP with the same optimizer; per step and rank "
+                 f"{'; '.join(shown)}")
 
 
 def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) -> None:
@@ -178,7 +170,6 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
              f"(dist.{reduce_scatter_single.__name__}, or the ring's share-reduce phase), step "
              "on the chunk, then all-gather the parameters.")
     want = _reference(length, n, dtype, kind, hyper, data_seed)
-    sizes = [a.numel() for a in _split(length, n)]
     for rank, g in enumerate(got):
         diff = differs(want, g["param"])
         if diff is None:
@@ -189,8 +180,7 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
             "no step was taken: param must be updated in place (param.copy_(…), or a "
             "view of it given to the optimizer)": _data(length, n, dtype, data_seed)[0]
             .double().numpy()})
-        lo = sum(sizes[:rank])
-        hi = lo + sizes[rank]
+        lo, hi = (r * (length // n) + min(r, length % n) for r in (rank, rank + 1))  # its chunk
         if hint is None and differs(want[lo:hi], g["param"][lo:hi]) is None:
             hint = ("this rank's own chunk is right but the other chunks are not: after the "
                     "step every rank must all-gather the updated chunks into param")
@@ -223,11 +213,6 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
                 " Keep only this rank's chunk (and its optimizer) in state."))
 
 
-def _split(length: int, n: int) -> list:
-    import torch
-    return list(torch.zeros(length).tensor_split(n))
-
-
 # ------------------------------------------------------------------ bytes per rank
 
 _LOW = ("bf16", "fp16")
@@ -246,12 +231,6 @@ def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
     return sum(b * P / (n if k in shard else 1) for k, b in parts.items())
 
 
-def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(10 ** rng.uniform(5, 10.5)), "ranks": int(rng.choice([2, 3, 8, 64, 1000])),
-            "stage": int(rng.integers(0, 4)), "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
-            "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))}
-
-
 @task("memory")
 def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     """Lesson 10, task 2 (reasoning): ``my_zero_bytes(params, ranks, stage, precision,
@@ -259,22 +238,24 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
     'sgd', 'momentum' or 'adam'."""
-    name = getattr(my_zero_bytes, "__name__", "your function")
     trial = Trial("zero_bytes", my_zero_bytes, seed, [
-        {"params": 7_500_000_000, "ranks": 64, "stage": 0, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 1, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 2, "precision": "bf16", "optimizer": "adam"},
-        {"params": 7_500_000_000, "ranks": 64, "stage": 3, "precision": "bf16", "optimizer": "adam"},
+        *({"params": 7_500_000_000, "ranks": 64, "stage": stage, "precision": "bf16",
+           "optimizer": "adam"} for stage in range(4)),
         {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
         {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"}],
-        draws=10, draw=_bytes_draw)
+        draws=10, draw=lambda rng: {
+            "params": int(10 ** rng.uniform(5, 10.5)),
+            "ranks": int(rng.choice([2, 3, 8, 64, 1000])), "stage": int(rng.integers(0, 4)),
+            "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
+            "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
+    name = trial.name
     for case in trial:
         p = case.params
         P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
                                                  "optimizer"))
         call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
-        got = call_local(my_zero_bytes, P, n, stage, prec, opt)
+        got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
             fail(returned_none(got, name, "the bytes per rank as a number") or
@@ -297,10 +278,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
              _bytes(P, n, 0, prec, opt) if stage else None),
             ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
              "the gradients too, stage 3 the parameters too",
-             _bytes(P, n, stage + 1, prec, opt) if stage < 3 else None),
-            ("the stages are off by one: stage 1 shards the optimizer state only, stage 2 "
-             "the gradients too, stage 3 the parameters too",
-             _bytes(P, n, stage - 1, prec, opt) if stage else None),
+             lambda v: any(same(_bytes(P, n, s, prec, opt), v) for s in (stage + 1, stage - 1)
+                           if 0 <= s <= 3)),
             ("that is bytes per parameter, not per rank: multiply by the parameters",
              _bytes(P, n, stage, prec, opt) / P),
             ("the state per parameter is off: SGD keeps none, momentum one fp32 value "
@@ -309,9 +288,9 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
                            for o in ("sgd", "momentum", "adam") if o != opt))])
         fail(f"{call} returned {value:,.6g}, expected {want:,.6g} ({case})"
              + (f": {hint}." if hint else "."))
-    passed("zero_bytes", f"{len(trial)} configurations (stages 0–3, fp32 and mixed precision, "
-           "SGD, momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
-           "accounting")
+    trial.passed(f"{len(trial)} configurations (stages 0–3, fp32 and mixed precision, SGD, "
+                 "momentum and Adam, up to 30 G parameters on up to 1,000 ranks) match ZeRO's "
+                 "accounting")
 
 
 # ------------------------------------------------------------------ task 3 (design): a plan
@@ -443,8 +422,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     gradients, optimizer state, activations) or sends more than ``max_sent`` bytes a step,
     and the loss stays within 2 % of fp32 data parallelism's. Three plans run on real
     workers (the fixed models and one drawn); the others are judged by the accounting."""
-    name = getattr(my_memory_plan, "__name__", "your function")
     trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6, draw=_draws())
+    name = trial.name
     plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
                                        str(c), c.index >= len(FIXED)), name, c)
              for c in trial]
@@ -464,8 +443,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "
                     f"budget, sent {sent / p['max_sent']:.0%} of its limit")
-    passed("memory_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - len(done)} "
-           "more budgets (up to 64 ranks, a billion parameters) met by the accounting")
+    trial.passed(f"on real workers — {'; '.join(done)}; and {len(trial) - len(done)} more "
+                 "budgets (up to 64 ranks, a billion parameters) met by the accounting")
 
 
 def _judge_plan(name: str, case: Case, plan: tuple[int, str, bool], kept: float, sent: float,

@@ -1,10 +1,7 @@
-"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks;
-the darts each rank throws for a Monte Carlo π of a given standard error; a plan of workers ×
-darts that lands within a tolerance of π in most runs.
-
-Tasks 1 and 2 run on worlds of 4 ranks (the lesson's) and then 3, so a hard-coded world size
-shows, and task 4 its plans on worlds of 1–4 ranks, all carved out of the checks' one warm
-cluster (``runtime.worlds``); a timeout says where each rank of the world waited."""
+"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks
+(both on worlds of 4 ranks, then 3, so that a hard-coded world size shows); the darts each
+rank throws for a Monte Carlo π of a given standard error; a plan of workers × darts that
+lands within a tolerance of π in most runs (on worlds of 1–4 ranks)."""
 from __future__ import annotations
 
 import math
@@ -14,7 +11,7 @@ from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
 from . import _core
-from ._core import call_local, fail, failed_on_workers, judge, passed, run_cases, task
+from ._core import fail, failed_on_workers, judge, passed, run_cases, task
 from ._diagnose import describe_value, only_right_for, returned_none
 from ._trial import Trial
 
@@ -23,11 +20,15 @@ __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
 WORLD_SIZES = (4, 3)
 
 
-def _not_an_int(name: str, n: int, r: int, value: Any) -> str:
-    what = ("None: the function has no `return`" if value is None else
-            f"{value!r:.40} ({type(value).__name__})")
-    return (f"{name} on rank {r} of {n} returned {what}; return the value as a plain int, "
-            "e.g. `return dist.get_rank()` or `int(t.item())`.")
+def _ints(name: str, n: int, got: list) -> list[int]:
+    """The ranks' answers as ints, or the check fails naming the first that is not one."""
+    for r, value in enumerate(got):
+        if answers.whole(value) is None:
+            what = ("None: the function has no `return`" if value is None else
+                    f"{value!r:.40} ({type(value).__name__})")
+            fail(f"{name} on rank {r} of {n} returned {what}; return the value as a plain int, "
+                 "e.g. `return dist.get_rank()` or `int(t.item())`.")
+    return [answers.whole(v) for v in got]
 
 
 def _on_worlds(body: Callable, fn: Callable, sizes: tuple[int, ...], *args: Any):
@@ -51,10 +52,7 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     name, right = getattr(my_rank, "__name__", "my_rank"), []
     for n, got in _on_worlds(my_rank, my_rank, world_sizes):
-        for r, value in enumerate(got):
-            if answers.whole(value) is None:
-                fail(_not_an_int(name, n, r, value))
-        values = [answers.whole(v) for v in got]
+        values = _ints(name, n, got)
         if values == list(range(n)):
             right.append(f"{n} ranks")
             continue
@@ -94,12 +92,8 @@ def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
     name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
     for n, out in _on_worlds(_spied_sum_of_ranks, my_sum_of_ranks, world_sizes, my_sum_of_ranks):
         want = n * (n - 1) // 2         # the sums first, at every size; then the calls
-        got, calls = [v for v, _ in out], [c for _, c in out]
+        values, calls = _ints(name, n, [v for v, _ in out]), [c for _, c in out]
         runs.append((n, calls))
-        for r, value in enumerate(got):
-            if answers.whole(value) is None:
-                fail(_not_an_int(name, n, r, value))
-        values = [answers.whole(v) for v in got]
         if values != [want] * n:
             fail(f"with {n} ranks, the ranks returned {values}, expected 0+1+…+{n - 1} = "
                  f"{want} on every rank. " + _sum_hint(values, calls, n, right))
@@ -159,30 +153,22 @@ def _standard_error(total_darts: float) -> float:
     return math.sqrt(PI_VARIANCE / total_darts)
 
 
-def _as_count(value: Any) -> float | None:
-    """A finite real number (``answers.scalar``), else None."""
-    x = answers.scalar(value)
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _darts_case(rng: Any) -> dict[str, Any]:
-    return {"eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))}
-
-
 @task("welcome")
 def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0) -> None:
     """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
     ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
     √(π(4−π)/N) ≤ eps: ⌈π(4−π) / (workers·eps²)⌉ (one more is accepted)."""
-    name = getattr(my_darts_per_rank, "__name__", "my_darts_per_rank")
     fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
              {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
-    trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=_darts_case)
+    trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=lambda rng: {
+        "eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))},
+        name="my_darts_per_rank")
+    name = trial.name
     for case in trial:
         eps, w = case.params["eps"], case.params["workers"]
-        got = call_local(my_darts_per_rank, eps, w)
-        n = _as_count(got)
-        if n is None:
+        got = trial.call(case, eps, w)
+        n = answers.scalar(got)
+        if n is None or not math.isfinite(n):
             fail((returned_none(got, name, "the number of darts per rank") or
                   f"{name} returned {describe_value(got)}; return a number of darts (an int)")
                  + f" [{case}].")
@@ -192,8 +178,8 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
         fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
              f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
              f"{_darts_fault(n, need, w, eps)} [{case}].")
-    passed("darts_per_rank", f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 "
-           "workers): N = π(4−π)/eps² darts in all, shared by the ranks, rounded up")
+    trial.passed(f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 workers): "
+                 "N = π(4−π)/eps² darts in all, shared by the ranks, rounded up")
 
 
 def _darts_fault(n: float, need: float, workers: int, eps: float) -> str:
@@ -225,6 +211,7 @@ def _darts_fault(n: float, need: float, workers: int, eps: float) -> str:
 PI_WORKERS = 4          # the lesson's cluster: a plan may use 1–4 of its ranks
 PI_RUNS = 200           # seeded runs per case: seeds 0…199 of the lesson's monte_carlo_pi
 PI_SHARE = 0.8          # the fraction of runs that must land within tol
+PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1.44)
 
 
 def _pi_runs(darts: int, runs: int) -> list[float]:
@@ -251,7 +238,7 @@ def _pi_paper_case(rng: Any) -> dict[str, Any]:
 def _pi_limits(tol: float, spread: float) -> dict[str, Any]:
     """A case whose 90 % plan needs ``spread`` ranks' worth of darts: per_rank_max is
     1/spread of it, and the budget three times what 80 % needs."""
-    n90 = 1.6449 ** 2 * PI_VARIANCE / tol ** 2
+    n90 = _pi_total(tol)
     return {"tol": tol, "per_rank_max": int(round(n90 / spread, -2)),
             "budget": int(round(3 * 1.2816 ** 2 * PI_VARIANCE / tol ** 2, -3))}
 
@@ -262,11 +249,11 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
     darts)`` — 1–4 workers, at most per_rank_max darts each, at most budget in all — and the
     lesson's ``monte_carlo_pi``, run for real on that many ranks with seeds 0…199, lands
     within tol of π in at least 80 % of the runs."""
-    name = getattr(my_pi_plan, "__name__", "my_pi_plan")
     fixed = [_pi_limits(0.02, 2.0), _pi_limits(0.01, 2.5)]
     kinds = iter([_pi_case] + [_pi_paper_case] * 5)
     everything = Trial("pi_plan", my_pi_plan, seed, fixed, draws=6, name="my_pi_plan",
                        plan=True, draw=lambda rng: next(kinds)(rng), timeout=60.0)
+    name = everything.name
     cases, paper = everything[:3], everything[3:]   # three run for real, five judged on paper
     limits = [(c.params["tol"], c.params["per_rank_max"], c.params["budget"]) for c in everything]
     outs = [everything.call(c, *args, where=f"tol = {args[0]:g}, per_rank_max = {args[1]:,}, "
@@ -286,25 +273,16 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
             fail(_pi_short(name, w, d, within, tol, case))
         report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")
     for (w, d), case in zip(plans[len(cases):], paper):     # far from the real runs
-        _pi_predicted(name, w, d, case, same)
+        tol = case.params["tol"]
+        se, z, share = _normal(w * d, tol)
+        if share < PI_PREDICTED:
+            fail(f"{name} planned {w} × {d:,} = {w * d:,} darts for tol = {tol:g}: a standard "
+                 f"error of {se:.4g} = tol/{z:.2f}, so only about {100 * share:.0f} % of runs "
+                 f"land within tol (at least {PI_PREDICTED:.0%} needed; aim for 90 %, "
+                 f"tol/1.645).{same} [{case}]")
     passed("pi_plan", f"on real workers, seeds 0–{PI_RUNS - 1}: " + "; ".join(report)
            + f"; within the limits, and ≥ {PI_PREDICTED:.0%} of runs within tol by the normal "
            f"approximation, for {len(paper)} more drawn far from them (tol down to 0.002)")
-
-
-PI_PREDICTED = 0.85     # the share a plan judged on paper must promise (z ≥ 1.44)
-
-
-def _pi_predicted(name: str, w: int, d: int, case: Any, same: str) -> None:
-    """A plan judged by its arithmetic: the normal approximation's share of runs within tol."""
-    tol = case.params["tol"]
-    z = tol / _standard_error(w * d)
-    share = math.erf(z / math.sqrt(2))
-    if share < PI_PREDICTED:
-        fail(f"{name} planned {w} × {d:,} = {w * d:,} darts for tol = {tol:g}: a standard "
-             f"error of {_standard_error(w * d):.4g} = tol/{z:.2f}, so only about "
-             f"{100 * share:.0f} % of runs land within tol (at least {PI_PREDICTED:.0%} "
-             f"needed; aim for 90 %, tol/1.645).{same} [{case}]")
 
 
 def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int, int]:
@@ -339,6 +317,13 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
     return w, d
 
 
+def _normal(darts: int, tol: float) -> tuple[float, float, float]:
+    """The standard error of π from ``darts`` in all, tol in standard errors (z), and the
+    share of runs a normal estimate lands within tol."""
+    se = _standard_error(darts)
+    return se, tol / se, math.erf(tol / se / math.sqrt(2))
+
+
 def _pi_total(tol: float, z: float = 1.6449) -> float:
     """Darts in all for a standard error of tol/z (z = 1.645: 90 % of runs within tol)."""
     return z ** 2 * PI_VARIANCE / tol ** 2
@@ -346,9 +331,7 @@ def _pi_total(tol: float, z: float = 1.6449) -> float:
 
 def _pi_short(name: str, w: int, d: int, within: int, tol: float, case: Any) -> str:
     """The message for a plan whose runs landed within tol too rarely."""
-    se = _standard_error(w * d)
-    z = tol / se
-    share = math.erf(z / math.sqrt(2))
+    se, z, share = _normal(w * d, tol)
     hint = (" That is about the standard error you get from p(1 − p) without the factor "
             "16: the estimate is 4·hits/N, its variance π(4 − π)/N." if z < 0.45 else
             " A standard error equal to tol keeps only about 68 % of the runs within tol"
