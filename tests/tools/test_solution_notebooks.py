@@ -2,31 +2,30 @@
 to bottom without an error, and did every check it calls pass? One test per task names the
 task whose check failed.
 
-The notebook run is the exercise as a learner who solved it hands it in (exercises/ with the
-solution's code in every stub, ``pristine.solved``), in a fresh kernel started in exercises/
-with the grading record on (``DDL_LAB_GRADE_RECORD``, ``check/_record.py``). So the exercise's
-own cells (its imports, prompts and "try it" cells) run here too: an exercise that cannot run
-up to its first stub fails here. What only the exercise has, its stubs, is covered by each
-check's stub test and by the drift test (``test_notebooks.py``: exercises/ is what the
-generator makes of solutions/). Under ``make test`` the two xdist workers share the
-notebooks (root conftest.py groups this module's tests per notebook).
+The run is ``ddl-lab grade`` itself (tools/grading) on the exercise as a learner who solved it
+hands it in (exercises/ with the solution's code in every stub, ``pristine.solved``): the
+notebook runs in the sandbox (``--trust-learner-code`` where none can be made), and each
+check is judged in a judge that calls the solution's functions there and reads plain data
+back. So every check's way through the sandbox is proven on its solution, and the
+exercise's own cells (its imports, prompts and "try it" cells) run here too. What only the
+exercise has, its stubs, is covered by each check's stub test and by the drift test
+(``test_notebooks.py``). Under ``make test`` the two xdist workers share the notebooks
+(root conftest.py groups this module's tests per notebook).
 """
 from __future__ import annotations
 
 import functools
-import os
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from ddl_lab.check._record import ENV
 from ddl_lab.tools.grading.discover import load_exercise
-from ddl_lab.tools.grading.execute import read_jsonl
 from ddl_lab.tools.grading.pristine import first_line, solved
-from ddl_lab.tools.notebooks import ROOT, _quiet_output_widgets
+from ddl_lab.tools.notebooks import ROOT
 
 STEMS = sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 TASKS = [(stem, task) for stem in STEMS
@@ -37,37 +36,35 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 @dataclass
 class Ran:
-    """One solved exercise, run: the cells that raised (and their errors), the verdicts
-    recorded."""
+    """One solved exercise, graded: the cells that raised (and their errors), the verdicts."""
     errors: list[str]
     record: list[dict]
 
 
 @functools.cache
 def ran(stem: str) -> Ran:
-    """Run exercises/<stem> solved, every cell even after one raised, once per test process;
-    never raises."""
-    from nbclient import NotebookClient
-    nb = solved(ROOT, stem)
-    for cell in nb.cells:           # every cell must run: a check that fails is an error here
-        tags = cell.metadata.get("tags")
-        if tags and "raises-exception" in tags:
-            tags.remove("raises-exception")
-    _quiet_output_widgets()
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(ROOT / "exercises")}})
+    """Grade exercises/<stem> solved, once per test process; never raises."""
+    from ddl_lab.tools.grading import Limits, grade, sandbox
     with tempfile.TemporaryDirectory(prefix="ddl-lab-solution-") as tmp:
-        record = Path(tmp) / "record.jsonl"
+        subs, out = Path(tmp) / "submissions", Path(tmp) / "out"
+        subs.mkdir()
+        nbformat.write(solved(ROOT, stem), subs / "solution.ipynb")
+        limits = Limits(timeout=1800, cell_timeout=CELL_TIMEOUT, jobs=1,
+                        trust_learner_code=sandbox.why_not() is not None)
         try:
-            client.execute(env={**os.environ, ENV: str(record)})
-            errors = []
-        except Exception as e:      # no kernel, a dead kernel, a cell past its limit
-            errors = [f"the notebook could not be run to its end: {type(e).__name__}: {e}"]
+            row, = grade(subs, out, [stem[:2]], limits, progress=False)
+        except Exception as e:      # noqa: BLE001 — the grader itself failed
+            return Ran([f"the exercise could not be graded: {type(e).__name__}: {e}"], [])
+        executed = out / "executed" / f"solution--{stem}.ipynb"
+        nb = nbformat.read(executed, as_version=4) if executed.exists() else None
         errors = [f"cell {i} (`{first_line(c.source)}`) raised {o.get('ename')}: "
                   f"{o.get('evalue')}\n" + ANSI.sub("", "\n".join(o.get("traceback", [])[-3:]))
-                  for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
-                  if o.get("output_type") == "error"] + errors
-        return Ran(errors, read_jsonl(record))
+                  for i, c in enumerate(nb.cells if nb else []) for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        if nb is None:
+            errors.append("the notebook could not be run: " + "; ".join(row.notes))
+        return Ran(errors, [{"task": v.task, "passed": v.passed, "message": v.message}
+                            for v in row.verdicts])
 
 
 @pytest.mark.parametrize("stem", STEMS)

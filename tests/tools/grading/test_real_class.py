@@ -6,13 +6,17 @@ from ddl_lab.tools.grading import Limits, grade
 
 from .sample_class import GD, RING, RING_WITH_ALLREDUCE, replace_function, solved, tasks_of
 
+REFERENCE = '''def {}(theta, X, y):
+    from ddl_lab.check.gradient_descent import _reference_gradient
+    return _reference_gradient(theta, X, y)'''
 REAL = Limits(timeout=600, cell_timeout=120, jobs=2)    # real checks, on a busy machine too
 
 
 def test_a_real_class_end_to_end(tmp_path):
     """The course's own exercises and checks through the whole grader, one submission of
-    each, graded side by side: right answers earn every point, and a real check's verdict on
-    a wrong answer (a ring made of dist.all_reduce) reaches the gradebook."""
+    each, graded side by side: right answers earn every point, a real check's verdict on
+    a wrong answer (a ring made of dist.all_reduce) reaches the gradebook, and the check's
+    own reference is out of a learner's reach (the checks are not in the sandbox)."""
     subs = tmp_path / "submissions"
     subs.mkdir()
     nbformat.write(solved(GD), subs / "alice.ipynb")
@@ -20,6 +24,10 @@ def test_a_real_class_end_to_end(tmp_path):
     bob = solved(RING)
     replace_function(bob, ring[1][1], RING_WITH_ALLREDUCE.format(ring[1][1]))
     nbformat.write(bob, subs / "bob.ipynb")
+    gd = tasks_of(GD)
+    rita = solved(GD)                       # the check's own reference, imported plainly
+    replace_function(rita, gd[0][1], REFERENCE.format(gd[0][1]))
+    nbformat.write(rita, subs / "rita.ipynb")
     rows = {r.name: r for r in grade(subs, tmp_path / "out", ["01", "06"], REAL,
                                      progress=False)}
     alice = rows["alice"]
@@ -32,3 +40,7 @@ def test_a_real_class_end_to_end(tmp_path):
     failed = [f"{t}: {v.message}" for t, v in bob.items() if not v.passed]
     assert len(failed) == 1 and failed[0].startswith(f"{ring[1][0]}: "), failed
     assert "dist.all_reduce" in bob[ring[1][0]].message
+    rita = {v.task: v for v in rows["rita"].verdicts}
+    assert not rita[gd[0][0]].passed and "ModuleNotFoundError" in rita[gd[0][0]].message, \
+        rita[gd[0][0]].message                  # the checks are not in the sandbox
+    assert all(v.passed for t, v in rita.items() if t != gd[0][0])
