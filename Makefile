@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 REPO   ?=
 HUB    ?=
 
-.PHONY: setup lab lessons site exercises browser engines java lint test test-gpu bench clean
+.PHONY: setup lab lessons site exercises browser sandbox engines java lint test test-gpu bench clean
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,17 @@ browser:                        ## Debian's Chromium for tests/browser (Playwrig
 		     "Install it with: sudo apt-get install chromium (Debian/Ubuntu)"; \
 	fi
 
+sandbox:                        ## bubblewrap, the OS sandbox `ddl-lab grade` runs learner code in (Debian's, when root)
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing bubblewrap for ddl-lab grade's sandbox (apt-get)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+			|| echo "could not install bubblewrap: grading tests run without a sandbox"; \
+	else \
+		echo "no bubblewrap: ddl-lab grade will refuse to grade (its tests run unsandboxed)." \
+		     "Install it with: sudo apt-get install bubblewrap (Debian/Ubuntu)"; \
+	fi
+
 engines: $(VENV)/.engines java  ## Spark and Ray (lesson 04's RDD job, lesson 11's Options): optional
 
 $(VENV)/.engines: $(VENV)/.installed
@@ -69,7 +80,7 @@ java: setup                     ## a Java 17+ runtime for PySpark (Debian's head
 # faults, soak, scale, properties, bad input, loopback; DDL_SOAK_SCALE=20 soaks longer)
 # beside the site tests (tests/site: the website built from the lessons the main suite's
 # browser tests ran and saved into build/lessons/, then browsed — no lesson runs twice).
-test: setup engines | browser   ## the whole test suite: notebooks, browser, engines, site
+test: setup engines | browser sandbox   ## the whole test suite: notebooks, browser, engines, site
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
 	$(PY) -m pytest -n 2 --dist loadscope -m "reliability or site" --timeout=300 \

@@ -12,6 +12,7 @@ bubblewrap works unprivileged through user namespaces (and as root): Debian's pa
 """
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import shutil
@@ -46,6 +47,7 @@ class Box:
     memory_bytes: int = 8 << 30
 
 
+@functools.cache
 def why_not() -> str | None:
     """None if a sandbox can be made here, else why not and what to do."""
     bwrap = shutil.which("bwrap")

@@ -4,12 +4,13 @@ import nbformat
 
 from ddl_lab.tools.grading import Limits, grade
 
-from .sample_class import GD, RING, RING_WITH_ALLREDUCE, replace_function, solved, tasks_of
+from .sample_class import (GD, RING, RING_WITH_ALLREDUCE, UNSANDBOXED, replace_function, solved,
+                           tasks_of)
 
 REFERENCE = '''def {}(theta, X, y):
     from ddl_lab.check.gradient_descent import _reference_gradient
     return _reference_gradient(theta, X, y)'''
-REAL = Limits(timeout=600, cell_timeout=120, jobs=2)    # real checks, on a busy machine too
+REAL = Limits(timeout=600, cell_timeout=120, jobs=2, trust_learner_code=UNSANDBOXED)    # real checks, on a busy machine too
 
 
 def test_a_real_class_end_to_end(tmp_path):
@@ -41,6 +42,8 @@ def test_a_real_class_end_to_end(tmp_path):
     assert len(failed) == 1 and failed[0].startswith(f"{ring[1][0]}: "), failed
     assert "dist.all_reduce" in bob[ring[1][0]].message
     rita = {v.task: v for v in rows["rita"].verdicts}
+    if UNSANDBOXED:                             # without a sandbox the checks are in reach
+        return
     assert not rita[gd[0][0]].passed and "ModuleNotFoundError" in rita[gd[0][0]].message, \
         rita[gd[0][0]].message                  # the checks are not in the sandbox
     assert all(v.passed for t, v in rita.items() if t != gd[0][0])

@@ -24,10 +24,12 @@ from ddl_lab.tools import grading
 from ddl_lab.tools.grading import Limits, grade
 from ddl_lab.tools.grading.pristine import solved
 
-from .sample_class import add_cell_after, other_styles, replace_function
+from .sample_class import UNSANDBOXED, add_cell_after, other_styles, replace_function
 from .toy_course import JUSTIFIED, MODULE, NUMPY, WORKERS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(UNSANDBOXED, reason="no sandbox can be made here (install "
+                                 "bubblewrap: make sandbox): the attacks need one")]
 GD, WELCOME = NUMPY, WORKERS            # the parts exercises 01 and 00 played
 SEED = 918273645
 ATTACKERS = ("jack", "una", "rita", "liam")   # one learner per kind of attack, in KINDS' order
