@@ -4,7 +4,8 @@
 forgeries do — the checks' and the grader's private modules, frames (``sys._getframe``,
 ``inspect`` on callers, ``f_back``), ``gc`` referrers, ``builtins``, a function's code or
 globals, assignments into imported modules (``dist.all_reduce = …``), ``setattr`` on
-them, exits, the grader's environment or ``/proc``. A flag is for the instructor to look
+them, exits, the grader's environment or ``/proc``, a module or a course name looked up by
+a name built at run time (``importlib.import_module``, ``__import__``, ``getattr``). A flag is for the instructor to look
 at; it costs no points.
 
 ``justifications(nb, ex)``: the text of each markdown cell tagged ``justification``
@@ -52,6 +53,22 @@ def _imported(tree: ast.AST) -> set[str]:
     return names
 
 
+def _course(tree: ast.AST) -> set[str]:
+    """The names the cell bound to the course's modules (``import ddl_lab.x as y`` …)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names
+                      if a.name.startswith("ddl_lab")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddl_lab"):
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "attr", getattr(node.value.func, "id", "")) in (
+                    "import_module", "__import__"):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
 def _root(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
@@ -91,8 +108,14 @@ def cell_flags(source: str, modules: set[str]) -> list[tuple[int, str]]:
                     else f"calls {owner}.{name}"
             if what:
                 found.append((line, what))
+            if name in ("import_module", "__import__", "getattr") and any(
+                    not isinstance(a, ast.Constant) for a in node.args[1 if name ==
+                                                                         "getattr" else 0:2]) \
+                    and (name != "getattr" or _root(node.args[0]) in _course(tree)):
+                found.append((line, f"looks a {'module' if name != 'getattr' else 'name'} up "
+                                    f"by a name built at run time ({name})"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.search(r"/proc/|DDL_LAB_GRADE|record\.jsonl|events\.jsonl|payload-\d",
+                and re.search(r"/proc/|DDL_LAB_GRADE|record\.jsonl|events\.jsonl|manifest-\d|link\.sock",
                                         node.value):
             found.append((line, f"names {node.value[:60]!r}"))
         elif isinstance(node, ast.ClassDef) and any(

@@ -145,10 +145,15 @@ import torch.distributed as dist
 dist.all_reduce = print
 f = sys._getframe(1).f_back
 gc.get_referrers(_record)
-open("/proc/1/environ").read()'''
+open("/proc/1/environ").read()
+import importlib
+package = importlib.import_module("ddl_" + "lab.welcome")
+answer = getattr(package, "sum_of" + "_ranks")'''
     said = " | ".join(what for _, what in cell_flags(forged, set()))
     for phrase in ("imports ddl_lab.check _record", "assigns dist.all_reduce",
-                   "sys._getframe", "f_back", "gc referrers", "'/proc/1/environ'"):
+                   "sys._getframe", "f_back", "gc referrers", "'/proc/1/environ'",
+                   "looks a module up by a name built at run time",
+                   "looks a name up by a name built at run time"):
         assert phrase in said, phrase
     assert cell_flags("import numpy as np\ntheta = np.zeros(3)\ntheta[0] = 1", set()) == []
 
