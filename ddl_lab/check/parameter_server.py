@@ -231,17 +231,19 @@ class _Restart:
 
     def replay(self, records: list[dict] | None = None, G: np.ndarray | None = None,
                tau: Callable[[dict], int] = lambda r: r["applied"] - r["read"],
-               inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               inside: bool = False, sgd: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """θ and G after ``records`` (default: those the checkpoint lacks) are applied with
-        Adagrad at the staleness-aware rate, from the checkpoint (or from ``G``)."""
+        Adagrad (or plain ``sgd``, G left as it is) at the staleness-aware rate, from the
+        checkpoint (or from ``G``)."""
         ckpt = self.checkpoint
         records = [r for r in self.log if r["applied"] >= ckpt["version"]] \
             if records is None else records
         theta = ckpt["theta"].astype(np.float64)
         G = (ckpt["G"] if G is None else G).astype(np.float64)
         for r in records:
-            theta, G = adagrad(theta, r["grad"].astype(np.float64), G,
-                               _rate(self.lr, tau(r)), self.eps, inside)
+            rate = _rate(self.lr, tau(r))
+            theta, G = (theta - rate * r["grad"], G) if sgd else adagrad(
+                theta, r["grad"].astype(np.float64), G, rate, self.eps, inside)
         return theta, G
 
     @property
@@ -298,15 +300,8 @@ def _restore_mistakes(r: _Restart) -> list[tuple[str, tuple[np.ndarray, np.ndarr
          "get the rate it got the first time, rate(lr, τ) with τ its staleness then (applied − "
          "read)", r.replay(tau=lambda x: 0)),
         ("the shard's rule is Adagrad (lesson 07 §1): G accumulates g², and each step is divided "
-         "by √G + eps", _sgd_replay(r, after)),
+         "by √G + eps", r.replay(after, sgd=True)),
     ]
-
-
-def _sgd_replay(r: _Restart, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    theta = r.checkpoint["theta"].astype(np.float64)
-    for x in records:
-        theta = theta - _rate(r.lr, x["applied"] - x["read"]) * x["grad"]
-    return theta, r.checkpoint["G"].astype(np.float64)
 
 
 def _restores(got: Any, state: tuple[np.ndarray, np.ndarray]) -> bool:
@@ -461,33 +456,23 @@ def _worst(s: int, n: int) -> int:
     return (n - 1) * (2 * s + 1)
 
 
-def _staleness_mistakes() -> dict[str, Callable[[int, int], float]]:
-    return {
-        "you let the other replicas start level with you: when your pull passes the gate they "
-        "may be as many as s clocks BEHIND you (the gate bounds the lead over the slowest), and "
-        "before you push they may run up to s + 1 clocks ahead — 2s + 1 pushes each, not s + 1":
-            lambda s, n: (n - 1) * (s + 1),
-        "one push short per replica: a replica exactly s clocks ahead of the slowest may still "
-        "pull (the gate holds only MORE than s) and then push, so each other replica gets 2s + 1 "
-        "pushes in, not 2s": lambda s, n: (n - 1) * 2 * s,
-        "count only the OTHER replicas' pushes: your own gradient is the one being applied, not "
-        "one it missed (n − 1 replicas, not n)": lambda s, n: n * (2 * s + 1),
-        "every one of the other n − 1 replicas can push that often while you compute, not just "
-        "one": lambda s, n: 2 * s + 1,
-        "the bound s counts clocks of one replica, but the staleness counts the updates of all "
-        "the other replicas: each of the n − 1 may push 2s + 1 times": lambda s, n: s,
-        "that is the bound on the lead, s clocks per other replica; they can start s behind and "
-        "end s + 1 ahead of your clock: 2s + 1 pushes each": lambda s, n: (n - 1) * s,
-    }
-
-
-_STALE_FIXED = [{"s": 0, "replicas": 1}, {"s": 0, "replicas": 2}, {"s": 0, "replicas": 4},
-                {"s": 1, "replicas": 2}, {"s": 2, "replicas": 3}, {"s": 3, "replicas": 4},
-                {"s": 5, "replicas": 2}]
-
-
-def _stale_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))}
+_STALENESS_MISTAKES: dict[str, Callable[[int, int], float]] = {
+    "you let the other replicas start level with you: when your pull passes the gate they "
+    "may be as many as s clocks BEHIND you (the gate bounds the lead over the slowest), and "
+    "before you push they may run up to s + 1 clocks ahead — 2s + 1 pushes each, not s + 1":
+        lambda s, n: (n - 1) * (s + 1),
+    "one push short per replica: a replica exactly s clocks ahead of the slowest may still "
+    "pull (the gate holds only MORE than s) and then push, so each other replica gets 2s + 1 "
+    "pushes in, not 2s": lambda s, n: (n - 1) * 2 * s,
+    "count only the OTHER replicas' pushes: your own gradient is the one being applied, not "
+    "one it missed (n − 1 replicas, not n)": lambda s, n: n * (2 * s + 1),
+    "every one of the other n − 1 replicas can push that often while you compute, not just "
+    "one": lambda s, n: 2 * s + 1,
+    "the bound s counts clocks of one replica, but the staleness counts the updates of all "
+    "the other replicas: each of the n − 1 may push 2s + 1 times": lambda s, n: s,
+    "that is the bound on the lead, s clocks per other replica; they can start s behind and "
+    "end s + 1 ahead of your clock: 2s + 1 pushes each": lambda s, n: (n - 1) * s,
+}
 
 
 def _worst_schedule(s: int, n: int, timeout: float) -> int:
@@ -521,23 +506,19 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
     (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
-    trial = Trial("worst_staleness", my_worst_staleness, seed, _STALE_FIXED, draws=4,
-                  draw=_stale_draw)
-    name = trial.name
-    got = []
-    for case in trial:
-        s, n = case.params["s"], case.params["replicas"]
-        got.append(answers.answer(trial.call(case, s, n),
-                                  answers.Whole(what="a whole number of updates"), name,
-                                  f"{name}({s}, {n})", case))
-    wrong = [(c, g) for c, g in zip(trial, got)
-             if g != _worst(c.params["s"], c.params["replicas"])]
+    trial = Trial("worst_staleness", my_worst_staleness, seed, [
+        {"s": s, "replicas": n} for s, n in ((0, 1), (0, 2), (0, 4), (1, 2), (2, 3), (3, 4),
+                                             (5, 2))], draws=4,
+        draw=lambda rng: {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))})
+    name, rule = trial.name, answers.Whole(what="a whole number of updates")
+    got = [answers.answer(trial.call(c, *c.params.values()), rule, name,
+                          f"{name}({c.params['s']}, {c.params['replicas']})", c) for c in trial]
+    wrong = [(c, g) for c, g in zip(trial, got) if g != _worst(*c.params.values())]
     if wrong:
         case, g = wrong[0]
         s, n = case.params["s"], case.params["replicas"]
-        hint = next((h for h, f in _staleness_mistakes().items()
-                     if all(f(c.params["s"], c.params["replicas"]) == v
-                            for c, v in zip(trial, got))), None)
+        hint = next((h for h, f in _STALENESS_MISTAKES.items()
+                     if all(f(*c.params.values()) == v for c, v in zip(trial, got))), None)
         fail(f"{name}(s={s}, replicas={n}) returned {g}, expected {_worst(s, n)}"
              + (f": {hint}." if hint else ".") + f" The worst schedule: replica 0 pushes {s} "
              f"time(s) alone and pulls at clock {s} (the others, at clock 0, are exactly s "

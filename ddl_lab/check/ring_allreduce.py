@@ -371,19 +371,21 @@ def _tree_rounds(n: int) -> int:
     return math.ceil(math.log2(n))
 
 
-def _solve(n: int, a: float, b: float, tree_lat: float, tree_bw: float, ring_lat: float,
-           ring_bw: float) -> float | None:
-    """S where tree_lat·α + tree_bw·S·β = ring_lat·α + ring_bw·S·β, if the tree's bandwidth
-    term is the larger (else None: the equation has no crossover of that shape)."""
-    if tree_bw <= ring_bw:
+def _solve(n: int, a: float, b: float, tree: float | None = None, ring_lat: float | None = None,
+           ring_bw: float | None = None) -> float | None:
+    """S where tree·(α + S·β) = ring_lat·α + ring_bw·S·β (by default the right terms), if
+    the tree's bandwidth term is the larger (else None: no crossover of that shape)."""
+    tree = 2 * _tree_rounds(n) if tree is None else tree
+    ring_lat = 2 * (n - 1) if ring_lat is None else ring_lat
+    ring_bw = 2 * (n - 1) / n if ring_bw is None else ring_bw
+    if tree <= ring_bw:
         return None
-    return (ring_lat - tree_lat) * a / ((tree_bw - ring_bw) * b)
+    return (ring_lat - tree) * a / ((tree - ring_bw) * b)
 
 
 def crossover(n: int, a: float, b: float) -> float:
     """Tree 2⌈log2 n⌉·(α + S·β) = ring 2(n−1)·α + 2(n−1)/n·S·β (0: the tree never wins)."""
-    L = _tree_rounds(n)
-    return max(_solve(n, a, b, 2 * L, 2 * L, 2 * (n - 1), 2 * (n - 1) / n), 0.0)
+    return max(_solve(n, a, b), 0.0)
 
 
 CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
@@ -392,11 +394,9 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "S where the two times meet": lambda n, a, b: 0.0 if n > 3 else None,
     "that is the crossover of a tree that only reduces: the tree allreduce reduces to the "
     "root and broadcasts back down, 2⌈log2 n⌉ rounds of α + S·β":
-        lambda n, a, b: _solve(n, a, b, _tree_rounds(n), _tree_rounds(n), 2 * (n - 1),
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, tree=_tree_rounds(n)),
     "the tree needs ⌈log2 n⌉ rounds each way — a whole number — not log2 n":
-        lambda n, a, b: _solve(n, a, b, 2 * math.log2(n), 2 * math.log2(n), 2 * (n - 1),
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, tree=2 * math.log2(n)),
     "α and β are swapped: α is paid per message, β per byte":
         lambda n, a, b: crossover(n, b, a),
     "that is the time at the crossover, in seconds: return the message size S, in bytes":
@@ -404,11 +404,9 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "that is the size in bits: return bytes (α + S·β with β in seconds per byte)":
         lambda n, a, b: 8 * crossover(n, a, b),
     "the ring's latency term is 2(n−1)·α — both phases pay α at each step":
-        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), n - 1,
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, ring_lat=n - 1),
     "the ring's bandwidth term is 2(n−1)/n·S·β — both phases send chunks":
-        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), 2 * (n - 1),
-                               (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, ring_bw=(n - 1) / n),
 }
 
 CROSSOVER_FIXED = [{"n": 4, "alpha": 5e-5, "beta": 1e-9}, {"n": 8, "alpha": 2e-5, "beta": 4e-10},
