@@ -15,7 +15,6 @@ from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 from ddl_lab.runtime.costs import message_time
 
 from . import _answers as answers
-from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from . import _core
 from ._core import fail, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
@@ -281,13 +280,6 @@ def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
 
 # ------------------------------------------------------------ task 4: PageRank
 
-def _pagerank_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
-            "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
-            "damping": round(float(rng.uniform(0.5, 0.95)), 3),
-            "supersteps": int(rng.integers(3, 6))}
-
-
 @task("message_passing", refuses=(_PKG, "_pagerank_vertex", "pregel_pagerank"))
 def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
@@ -297,7 +289,10 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
         {"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
         {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
         {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
-        _pagerank_case)
+        lambda rng: {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
+                     "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
+                     "damping": round(float(rng.uniform(0.5, 0.95)), 3),
+                     "supersteps": int(rng.integers(3, 6))})
     trial.passed(f"on {_each(trial, lambda case: _pagerank_one(trial, case))}, every superstep "
                  "matches power iteration on graphs of 17–39 pages with dangling pages, damping "
                  "0.6–0.9")
@@ -382,10 +377,16 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    trial = Trial("tree_gather_time", my_tree_gather_time, seed, TREE_FIXED, draws=5,
-                  draw=tree_draw)
-    formula_cases(trial, ("n", "nbytes", "alpha", "beta"),
-                  _tree_gather_seconds, TREE_MISTAKES, "the predicted seconds as a number",
+    trial = Trial("tree_gather_time", my_tree_gather_time, seed, [
+        dict(zip(("n", "nbytes", "alpha", "beta"), v)) for v in (
+            (8, 1_000_000, 1e-5, 1e-9), (5, 4096, 5e-5, 1e-9), (1, 1_000_000, 1e-5, 1e-9),
+            (6, 0, 2e-5, 1e-9), (13, 100_000, 0.0, 2e-9))], draws=5,
+        draw=lambda rng: {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
+                          "nbytes": int(10 ** rng.uniform(1, 8)),
+                          "alpha": float(10 ** rng.uniform(-6, -3)),
+                          "beta": float(10 ** rng.uniform(-11, -8))})
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"), _tree_gather_seconds,
+                  TREE_MISTAKES, "the predicted seconds as a number",
                   "count the rounds, and in each round the size of its longest message (how "
                   "many values its sender holds by then).")
     trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, S = 0 and α = 0 "
@@ -449,20 +450,16 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
             t, sent = chain_time(messages, a, b), len(messages)
         good, text = judge_pipeline(case, k, t, sent, header)
         if not good:
-            note = (f" — a machine the prompt does not show: {FUNCTION_OF_INPUTS}."
+            note = (f" — a machine the prompt does not show: {answers.FUNCTION_OF_INPUTS}."
                     if unseen else "")
-            fail(f"{call}: {text} ({case}){note}" + same_for_all(chosen, "number of pieces",
-                                                                  "machines"))
+            fail(f"{call}: {text} ({case}){note}"
+                 + answers.same_for_all(chosen, "number of pieces", "machines"))
         if not unseen:
             shown.append(text)
     trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt "
            f"does not show (3–64 ranks) — within {TARGET - 1:.0%} of the fastest "
            "chunking each time, the time modelled (α–β, not a clock) from the messages the "
            "real workers sent")
-
-
-TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
-MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
 
 
 # ------------------------------------------------------------------ the tree gather
@@ -513,28 +510,15 @@ TREE_MISTAKES: dict[str, Callable[..., float | None]] = {
 }
 
 
-def tree_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
-            "nbytes": int(10 ** rng.uniform(1, 8)),
-            "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
-
-
-TREE_FIXED = [{"n": 8, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
-              {"n": 5, "nbytes": 4096, "alpha": 5e-5, "beta": 1e-9},
-              {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
-              {"n": 6, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
-              {"n": 13, "nbytes": 100_000, "alpha": 0.0, "beta": 2e-9}]
-
-
 # ------------------------------------------------------------------ the pipelined chain
 
 PIPE_FIXED = [{"n": 4, "nbytes": 4_000_000, "alpha": 5e-5, "beta": 1e-9},
               {"n": 3, "nbytes": 262_144, "alpha": 2e-3, "beta": 1e-9},
               {"n": 4, "nbytes": 2_000_000, "alpha": 5e-6, "beta": 4e-10}]
-
-
 DRAWS = 5                # machines the prompt does not show, per call
 REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
+TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
+MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
 
 
 def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
