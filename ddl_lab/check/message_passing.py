@@ -1,8 +1,6 @@
-"""Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient, a Pregel superstep of PageRank, a binomial-tree gather and a pipelined chain
-broadcast (judged by their shape too), a tree gather's time and a broadcast's chunking. The
-learner's code runs on seeded cases on real workers that talk through the lesson's ``comm``
-(4 and 3 ranks, several roots); a failure quotes its case."""
+"""Checks for lesson 04 (message passing): gather, scatter, the parallel gradient, a Pregel
+PageRank superstep, a binomial-tree gather and a pipelined chain broadcast (their shapes judged
+too) on real workers talking through the lesson's ``comm``; a tree gather's time; chunking."""
 from __future__ import annotations
 
 import functools

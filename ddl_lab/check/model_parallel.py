@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -183,10 +182,13 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
     first case that went wrong (``explain_failure`` names a failed run's mistake from the
     logs, ``judge`` a finished run's from its results)."""
     name = getattr(fn, "__name__", "your function")
-    logdirs = [tempfile.mkdtemp(prefix="ddl_lab_p2p_") for _ in specs]
-    try:
-        outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
-                             fn=fn, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="ddl_lab_p2p_", ignore_cleanup_errors=True) as root:
+        logdirs = [tempfile.mkdtemp(dir=root) for _ in specs]
+        try:
+            outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
+                                 fn=fn, timeout=timeout)
+        except WorldFailed as e:
+            fail(e.failure.message(name, max(s["p"] for s in specs)))
         for o, spec, case, logdir in zip(outcomes, specs, cases, logdirs):
             f = o.failure
             if f is not None and f.kind == "stub":
@@ -198,11 +200,6 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
             if message := judge(o.results, spec, name):
                 fail(f"{message} ({case})")
-    except WorldFailed as e:
-        fail(e.failure.message(name, max(s["p"] for s in specs)))
-    finally:
-        for d in logdirs:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @task("model_parallel", refuses=(_PKG, "stage_step", "run_schedule", "pipeline_run", "hybrid_run"))
@@ -395,11 +392,19 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
 
 _SHARDED = {"one process": "", "ddp": "", "zero1": "s", "zero2": "sg", "fsdp": "sgp",
             "pipeline": "sgp"}       # which of state, gradients, parameters each scheme splits
+_MISSHARDED = {     # scheme → (what a learner making its named mistake splits, the mistake)
+    "ddp": ("sgp", "nothing is divided under DDP: every rank holds a whole replica of "
+                   "parameters, gradients and optimizer state"),
+    "zero1": ("sg", "you sharded the gradients too: ZeRO-1 shards only the optimizer state"),
+    "zero2": ("s", "ZeRO-2 shards the gradients as well as the optimizer state"),
+    "fsdp": ("sg", "FSDP (ZeRO-3) shards the parameters too, not only gradients and state"),
+    "pipeline": ("", "that is the whole model: a stage holds only its 1/n of the layers")}
 
 
-def _part(scheme: str, what: str, P: int, n: int, s: int) -> float:
-    """Bytes per rank of one component: p(arameters) and g(radients) 4 B, s(tate) s B each."""
-    return {"p": 4, "g": 4, "s": s}[what] * P / (n if what in _SHARDED[scheme] else 1)
+def _bytes(split: str, P: int, n: int, s: int, parts: str = "pgs") -> float:
+    """Bytes per rank of ``parts`` — p(arameters) and g(radients) 4 B, s(tate) s B each —
+    when those in ``split`` are divided over the n ranks."""
+    return sum({"p": 4, "g": 4, "s": s}[c] * P / (n if c in split else 1) for c in parts)
 
 
 @task("model_parallel")
@@ -418,26 +423,17 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
-            want = sum(_part(scheme, c, P, n, s) for c in "pgs")
+            want = _bytes(_SHARDED[scheme], P, n, s)
             if answers.scalar(got) is not None and (same(want, got) or
                                                     abs(answers.scalar(got) - want) <= 0.5):
                 continue                     # float32 at its own tolerance; ints within a byte
-            other = {"ddp": ("nothing is divided under DDP: every rank holds a whole replica "
-                             "of parameters, gradients and optimizer state", want / n),
-                     "zero1": ("you sharded the gradients too: ZeRO-1 shards only the optimizer "
-                               "state", _part("zero2", "g", P, n, s) + 4 * P + s * P / n),
-                     "zero2": ("ZeRO-2 shards the gradients as well as the optimizer state",
-                               8 * P + s * P / n),
-                     "fsdp": ("FSDP (ZeRO-3) shards the parameters too, not only gradients "
-                              "and state", 4 * P + (4 + s) * P / n),
-                     "pipeline": ("that is the whole model: a stage holds only its 1/n of the "
-                                  "layers", want * n)}.get(scheme, ("", None))
+            split, mistake = _MISSHARDED.get(scheme, (None, ""))
             hint = explain(got, {
-                other[0]: other[1],
+                mistake: None if split is None else _bytes(split, P, n, s),
                 f"the optimizer state is missing ({s} bytes per parameter)":
-                    want - _part(scheme, "s", P, n, s),
+                    _bytes(_SHARDED[scheme], P, n, s, "pg"),
                 "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
-                    want - _part(scheme, "g", P, n, s)})
+                    _bytes(_SHARDED[scheme], P, n, s, "ps")})
             fail(f"{name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
@@ -662,9 +658,6 @@ def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, f
     return slot_bubble(_ran(runs)), bubble_fraction(runs), held[worst], worst
 
 
-_KEYS = ("p", "batch", "max_bubble", "max_examples")
-
-
 @task("model_parallel")
 def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
                   seed: int = 0) -> None:
@@ -675,11 +668,10 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     by the schedules' arithmetic — the fixed ones and budgets drawn per call, far from them —
     and two (the first fixed, the first drawn) run on p real workers: the bubble counted in
     slots, the memory measured."""
-    name = getattr(my_pipeline_plan, "__name__", "your function")
     trial = Trial("pipeline_plan", my_pipeline_plan, seed, FIXED, draws=DRAWN, draw=_draws())
-    plans = [_choice(answers.plan_call(my_pipeline_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       str(c), c.index >= len(FIXED)), name, c)
-             for c in trial]
+    name = trial.name
+    plans = [_choice(answers.plan_call(my_pipeline_plan, c.params, name, str(c), trial.unseen(c)),
+                     name, c) for c in trial]
     for case, (schedule, m) in zip(trial, plans):
         p, batch = case.params["p"], case.params["batch"]
         slots = (p - 1) / (m + p - 1)            # slot_bubble of either schedule's orders
@@ -694,8 +686,8 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
         _judge(name, case, schedule, m, slots, clock, held, stage, plans)
         done.append(f"p={p}: {schedule} m={m}, bubble {slots:.2f} ({clock:.2f} on the clock), "
                     f"{held:.0f} ≤ {case.params['max_examples']} examples")
-    passed("pipeline_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - 2} more "
-           "budgets (up to 8 stages, batches up to 512) met by the schedules' arithmetic")
+    trial.passed(f"on real workers — {'; '.join(done)}; and {len(trial) - 2} more budgets (up "
+                 "to 8 stages, batches up to 512) met by the schedules' arithmetic")
 
 
 def _judge(name: str, case: Any, schedule: str, m: int, slots: float, clock: float | None,

@@ -1,8 +1,6 @@
 """Checks for lesson 02 (parallel models): a race-free threaded sum, a dynamic schedule's
-dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Verdicts
-never hang on scheduling luck: the sum's threads are made to meet (``Meeting``), the
-dispenser's lock scope is tested by pausing one caller inside it while another claims.
-"""
+dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Threads
+are made to meet (``Meeting``) and callers paused inside the lock: no verdict hangs on luck."""
 from __future__ import annotations
 
 import dis

@@ -1,9 +1,6 @@
 """Checks for lesson 06 (ring allreduce): the ring's α–β cost; the learner's ring and §7's
-recursive halving/doubling run on real gloo workers under the runtime's ``Wiretap`` (bytes
-sent, built-in collectives refused, each message's source and destination: a ring, a star or
-an all-to-all is named); the tree/ring crossover; DDP-style bucket sizes run with the lesson's
-hooks; and the choice of an allreduce algorithm.
-"""
+halving/doubling on real gloo workers under the ``Wiretap`` (bytes, refused collectives, the
+messages' shape named); the tree/ring crossover; bucket sizes; the choice of an algorithm."""
 from __future__ import annotations
 
 import math
@@ -49,12 +46,6 @@ _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {
 }
 
 
-def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 3, 5, 6, 7, 12, 13, 31, 64])),
-            "nbytes": int(10 ** rng.uniform(0, 9.5)),
-            "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
-
-
 @task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "cost_model", "ring_bytes",
                                  "sent_bytes", "ring_time"))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
@@ -64,7 +55,10 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
         {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
         {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
         {"n": 3, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
-        {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=_cost_draw)
+        {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=lambda rng: {
+            "n": int(rng.choice([2, 3, 5, 6, 7, 12, 13, 31, 64])),
+            "nbytes": int(10 ** rng.uniform(0, 9.5)),
+            "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))})
 
     def other_n(value: float, args: list) -> str | None:
         n, S, a, b = args
@@ -144,12 +138,6 @@ _FIXED = [  # ordered so that a failure's message can say which sizes worked
     {"n": 2, "length": 0, "dtype": "float32"},
     {"n": 5, "length": 65_537, "dtype": "float64"},      # large, prime: the bytes sent
 ]
-_LENGTHS = [2, 11, 13, 97, 101, 257, 1009, 4099]
-
-
-def _ring_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice(_LENGTHS)),
-            "dtype": str(rng.choice(["float32", "float64"]))}
 
 
 def _where(case: Case) -> str:
@@ -198,13 +186,6 @@ def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str
     return None
 
 
-def _allreduce_trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
-                     timeout: float) -> Trial:
-    trial = Trial(task, fn, seed, fixed, draws=3, draw=draw, timeout=timeout,
-                  word=lambda f, case: _failure_message(f, trial.name, case, trial.right))
-    return trial
-
-
 @task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "ring_allreduce", "allreduce",
                                  "tree_allreduce", "reduce_broadcast_allreduce",
                                  "builtin_allreduce", "shm_allreduce"))
@@ -212,8 +193,11 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    trial = _allreduce_trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, _ring_draw,
-                             timeout)
+    trial = Trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, draws=3,
+                  draw=lambda rng: {"n": int(rng.integers(2, 6)),
+                                    "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
+                                    "dtype": str(rng.choice(["float32", "float64"]))},
+                  timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     ratios: dict[int, float] = {}
     for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
                                             "point-to-point messages (dist.send, dist.recv, "
@@ -290,8 +274,9 @@ def _shape_fault(got: list[dict], n: int) -> str | None:
             f"(from, to) pairs: {stray[:6]}), which is not its neighbour. {ring}")
 
 
-def _failure_message(f: RankFailure, name: str, case: Case | None,
-                     right: list[tuple[int, int]]) -> str:
+def _failure_message(f: RankFailure, trial: Trial, case: Case | None) -> str:
+    """A failure on the workers in words, with the sizes that were right so far."""
+    name, right = trial.name, trial.right
     if f.kind == "stub":
         return f.line
     if DTYPE_MARK in f.line:
@@ -409,23 +394,19 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
         lambda n, a, b: _solve(n, a, b, ring_bw=(n - 1) / n),
 }
 
-CROSSOVER_FIXED = [{"n": 4, "alpha": 5e-5, "beta": 1e-9}, {"n": 8, "alpha": 2e-5, "beta": 4e-10},
-                   {"n": 5, "alpha": 1e-4, "beta": 1e-9}, {"n": 3, "alpha": 5e-5, "beta": 1e-9},
-                   {"n": 2, "alpha": 1e-5, "beta": 1e-9}, {"n": 64, "alpha": 1e-6, "beta": 1e-10}]
-
-
-def crossover_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
-            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
-            "beta": float(10 ** rng.uniform(-10.5, -8.5))}
 
 @task("ring_allreduce")
 def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None:
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
     does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
-    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, CROSSOVER_FIXED,
-                  draws=4, draw=crossover_draw)
+    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, [
+        {"n": n, "alpha": a, "beta": b} for n, a, b in ((4, 5e-5, 1e-9), (8, 2e-5, 4e-10),
+                                                        (5, 1e-4, 1e-9), (3, 5e-5, 1e-9),
+                                                        (2, 1e-5, 1e-9), (64, 1e-6, 1e-10))],
+        draws=4, draw=lambda rng: {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
+                                   "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+                                   "beta": float(10 ** rng.uniform(-10.5, -8.5))})
     formula_cases(trial, ("n", "alpha", "beta"), crossover, CROSSOVER_MISTAKES,
                   "the message size in bytes, as a number",
                   "set the tree's time equal to the ring's (lesson 06 §4) and solve for S; "
@@ -610,11 +591,6 @@ HD_FIXED = [  # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
 ]
 
 
-def hd_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 4])), "length": int(rng.choice([11, 97, 257, 1009, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"]))}
-
-
 def hd_bytes_allowed(n: int, length: int, esize: int) -> int:
     """Most bytes a rank may send: 2·Σ_k ⌈L/2^(k+1)⌉ elements (halves of uneven lengths)."""
     rounds = n.bit_length() - 1
@@ -672,8 +648,11 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    trial = _allreduce_trial("halving_doubling", my_halving_doubling, seed, HD_FIXED, hd_draw,
-                             timeout)
+    trial = Trial("halving_doubling", my_halving_doubling, seed, HD_FIXED, draws=3,
+                  draw=lambda rng: {"n": int(rng.choice([2, 4])),
+                                    "length": int(rng.choice([11, 97, 257, 1009, 4099])),
+                                    "dtype": str(rng.choice(["float32", "float64"]))},
+                  timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     for case, data_seed, got in _allreduces(trial, "build the allreduce from dist.send/recv "
                                             "or isend/irecv only."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
@@ -700,13 +679,6 @@ CHOICE_FIXED = [  # the prompt's cases
 REAL_CASE = {"n": 4, "nbytes": 4 << 20, "alpha": 5e-5, "beta": 1e-9}   # a clear choice
 
 
-def choice_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([3, 5, 6, 7, 12, 16, 24, 64, 100, 256, 1000])),
-            "nbytes": int(10 ** rng.uniform(1, 9.5)),
-            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
-            "beta": float(10 ** rng.uniform(-11, -8.5))}
-
-
 def clear(case: dict[str, Any]) -> bool:
     """A draw where the best choice beats every choice outside the 10 % band by ≥ 20 %
     (so the verdict does not hinge on rounding)."""
@@ -715,18 +687,18 @@ def clear(case: dict[str, Any]) -> bool:
     return all(t <= best * TARGET or t >= best * TARGET * 1.2 for t in times)
 
 
-def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str]:
-    """(fault or None, one line): the chosen algorithm against the models' best."""
+def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str, str]:
+    """(fault or None, one line, the best): the chosen algorithm against the models' best."""
     n, S, a, b = (case[k] for k in ("n", "nbytes", "alpha", "beta"))
     times = modelled(n, S, a, b)
     best = min(times, key=times.get)
     if not isinstance(got, str) or got not in CHOICES:
-        return (f"returned {got!r}: return one of {list(CHOICES)}", "")
+        return f"returned {got!r}: return one of {list(CHOICES)}", "", best
     ratio = times[got] / times[best]
     line = (f"n = {n}, S = {S:,} B: {got} {_ms(times[got])} vs best {best} "
             f"{_ms(times[best])}")
     if ratio <= TARGET:
-        return None, line
+        return None, line, best
     why = {"ring": "its 2(n−1) rounds of α dominate at this size",
            "tree": "it sends the whole tensor in each of its 2⌈log2 n⌉ rounds",
            "pipelined_tree": "its inner ranks send every byte three times (to a parent and "
@@ -735,7 +707,7 @@ def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str]:
            if n & (n - 1) else "its log2 n rounds are not what this size needs"}[got]
     return (f"{got} takes {_ms(times[got])} in the model, {ratio:.2f}× the best, {best} "
             f"({_ms(times[best])}; α·rounds = {_ms(a * _rounds(best, n))}, S·β = "
-            f"{_ms(S * b)}): {why}", line)
+            f"{_ms(S * b)}): {why}", line, best)
 
 
 def _rounds(algorithm: str, n: int) -> int:
@@ -762,7 +734,12 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
     10 % of the best in the α–β models, on the prompt's cases and on draws it does not
     show; at one size where the choice is clear it is also run on real workers."""
     trial = Trial("allreduce_choice", my_allreduce_choice, seed, CHOICE_FIXED, draws=40,
-                  draw=choice_draw, name="my_allreduce_choice", plan=True, timeout=timeout)
+                  draw=lambda rng: {
+                      "n": int(rng.choice([3, 5, 6, 7, 12, 16, 24, 64, 100, 256, 1000])),
+                      "nbytes": int(10 ** rng.uniform(1, 9.5)),
+                      "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+                      "beta": float(10 ** rng.uniform(-11, -8.5))},
+                  name="my_allreduce_choice", plan=True, timeout=timeout)
     trial.cases[trial.shown:] = [c for c in trial.cases[trial.shown:] if clear(c.params)][:8]
     chosen: list[Any] = []
     for case in trial:
@@ -770,7 +747,7 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
         call = (f"{trial.name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
                 f"beta={args[3]:.3g})")
         chosen.append(got := trial.call(case, *args, where=call))
-        fault, _ = judge_choice(got, case.params)
+        fault, *_ = judge_choice(got, case.params)
         if fault:
             unseen = f" — a case the prompt does not show: {answers.FUNCTION_OF_INPUTS}" \
                 if trial.unseen(case) else ""
@@ -778,12 +755,10 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
                  + answers.same_for_all(chosen, "choice", "message sizes and machines"))
     real = REAL_CASE
     got = call_local(my_allreduce_choice, *(real[k] for k in ("n", "nbytes", "alpha", "beta")))
-    fault, line = judge_choice(got, real)
+    fault, line, best = judge_choice(got, real)
     if fault:
         fail(f"{trial.name}(n=4, nbytes={real['nbytes']:,}, alpha={real['alpha']:g}, "
              f"beta={real['beta']:g}) {fault}.")
-    times = modelled(real["n"], real["nbytes"], real["alpha"], real["beta"])
-    best = min(times, key=times.get)
     ran = trial.world(_time_choice, real["n"], sorted({got, best}), real["nbytes"])
     measured = {a: min(max(ts) for ts in zip(*(r[a] for r in ran))) for a in ran[0]}
     if measured[got] > REAL_SLACK * measured[best]:

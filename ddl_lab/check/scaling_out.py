@@ -1,8 +1,6 @@
-"""Checks for lesson 11 (scaling out), each on several seeded cases (``seed=`` replays them):
-FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
-multi-host layout, with real processes joining (in two network namespaces where possible,
-else on loopback); when adding workers pays, in this process; a FedAvg plan within budgets
-(design)."""
+"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on 3 real
+workers; a multi-host layout's env:// settings, real processes joining (two network namespaces
+where possible, else loopback); when adding workers pays; a FedAvg plan (design)."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ddl_lab.runtime.costs import ring_time
+from ddl_lab.runtime.costs import ring_time, star_time
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, name_of, on_workers, passed, stub_message, task
@@ -418,9 +416,8 @@ def _times(c: dict, n: int, mistake: str = "") -> float:
     S = c["params"] * (1 if mistake == "bits" else 4)
     alpha = 0.0 if mistake == "no latency" else c["alpha"]
     compute = c["per_example"] * c["batch"] / (1 if mistake == "undivided" else n)
-    if mistake == "whole tensor":
-        return compute + 2 * (n - 1) * (alpha + S * c["beta"])
-    return compute + ring_time(n, S, alpha, c["beta"])
+    allreduce = star_time if mistake == "whole tensor" else ring_time   # S in every step, or S/n
+    return compute + allreduce(n, S, alpha, c["beta"])
 
 
 def _best(c: dict, mistake: str = "") -> int:
