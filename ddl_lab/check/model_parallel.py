@@ -610,11 +610,10 @@ def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
     if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
                              f" ({case})"):
         fail(problem)
-    schedule, m = out["schedule"], answers.whole(out["m"])
+    schedule, batch = out["schedule"], case.params["batch"]
     if schedule not in ("gpipe", "1f1b"):
         fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
-    batch = case.params["batch"]
-    if m is None or not 1 <= m <= batch:
+    if (m := answers.Whole(1, batch).read(out["m"])) is None:
         fail(f"{name} chose m = {out['m']!r}: the number of micro-batches is a whole number "
              f"from 1 to the batch size, {batch} (a micro-batch holds at least one example) "
              f"({case}).")

@@ -45,26 +45,23 @@ def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"clock": clock, "clocks": clocks, "s": s}
 
 
-def _gate_mistakes() -> dict[str, Callable[[int, list, int], bool]]:
-    named = {
-        "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
-        "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
-        "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
-        "furthest behind": lambda c, cs, s: max(cs) - c > s,
-        "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
-            lambda c, cs, s: c - min(cs) > 0,
-        "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
-        "compare with the slowest replica, min(clocks), not the first one listed":
-            lambda c, cs, s: c - cs[0] > s,
-        "compare THIS replica's clock (the first argument) with the slowest, not the fastest "
-        "one's": lambda c, cs, s: max(cs) - min(cs) > s,
-        "the verdict is the wrong way round: return True when the replica must WAIT":
-            lambda c, cs, s: not c - min(cs) > s,
-    }
-    for k in range(6):
-        named[f"you use the bound s = {k} whatever s is given: compare with the argument s"] = \
-            (lambda k: lambda c, cs, s: c - min(cs) > k)(k)
-    return named
+_GATE_MISTAKES: dict[str, Callable[[int, list, int], bool]] = {
+    "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
+    "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
+    "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
+    "furthest behind": lambda c, cs, s: max(cs) - c > s,
+    "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
+        lambda c, cs, s: c - min(cs) > 0,
+    "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
+    "compare with the slowest replica, min(clocks), not the first one listed":
+        lambda c, cs, s: c - cs[0] > s,
+    "compare THIS replica's clock (the first argument) with the slowest, not the fastest "
+    "one's": lambda c, cs, s: max(cs) - min(cs) > s,
+    "the verdict is the wrong way round: return True when the replica must WAIT":
+        lambda c, cs, s: not c - min(cs) > s,
+    **{f"you use the bound s = {k} whatever s is given: compare with the argument s":
+       lambda c, cs, s, k=k: c - min(cs) > k for k in range(6)},
+}
 
 
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
@@ -96,7 +93,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
         want = clock - min(clocks) > s
         if bool(got) == want:
             continue
-        hint = next((h for h, wrong in _gate_mistakes().items()
+        hint = next((h for h, wrong in _GATE_MISTAKES.items()
                      if all(bool(wrong(c["clock"], list(c["clocks"]), c["s"])) ==
                             bool(call_local(my_ssp_gate, c["clock"], list(c["clocks"]), c["s"]))
                             for c in (k.params for k in trial))), "")
@@ -116,8 +113,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
 # ------------------------------------------------------------------ task 2: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
-    fixed = sorted({c["lr"] for c in cases})
-    named = {
+    return {
         "the lesson divides by τ itself, not by τ + 1: a gradient 1 update old keeps lr, one 4 "
         "updates old gets lr/4": lambda lr, t: lr / (t + 1),
         "divide the rate by the staleness (lr/τ): a stale gradient must count LESS":
@@ -125,11 +121,10 @@ def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]
         "divide by τ, not τ²": lambda lr, t: lr / max(t, 1) ** 2,
         "divide by τ, not √τ": lambda lr, t: lr / max(t, 1) ** 0.5,
         "the rate must shrink with the staleness: lr/τ for τ ≥ 1": lambda lr, t: lr,
+        **{f"you use the rate {c:g} whatever lr is given: divide the lr argument by τ":
+           lambda lr, t, c=c: c / t if t else c
+           for c in (0.1, 0.01, 0.05, 0.5, 1.0, *sorted({p["lr"] for p in cases}))},
     }
-    for c in (0.1, 0.01, 0.05, 0.5, 1.0, *fixed):
-        named[f"you use the rate {c:g} whatever lr is given: divide the lr argument by τ"] = \
-            (lambda c: lambda lr, t: c / t if t else c)(c)
-    return named
 
 
 _RATE_FIXED = [{"lr": 0.5, "tau": t} for t in (0, 1, 2, 4, 32)]
@@ -564,12 +559,11 @@ def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
     if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
         fail(problem)
-    n_fetch, n_push, lr = answers.whole(out["n_fetch"]), answers.whole(out["n_push"]), out["lr"]
-    if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
+    n_fetch, n_push = (answers.Whole(1).read(out[k]) for k in ("n_fetch", "n_push"))
+    if n_fetch is None or n_push is None:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
              f"are numbers of steps, whole numbers ≥ 1 ({case}).")
-    lr = answers.scalar(lr)
-    if lr is None or not 0 < lr < math.inf:
+    if (lr := answers.Real(0, closed="neither").read(out["lr"])) is None:
         fail(f"{name} chose lr = {describe_value(out['lr'])}: a learning rate is a positive "
              f"number ({case}).")
     return n_fetch, n_push, lr

@@ -512,11 +512,11 @@ def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
     if problem := answers.plan(out, name, {"E": "local epochs",
                                          "C": "the fraction of clients per round"}, f" ({case})"):
         fail(problem)
-    E, C = answers.whole(out["E"]), answers.scalar(out["C"])
-    if E is None or not 1 <= E <= MAX_E:
+    E, C = answers.Whole(1, MAX_E).read(out["E"]), answers.Real(0, 1, closed="right").read(out["C"])
+    if E is None:
         fail(f"{name} chose E = {out['E']!r}: a whole number of local epochs from 1 to {MAX_E} "
              f"(what a client can afford in one round) ({case}).")
-    if C is None or not 0 < C <= 1:
+    if C is None:
         fail(f"{name} chose C = {out['C']!r}: the fraction of the {CLIENTS} clients picked "
              f"each round, 0 < C ≤ 1 ({case}).")
     return E, C
