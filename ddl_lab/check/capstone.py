@@ -148,8 +148,7 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
         if parameter_server is None:
             raise
         fail(f"the parameter server could not start with {parameter_server!r}: {e}")
-    message = _run_fault(result, name, budget)
-    if message:
+    if message := _run_fault(result, name, budget):
         fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
              f"and batch order of measure(..., seed={run}); replay: check.capstone(…, "
              f"seed={seed})).")

@@ -687,8 +687,7 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
             return (f"rank {r} sent {len(dests[r])} messages to rank {parent[r]}, carrying ranks "
                     f"{[c for _, c in sends[r]]}: send what you have collected in ONE message "
                     f"(each message pays α). {tree}")
-    wrong = [r for r in range(1, n) if dests[r] != [parent[r]]]
-    if wrong:
+    if wrong := [r for r in range(1, n) if dests[r] != [parent[r]]]:
         r = wrong[0]
         other = (" — a tree, but not the binomial one" if all(len(d) == 1 for d in dests.values())
                  else "")

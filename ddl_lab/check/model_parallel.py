@@ -261,8 +261,7 @@ def _order_fault(got: list, spec: dict, name: str) -> str | None:
     from ddl_lab.model_parallel.pipeline import gpipe_order, in_flight, one_f_one_b_order
     p, m, orders = spec["p"], spec["m"], spec["orders"]
     want, _ = _reference(spec, _weightings(spec)["share"])
-    bad = [r for r in range(p) if not same(want[r], got[r])]
-    if bad:
+    if bad := [r for r in range(p) if not same(want[r], got[r])]:
         return (f"with your orders stage {bad[0]}'s gradients differ: "
                 f"{differs(want[bad[0]], got[bad[0]])}")
     for r, order in enumerate(orders):
@@ -343,8 +342,7 @@ def _row_fault(got: list[dict], spec: dict, name: str) -> str | None:
         if g["bias_changed"]:
             return (f"{name} changed the bias in place on rank {r} (`bias += …`, or `y += "
                     "bias` where y is the bias): the caller's bias must stay as it was")
-        diff = differs(full + b64, g["y"])
-        if diff is None:
+        if (diff := differs(full + b64, g["y"])) is None:
             continue
         partial = xs[r].astype(np.float64) @ ws[r].astype(np.float64).T
         hint = explain(g["y"], {

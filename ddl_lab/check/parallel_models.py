@@ -707,8 +707,7 @@ def _shared_writes(code: Any) -> dict[int, str] | None:
 def _tracer(meeting: Meeting) -> Callable:
     def opcodes(frame: Any, event: str, arg: Any) -> Callable:
         if event == "opcode":
-            what = _shared_writes(frame.f_code).get(frame.f_lasti)
-            if what:
+            if what := _shared_writes(frame.f_code).get(frame.f_lasti):
                 meeting.store(what)
         return opcodes
 

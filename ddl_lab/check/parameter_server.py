@@ -508,8 +508,7 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     name, rule = trial.name, answers.Whole(what="a whole number of updates")
     got = [answers.answer(trial.call(c, *c.params.values()), rule, name,
                           f"{name}({c.params['s']}, {c.params['replicas']})", c) for c in trial]
-    wrong = [(c, g) for c, g in zip(trial, got) if g != _worst(*c.params.values())]
-    if wrong:
+    if wrong := [(c, g) for c, g in zip(trial, got) if g != _worst(*c.params.values())]:
         case, g = wrong[0]
         s, n = case.params["s"], case.params["replicas"]
         hint = next((h for h, f in _STALENESS_MISTAKES.items()

@@ -159,8 +159,7 @@ def _allreduces(trial: Trial, p2p_only: str) -> Iterator[tuple[Case, int, list[d
                                     for c, s in zip(trial, seeds)])
     for case, data_seed, outcome in zip(trial, seeds, outcomes):
         got, where = trial.results(outcome, case), _where(case)
-        used = sorted({u for g in got for u in g["used"]})
-        if used:
+        if used := sorted({u for g in got for u in g["used"]}):
             fail(f"{trial.name} called {', '.join('dist.' + u for u in used)} ({where}): "
                  + p2p_only)
         yield case, data_seed, got
@@ -178,8 +177,7 @@ def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str
                     f"given unchanged ({_where(case)}): write the result into `tensor` itself "
                     "(in place, as dist.all_reduce does), e.g. with `+=`, `.add_()` or "
                     "`.copy_()`.")
-        diff = differs(expected, g["result"], rtol=0.0)
-        if diff:
+        if diff := differs(expected, g["result"], rtol=0.0):
             return (f"{_where(case)}: rank {rank} ends with a wrong sum: {diff}."
                     + _wrong_sum_hint(expected, g["result"], rank, case, data_seed,
                                       trial.right))
@@ -331,8 +329,7 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
         return (f" The length is not a multiple of {n}, and it works when it is: chunks must "
                 "cover every element; some chunks are one element longer (torch.tensor_split"
                 "(tensor, n) gives such chunks).")
-    c = factor_of(expected, got, rtol=0.0)
-    if c is not None:
+    if (c := factor_of(expected, got, rtol=0.0)) is not None:
         return f" It is {c:g} × the sum: is something added more than once (or divided)?"
     sizes = {k for k, _ in right}
     if sizes and n not in sizes:

@@ -327,8 +327,7 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
             if not isinstance(env, dict):
                 return f"{name} returned {describe_value(env)} for {who}: return a dict of " \
                        f"the env:// variables {list(_KEYS)}. {where}"
-            missing = [k for k in _KEYS if k not in env]
-            if missing:
+            if missing := [k for k in _KEYS if k not in env]:
                 return f"{name} left out {missing} for {who}. {where}"
             e = {k: str(env[k]) for k in _KEYS}
             if e["MASTER_ADDR"] != endpoint:
