@@ -170,7 +170,6 @@ def _run_seed(seed: int) -> int:
 
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     """The first thing that disqualifies the run, else what misses the budget, else None."""
-    first = r.reports[0]
     if rep := next((x for x in r.reports if x.tampered is not None), None):
         return (f"{name} changed the meter's own count: on rank {rep.rank} it reads "
                 f"{size_text(rep.sent)}, but {size_text(rep.tampered)} went out through the "
@@ -188,13 +187,12 @@ def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     if r.steps == 0:
         return (f"{name} drew no mini-batch from `batches`: the model was never trained "
                 f"({100 * r.accuracy:.0f}% is guessing). Loop `for X, y in batches:`.")
-    scale = max(1.0, float(np.abs(first.params).max()))
-    if r.spread > 1e-5 * scale:
+    if r.spread > 1e-5 * max(1.0, float(np.abs(r.reports[0].params).max())):
         return _disagree(r, name)
     silent = (f"the {r.world_size} workers ended with the same model without sending a "
               "byte: they cannot have trained on their own shards")
-    past = _past_the_shard(r, name, silent if r.bytes == 0 else "") or _past_the_meter(r, name)
-    if past:
+    if past := (_past_the_shard(r, name, silent if r.bytes == 0 else "")
+                or _past_the_meter(r, name)):
         return past
     if r.bytes == 0 and r.world_size > 1:
         return (f"{silent}. Train each worker on its `batches`, and combine what they "

@@ -416,7 +416,6 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         {"P": 6_000, "n": 3, "s": 4}], draws=2, draw=lambda rng: {
             "n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
             "P": 840 * int(rng.integers(1, 10_000))})
-    name = trial.name
     for case in trial:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
@@ -432,7 +431,7 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
                     _bytes(_SHARDED[scheme], P, n, s, "pg"),
                 "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
                     _bytes(_SHARDED[scheme], P, n, s, "ps")})
-            fail(f"{name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
+            fail(f"{trial.name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
     passed("bytes_per_rank", f"{len(trial)} cases × {len(_SHARDED)} schemes: your bytes per "

@@ -158,11 +158,10 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
     """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     trial = Trial("staleness_lr", my_staleness_lr, seed, _RATE_FIXED, draws=8, draw=_rate_draw)
-    name = trial.name
     params, returned = [c.params for c in trial], []
     for case in trial:
         lr, tau = case.params["lr"], case.params["tau"]
-        call = f"{name}({lr:g}, {tau})"
+        call = f"{trial.name}({lr:g}, {tau})"
         try:
             got = my_staleness_lr(lr, tau)
         except ZeroDivisionError:
@@ -171,7 +170,7 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
         except Exception:
             got = call_local(my_staleness_lr, lr, tau)
         if answers.scalar(got) is None:
-            fail(returned_none(got, name, "the rate, a number") or
+            fail(returned_none(got, trial.name, "the rate, a number") or
                  f"{call} returned {describe_value(got)}; return a number.")
         returned.append(got)
         want = lr / tau if tau else lr

@@ -22,6 +22,7 @@ __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]
 
 TARGET = 1.10                 # a bucket size, or a choice, within 10 % of the best passes
+_PKG = "ddl_lab.ring_allreduce"
 
 
 # ------------------------------------------------------------------ the cost model
@@ -46,8 +47,7 @@ _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {
 }
 
 
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "cost_model", "ring_bytes",
-                                 "sent_bytes", "ring_time"))
+@task("ring_allreduce", refuses=(_PKG, "cost_model", "ring_bytes", "sent_bytes", "ring_time"))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
@@ -184,17 +184,18 @@ def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str
     return None
 
 
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "ring_allreduce", "allreduce",
-                                 "tree_allreduce", "reduce_broadcast_allreduce",
-                                 "builtin_allreduce", "shm_allreduce"))
+@task("ring_allreduce", refuses=(_PKG, "ring_allreduce", "allreduce", "tree_allreduce",
+                                 "reduce_broadcast_allreduce", "builtin_allreduce",
+                                 "shm_allreduce"))
 def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
     trial = Trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, draws=3,
-                  draw=lambda rng: {"n": int(rng.integers(2, 6)),
-                                    "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
-                                    "dtype": str(rng.choice(["float32", "float64"]))},
+                  draw=lambda rng: {
+                      "n": int(rng.integers(2, 6)),
+                      "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
+                      "dtype": str(rng.choice(["float32", "float64"]))},
                   timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     ratios: dict[int, float] = {}
     for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
@@ -441,10 +442,7 @@ def bucket_draw(rng: np.random.Generator) -> dict[str, Any]:
 def grad_bytes(widths: list[int]) -> list[int]:
     """float32 gradient sizes in the order the backward pass produces them (last layer
     first; a layer's bias, then its weight)."""
-    out: list[int] = []
-    for a, b in reversed(list(zip(widths, widths[1:]))):
-        out += [4 * b, 4 * a * b]
-    return out
+    return [x for a, b in reversed(list(zip(widths, widths[1:]))) for x in (4 * b, 4 * a * b)]
 
 
 def buckets_of(grads: list[int], bucket_bytes: int) -> list[int]:
@@ -637,8 +635,8 @@ def hd_shape_fault(got: list[dict], n: int, length: int, esize: int) -> str | No
                 f"{2 * (n - 1) / n:.2f}·S: send only the half your partner keeps.")
     return None
 
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "_halving_doubling", "allreduce",
-                                 "_ring_allreduce", "tree_allreduce", "pipelined_tree_allreduce",
+@task("ring_allreduce", refuses=(_PKG, "_halving_doubling", "allreduce", "_ring_allreduce",
+                                 "tree_allreduce", "pipelined_tree_allreduce",
                                  "two_level_allreduce", "builtin_allreduce"))
 def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
                      timeout: float = 60.0) -> None:
