@@ -300,9 +300,8 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
         p, m = case.params["p"], case.params["m"]
         orders = [_as_ops(call_local(my_one_f_one_b, r, p, m)) for r in range(p)]
         for r, order in enumerate(orders):
-            problem = validate_order(order, m) if isinstance(order, list) else \
-                f"it returned {describe_value(order)}, not a list"
-            if problem:
+            if problem := (validate_order(order, m) if isinstance(order, list) else
+                           f"it returned {describe_value(order)}, not a list"):
                 fail(f"rank {r}'s order is not a schedule of the {m} micro-batches: {problem} "
                      f"({case})")
         case.params.update(B=max(m, 6), reduction="mean", dtype="float64")

@@ -582,18 +582,14 @@ def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
     per_round = clients_per_round(C)
     if per_round * R > U:
         fail(f"{_chose(name, case, E, C)}: {R} rounds upload {per_round * R} models, over {U}. "
-             + _upload_hint(per_round, U) + _unseen(case, plans) + f" ({case})")
+             + ("The budget is for the whole run, not one round: every picked client uploads "
+                "its model in every round." if per_round >= min(U, CLIENTS) else
+                f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}.")
+             + _unseen(case, plans) + f" ({case})")
     if per_round * R * E > W:
         fail(f"{_chose(name, case, E, C)}: the clients would run {per_round * R} × {E} = "
              f"{per_round * R * E} local epochs, over {W}: fewer epochs per round, or fewer "
              f"clients.{_unseen(case, plans)} ({case})")
-
-
-def _upload_hint(per_round: int, U: int) -> str:
-    if per_round >= min(U, CLIENTS):
-        return ("The budget is for the whole run, not one round: every picked client uploads "
-                "its model in every round.")
-    return f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}."
 
 
 def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:
