@@ -337,15 +337,6 @@ def _restore_fault(got: Any, r: _Restart, name: str,
     return None
 
 
-def _checkpoint_changed(r: _Restart, before: dict[str, np.ndarray], name: str) -> str | None:
-    for key, was in before.items():
-        if not np.array_equal(was, as_array(r.checkpoint[key])):
-            return (f"{name} changed the checkpoint's {key} in place: a checkpoint must survive "
-                    "the restart (the shard may crash again before the next one is saved) — "
-                    f"work on a copy, `{key} = checkpoint['{key}'].copy()`.")
-    return None
-
-
 def _shard_restart(fn: Callable, lr: float, eps: float, crash: int = 24,
                    saved: int = 14) -> tuple[dict, dict, int, float]:
     """Two of the lesson's shards (``Shard``, the state each shard process keeps) take the same
@@ -398,8 +389,11 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
         log = [dict(x, grad=x["grad"].copy()) for x in r.log]
         with np.errstate(all="ignore"):
             got = call_local(my_restore_shard, r.checkpoint, log, r.lr, r.eps, _rate)
-        if message := _checkpoint_changed(r, before, name):
-            fail(f"{message} ({case})")
+        if key := next((k for k, was in before.items()
+                        if not np.array_equal(was, as_array(r.checkpoint[k]))), None):
+            fail(f"{name} changed the checkpoint's {key} in place: a checkpoint must survive the "
+                 "restart (the shard may crash again before the next one is saved) — work on a "
+                 f"copy, `{key} = checkpoint['{key}'].copy()`. ({case})")
         given.append((r, got))
     for case, (r, got) in zip(trial, given):
         if message := _restore_fault(got, r, name, given):
