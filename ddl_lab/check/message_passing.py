@@ -470,11 +470,8 @@ def _tree_gather_seconds(n: int, S: float, a: float, b: float) -> float:
 
 def _all_messages(n: int, S: float, a: float, b: float) -> float:
     """Every message of a round one after another (as if the round's messages queued)."""
-    total = 0.0
-    for k in range(rounds(n)):
-        senders = range(2 ** k, n, 2 ** (k + 1))
-        total += sum(a + min(2 ** k, n - r) * S * b for r in senders)
-    return total
+    return sum(a + min(2 ** k, n - r) * S * b      # round k: rank r sends its values
+               for k in range(rounds(n)) for r in range(2 ** k, n, 2 ** (k + 1)))
 
 
 TREE_MISTAKES: dict[str, Callable[..., float | None]] = {

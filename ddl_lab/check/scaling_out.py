@@ -109,9 +109,8 @@ def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
                 f"{sorted(before[0])}: average every entry. [{case}]")
     want = _mean(before, sizes, total)
     bad = {key: differs(want[key].to(before[0][key].dtype), got[key]) for key in want}
-    if not any(bad.values()):
+    if (key := next((k for k, v in bad.items() if v), None)) is None:
         return None
-    key = next(k for k, v in bad.items() if v)
     mistakes = {
         "it averaged the clients equally (Σ w_k / K): with unequal data, weight each "
         "client by its size n_k — w = Σ n_k·w_k / Σ n_k": _mean(before, [1] * K, K),
