@@ -163,9 +163,8 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
 def _run_seed(seed: int) -> int:
     """The seed of the check's run (shards, initial weights, batch order), drawn from the
     check's ``seed``: never 0, the one ``measure`` tries by default."""
-    case = next(iter(Cases("capstone", seed, draws=1,
-                           draw=lambda rng: {"run": int(rng.integers(1, 10_000))})))
-    return case.params["run"]
+    return next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
+        "run": int(rng.integers(1, 10_000))}))).params["run"]
 
 
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:

@@ -199,14 +199,6 @@ def _rate(lr: float, tau: int) -> float:
     return lr / tau if tau > 0 else lr
 
 
-_RESTORE_FIXED = [
-    {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
-    {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},   # nothing in it yet
-    {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},   # the whole log in it
-    {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"},
-]
-
-
 def _restore_draw(rng: np.random.Generator) -> dict[str, Any]:
     first, pushes = int(rng.integers(0, 40)), int(rng.integers(3, 13))
     return {"size": int(rng.choice([1, 2, 5, 9, 13])), "first": first, "pushes": pushes,
@@ -379,8 +371,12 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
-    trial = Trial("restore_shard", my_restore_shard, seed, _RESTORE_FIXED, draws=4,
-                  draw=_restore_draw)
+    trial = Trial("restore_shard", my_restore_shard, seed, [
+        {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
+        {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},  # holds none yet
+        {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},  # holds the log
+        {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"}], draws=4,
+        draw=_restore_draw)
     name = trial.name
     given = []
     for case in trial:

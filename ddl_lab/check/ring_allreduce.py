@@ -127,19 +127,6 @@ def run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
 
 # ------------------------------------------------------------------ the ring
 
-_FIXED = [  # ordered so that a failure's message can say which sizes worked
-    {"n": 4, "length": 12, "dtype": "float32"},          # divisible
-    {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
-    {"n": 3, "length": 10, "dtype": "float32"},          # not a multiple
-    {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
-    {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
-    {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
-    {"n": 4, "length": 1, "dtype": "float32"},
-    {"n": 2, "length": 0, "dtype": "float32"},
-    {"n": 5, "length": 65_537, "dtype": "float64"},      # large, prime: the bytes sent
-]
-
-
 def _where(case: Case) -> str:
     p = case.params
     what = f"{p['n']} ranks and a {p['dtype']} tensor of {p['length']:,} elements"
@@ -191,12 +178,22 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    trial = Trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, draws=3,
-                  draw=lambda rng: {
-                      "n": int(rng.integers(2, 6)),
-                      "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
-                      "dtype": str(rng.choice(["float32", "float64"]))},
-                  timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
+    trial = Trial("ring_allreduce", my_ring_allreduce, seed, [
+        # ordered so that a failure's message can say which sizes worked
+        {"n": 4, "length": 12, "dtype": "float32"},          # divisible
+        {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
+        {"n": 3, "length": 10, "dtype": "float32"},          # not a multiple
+        {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
+        {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
+        {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
+        {"n": 4, "length": 1, "dtype": "float32"},
+        {"n": 2, "length": 0, "dtype": "float32"},
+        {"n": 5, "length": 65_537, "dtype": "float64"}],     # large, prime: the bytes sent
+        draws=3, draw=lambda rng: {
+            "n": int(rng.integers(2, 6)),
+            "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     ratios: dict[int, float] = {}
     for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
                                             "point-to-point messages (dist.send, dist.recv, "
@@ -314,13 +311,12 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
     own = inputs(length, rank, dtype, data_seed).double().numpy()
     bad = ~np.isclose(got, expected, rtol=0, atol=1e-9)
     tail = length - length % n
-    named = explain(got, {
+    if named := explain(got, {
         " It still holds only its own data: nothing was added or received into the tensor "
         "(are you working on a copy, e.g. after .tolist(), .clone() or torch.cat?).": own,
         " It holds the sum of the OTHER ranks' data: its own part is missing (add what you "
         "receive to your chunk, do not overwrite it).": expected - own,
-    }, rtol=0.0)
-    if named:
+    }, rtol=0.0):
         return named
     if length % n and bad[tail:].all() and not bad[:tail].any():
         return (f" Only the last {length % n} element(s) are wrong: with a length that is not "
@@ -575,17 +571,6 @@ CHOICES = ("tree", "ring", "halving_doubling", "pipelined_tree")
 REAL_SLACK = 1.5              # the real run: the choice within 1.5× of the model's best, timed
 
 
-HD_FIXED = [  # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
-    {"n": 4, "length": 16, "dtype": "float32"},
-    {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
-    {"n": 2, "length": 7, "dtype": "float32"},
-    {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
-    {"n": 4, "length": 0, "dtype": "float64"},
-    {"n": 1, "length": 5, "dtype": "float32"},
-    {"n": 4, "length": 40_009, "dtype": "float32"},      # large, prime: the bytes sent
-]
-
-
 def hd_bytes_allowed(n: int, length: int, esize: int) -> int:
     """Most bytes a rank may send: 2·Σ_k ⌈L/2^(k+1)⌉ elements (halves of uneven lengths)."""
     rounds = n.bit_length() - 1
@@ -643,11 +628,19 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    trial = Trial("halving_doubling", my_halving_doubling, seed, HD_FIXED, draws=3,
-                  draw=lambda rng: {"n": int(rng.choice([2, 4])),
-                                    "length": int(rng.choice([11, 97, 257, 1009, 4099])),
-                                    "dtype": str(rng.choice(["float32", "float64"]))},
-                  timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
+    trial = Trial("halving_doubling", my_halving_doubling, seed, [
+        # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
+        {"n": 4, "length": 16, "dtype": "float32"},
+        {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
+        {"n": 2, "length": 7, "dtype": "float32"},
+        {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
+        {"n": 4, "length": 0, "dtype": "float64"},
+        {"n": 1, "length": 5, "dtype": "float32"},
+        {"n": 4, "length": 40_009, "dtype": "float32"}],     # large, prime: the bytes sent
+        draws=3, draw=lambda rng: {"n": int(rng.choice([2, 4])),
+                                   "length": int(rng.choice([11, 97, 257, 1009, 4099])),
+                                   "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     for case, data_seed, got in _allreduces(trial, "build the allreduce from dist.send/recv "
                                             "or isend/irecv only."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
