@@ -14,7 +14,7 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
-from ._core import call_local, fail, passed, run_beside, task, worded
+from ._core import fail, passed, run_beside, task, worded
 from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
 from ._trial import Trial
 
@@ -40,8 +40,7 @@ def _plan_bytes(params: int, workers: int, steps: int, period: int, value_bytes:
                 rounds: Callable[[float], float] = math.ceil, share: float | None = None) -> float:
     """ceil(steps/period) averagings, each an allreduce of params·value_bytes bytes that the
     ring charges 2(n−1)/n of (``rounds`` and ``share`` make the named mistakes)."""
-    n = workers
-    share = sent_bytes("all_reduce", n, 1) if share is None else share
+    share = sent_bytes("all_reduce", workers, 1) if share is None else share
     return rounds(steps / period) * share * params * value_bytes
 
 
@@ -82,22 +81,19 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
     compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
     right too)."""
-    fn, name = my_budget_bytes, getattr(my_budget_bytes, "__name__", "your function")
     trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=_bytes_draw)
-    got = [call_local(fn, *case.params.values()) for case in trial]
+    got = [trial.call(case, *case.params.values()) for case in trial]
     for case, value in zip(trial, got):
-        message = _bytes_fault(value, case, trial, got, name)
-        if message:
-            fail(f"{message} ({case})")
+        trial.judge(_bytes_fault(value, case, trial, got, trial.name))
     p = dict(_BYTES_FIXED[0])
     every4 = _plan_bytes(**p)
     fits = next(h for h in range(1, p["steps"] + 1)
                 if _plan_bytes(**{**p, "period": h}) <= BUDGET.bytes)
-    passed("budget_bytes", f"right on {len(trial)} cases (1 to 8 workers, periods longer than "
-           f"the run, 1- to 8-byte values). On the capstone's 4 workers, averaging the fp32 "
-           f"CNN every 4 steps sends {size_text(every4)} per worker — {every4 / BUDGET.bytes:.1f}× "
-           f"the {size_text(BUDGET.bytes)} budget; fp32 averaging alone fits only with a "
-           f"period of {fits} steps or more.")
+    trial.passed(f"right on {len(trial)} cases (1 to 8 workers, periods longer than the run, "
+                 f"1- to 8-byte values). On the capstone's 4 workers, averaging the fp32 CNN "
+                 f"every 4 steps sends {size_text(every4)} per worker — "
+                 f"{every4 / BUDGET.bytes:.1f}× the {size_text(BUDGET.bytes)} budget; fp32 "
+                 f"averaging alone fits only with a period of {fits} steps or more.")
 
 
 def _typed(x: Any) -> np.ndarray:
@@ -107,13 +103,14 @@ def _typed(x: Any) -> np.ndarray:
 
 def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
                  name: str) -> str | None:
-    """None if ``got`` is right for ``case``; else the message, naming the mistake that
-    explains the learner's answers to every case (several can agree on one case: at n = 4,
-    (n−1)·S in fp16 is 2(n−1)/n·S in fp32)."""
+    """None if ``got`` is right for ``case``; else the message, quoting the case, naming the
+    mistake that explains the learner's answers to every case (several can agree on one case:
+    at n = 4, (n−1)·S in fp16 is 2(n−1)/n·S in fp32)."""
     value, want = scalar(got), _plan_bytes(**case.params)
     if value is None:
         return (returned_none(got, name, "the number of bytes")
-                or f"{name} returned {describe_value(got)}; return one number of bytes")
+                or f"{name} returned {describe_value(got)}; return one number of bytes") \
+            + f" ({case})"
     if same(want, _typed(got)) or (whole(got) is not None and abs(value - want) < 1):
         return None                        # at the learner's dtype, or in whole bytes
 
@@ -125,7 +122,7 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
             or explain(_typed(got), here))
     return (f"{name} returned {value:,.6g} bytes, expected {want:,.6g}"
             + (f" — {hint}" if hint else ": ⌈steps/period⌉ allreduces of params·value_bytes "
-               "bytes, each charged 2(n−1)/n of it"))
+               "bytes, each charged 2(n−1)/n of it") + f" ({case})")
 
 
 # ----------------------------------------------------------------- task 2: the capstone
@@ -143,8 +140,7 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
     run = _run_seed(seed)
     result = run_beside(_measured, fn, name, budget, run, parameter_server)
-    message = _run_fault(result, name, budget)
-    if message:
+    if message := _run_fault(result, name, budget):
         fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
              f"and batch order of measure(..., seed={run}); replay: check.capstone(…, "
              f"seed={seed})).")
@@ -173,42 +169,35 @@ def _measured(fn: Callable, name: str, budget: Budget, run: int,
 def _run_seed(seed: int) -> int:
     """The seed of the check's run (shards, initial weights, batch order), drawn from the
     check's ``seed``: never 0, the one ``measure`` tries by default."""
-    case = next(iter(Cases("capstone", seed, draws=1,
-                           draw=lambda rng: {"run": int(rng.integers(1, 10_000))})))
-    return case.params["run"]
+    return next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
+        "run": int(rng.integers(1, 10_000))}))).params["run"]
 
 
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     """The first thing that disqualifies the run, else what misses the budget, else None."""
-    first = r.reports[0]
-    changed = [rep for rep in r.reports if rep.tampered is not None]
-    if changed:
-        rep = changed[0]
+    if rep := next((x for x in r.reports if x.tampered is not None), None):
         return (f"{name} changed the meter's own count: on rank {rep.rank} it reads "
                 f"{size_text(rep.sent)}, but {size_text(rep.tampered)} went out through the "
                 "meter. Bytes are counted by the meter where they leave each worker; a plan "
                 "does not touch the meter's records (wire._tap, the group's tap).")
-    if any(rep.reported is not None for rep in r.reports):
-        said = next(rep.reported for rep in r.reports if rep.reported is not None)
+    if (said := next((x.reported for x in r.reports if x.reported is not None), None)) is not None:
         return (f"{name} returned a number ({said:,.6g}) beside its model, as if reporting "
                 f"a byte count: bytes are counted by the meter where they leave each worker "
                 f"(it counted "
                 f"{size_text(r.bytes)} on the busiest), never reported by the plan — return "
                 "the model alone.")
-    if any(rep.params is None for rep in r.reports):
-        rep = next(rep for rep in r.reports if rep.params is None)
+    if rep := next((x for x in r.reports if x.params is None), None):
         return (f"{name} returned {rep.returned} on rank {rep.rank}: return the trained model "
                 "(the nn.Module you were given, or its DDP wrapper).")
     if r.steps == 0:
         return (f"{name} drew no mini-batch from `batches`: the model was never trained "
                 f"({100 * r.accuracy:.0f}% is guessing). Loop `for X, y in batches:`.")
-    scale = max(1.0, float(np.abs(first.params).max()))
-    if r.spread > 1e-5 * scale:
+    if r.spread > 1e-5 * max(1.0, float(np.abs(r.reports[0].params).max())):
         return _disagree(r, name)
     silent = (f"the {r.world_size} workers ended with the same model without sending a "
               "byte: they cannot have trained on their own shards")
-    past = _past_the_shard(r, name, silent if r.bytes == 0 else "") or _past_the_meter(r, name)
-    if past:
+    if past := (_past_the_shard(r, name, silent if r.bytes == 0 else "")
+                or _past_the_meter(r, name)):
         return past
     if r.bytes == 0 and r.world_size > 1:
         return (f"{silent}. Train each worker on its `batches`, and combine what they "

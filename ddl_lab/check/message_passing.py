@@ -1,8 +1,6 @@
-"""Checks for lesson 04 (message passing): gather and scatter from send/recv, the parallel
-gradient, a Pregel superstep of PageRank, a binomial-tree gather and a pipelined chain
-broadcast (judged by their shape too), a tree gather's time and a broadcast's chunking. The
-learner's code runs on seeded cases on real workers that talk through the lesson's ``comm``
-(4 and 3 ranks, several roots); a failure quotes its case."""
+"""Checks for lesson 04 (message passing): gather, scatter, the parallel gradient, a Pregel
+PageRank superstep, a binomial-tree gather and a pipelined chain broadcast (their shapes judged
+too) on real workers talking through the lesson's ``comm``; a tree gather's time; chunking."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +13,6 @@ from ddl_lab.message_passing.comm import ANY_SOURCE, ANY_TAG, comm_main
 from ddl_lab.runtime.costs import message_time
 
 from . import _answers as answers
-from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from . import _core
 from ._core import fail, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
@@ -111,7 +108,8 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not same_values(list(res), want):
+    if not all(isinstance(g, dict) and g.get("from rank") == w["from rank"]
+               and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)):
         if sorted(map(str, senders)) == sorted(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
@@ -137,14 +135,6 @@ def _scatter_worker(comm: Any, my_scatter: Callable, root: int, case_index: int)
     return my_scatter(comm, chunks, root)
 
 
-def _which_chunk(value: Any, chunks: list) -> int | None:
-    for j, c in enumerate(chunks):
-        if isinstance(value, dict) and value.get("for rank") == j \
-                and np.array_equal(value.get("data"), c["data"]):
-            return j
-    return None
-
-
 @task("message_passing")
 def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
@@ -165,7 +155,8 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
 def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: int) -> None:
     for r, v in enumerate(got):
-        j = _which_chunk(v, chunks)
+        j = next((j for j, c in enumerate(chunks) if isinstance(v, dict) and
+                  v.get("for rank") == j and np.array_equal(v.get("data"), c["data"])), None)
         if j == r:
             continue
         if isinstance(v, (list, tuple)) and len(v) == n:
@@ -281,13 +272,6 @@ def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
 
 # ------------------------------------------------------------ task 4: PageRank
 
-def _pagerank_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
-            "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
-            "damping": round(float(rng.uniform(0.5, 0.95)), 3),
-            "supersteps": int(rng.integers(3, 6))}
-
-
 @task("message_passing", refuses=(_PKG, "_pagerank_vertex", "pregel_pagerank"))
 def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
@@ -297,7 +281,10 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
         {"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
         {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
         {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
-        _pagerank_case)
+        lambda rng: {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
+                     "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
+                     "damping": round(float(rng.uniform(0.5, 0.95)), 3),
+                     "supersteps": int(rng.integers(3, 6))})
     trial.passed(f"on {_each(trial, lambda case: _pagerank_one(trial, case))}, every superstep "
                  "matches power iteration on graphs of 17–39 pages with dangling pages, damping "
                  "0.6–0.9")
@@ -382,10 +369,16 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    trial = Trial("tree_gather_time", my_tree_gather_time, seed, TREE_FIXED, draws=5,
-                  draw=tree_draw)
-    formula_cases(trial, ("n", "nbytes", "alpha", "beta"),
-                  _tree_gather_seconds, TREE_MISTAKES, "the predicted seconds as a number",
+    trial = Trial("tree_gather_time", my_tree_gather_time, seed, [
+        dict(zip(("n", "nbytes", "alpha", "beta"), v)) for v in (
+            (8, 1_000_000, 1e-5, 1e-9), (5, 4096, 5e-5, 1e-9), (1, 1_000_000, 1e-5, 1e-9),
+            (6, 0, 2e-5, 1e-9), (13, 100_000, 0.0, 2e-9))], draws=5,
+        draw=lambda rng: {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
+                          "nbytes": int(10 ** rng.uniform(1, 8)),
+                          "alpha": float(10 ** rng.uniform(-6, -3)),
+                          "beta": float(10 ** rng.uniform(-11, -8))})
+    formula_cases(trial, ("n", "nbytes", "alpha", "beta"), _tree_gather_seconds,
+                  TREE_MISTAKES, "the predicted seconds as a number",
                   "count the rounds, and in each round the size of its longest message (how "
                   "many values its sender holds by then).")
     trial.passed(f"{len(trial)} cases (n = 1 to 1000, powers of two and not, S = 0 and α = 0 "
@@ -439,7 +432,9 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
         k = pieces_of(trial.call(case, n, S, a, b, where=call), name, call, S // 8)
         chosen.append(k)
         t, sent = None, (n - 1) * k
-        if k <= MAX_PIECES and (not unseen or (real and runs_for_real(case.params, k))):
+        # run for real: every shown machine, and the first drawn one that the warm cluster
+        # runs in a fraction of a second (n ≤ 4 ranks, ≤ 5 MB)
+        if k <= MAX_PIECES and (not unseen or (real and n <= 4 and S <= 5_000_000)):
             real -= unseen                      # the first small unseen machine runs too
             ok, records = _on_workers(trial, pipeline_worker, n, S // 8, k)
             messages = join_records(records)
@@ -449,20 +444,16 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
             t, sent = chain_time(messages, a, b), len(messages)
         good, text = judge_pipeline(case, k, t, sent, header)
         if not good:
-            note = (f" — a machine the prompt does not show: {FUNCTION_OF_INPUTS}."
+            note = (f" — a machine the prompt does not show: {answers.FUNCTION_OF_INPUTS}."
                     if unseen else "")
-            fail(f"{call}: {text} ({case}){note}" + same_for_all(chosen, "number of pieces",
-                                                                  "machines"))
+            fail(f"{call}: {text} ({case}){note}"
+                 + answers.same_for_all(chosen, "number of pieces", "machines"))
         if not unseen:
             shown.append(text)
     trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt "
            f"does not show (3–64 ranks) — within {TARGET - 1:.0%} of the fastest "
            "chunking each time, the time modelled (α–β, not a clock) from the messages the "
            "real workers sent")
-
-
-TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
-MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
 
 
 # ------------------------------------------------------------------ the tree gather
@@ -479,11 +470,8 @@ def _tree_gather_seconds(n: int, S: float, a: float, b: float) -> float:
 
 def _all_messages(n: int, S: float, a: float, b: float) -> float:
     """Every message of a round one after another (as if the round's messages queued)."""
-    total = 0.0
-    for k in range(rounds(n)):
-        senders = range(2 ** k, n, 2 ** (k + 1))
-        total += sum(a + min(2 ** k, n - r) * S * b for r in senders)
-    return total
+    return sum(a + min(2 ** k, n - r) * S * b      # round k: rank r sends its values
+               for k in range(rounds(n)) for r in range(2 ** k, n, 2 ** (k + 1)))
 
 
 TREE_MISTAKES: dict[str, Callable[..., float | None]] = {
@@ -513,28 +501,15 @@ TREE_MISTAKES: dict[str, Callable[..., float | None]] = {
 }
 
 
-def tree_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
-            "nbytes": int(10 ** rng.uniform(1, 8)),
-            "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
-
-
-TREE_FIXED = [{"n": 8, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
-              {"n": 5, "nbytes": 4096, "alpha": 5e-5, "beta": 1e-9},
-              {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
-              {"n": 6, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
-              {"n": 13, "nbytes": 100_000, "alpha": 0.0, "beta": 2e-9}]
-
-
 # ------------------------------------------------------------------ the pipelined chain
 
 PIPE_FIXED = [{"n": 4, "nbytes": 4_000_000, "alpha": 5e-5, "beta": 1e-9},
               {"n": 3, "nbytes": 262_144, "alpha": 2e-3, "beta": 1e-9},
               {"n": 4, "nbytes": 2_000_000, "alpha": 5e-6, "beta": 4e-10}]
-
-
 DRAWS = 5                # machines the prompt does not show, per call
 REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
+TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
+MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
 
 
 def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
@@ -543,11 +518,6 @@ def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
             "nbytes": 8 * int(10 ** rng.uniform(3.5, 6.5)),
             "alpha": float(10 ** rng.uniform(-5.5, -2.5)),
             "beta": float(10 ** rng.uniform(-10, -8.5))}
-
-
-def runs_for_real(params: dict[str, Any], pieces: int) -> bool:
-    """Small enough to run on the warm cluster in a fraction of a second."""
-    return params["n"] <= 4 and params["nbytes"] <= 5_000_000 and pieces <= MAX_PIECES
 
 
 def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:
@@ -661,12 +631,6 @@ def gather_value(rank: int, case_index: int) -> dict:
     return {"from rank": rank, "data": rng.integers(0, 100, size=int(rng.integers(0, 6)))}
 
 
-def same_values(got: list, want: list) -> bool:
-    return len(got) == len(want) and all(
-        isinstance(g, dict) and g.get("from rank") == w["from rank"]
-        and np.array_equal(g.get("data"), w["data"]) for g, w in zip(got, want))
-
-
 def lowbit(r: int) -> int:
     return r & -r
 
@@ -720,8 +684,7 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
             return (f"rank {r} sent {len(dests[r])} messages to rank {parent[r]}, carrying ranks "
                     f"{[c for _, c in sends[r]]}: send what you have collected in ONE message "
                     f"(each message pays α). {tree}")
-    wrong = [r for r in range(1, n) if dests[r] != [parent[r]]]
-    if wrong:
+    if wrong := [r for r in range(1, n) if dests[r] != [parent[r]]]:
         r = wrong[0]
         other = (" — a tree, but not the binomial one" if all(len(d) == 1 for d in dests.values())
                  else "")

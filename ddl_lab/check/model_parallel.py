@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -183,10 +182,13 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
     first case that went wrong (``explain_failure`` names a failed run's mistake from the
     logs, ``judge`` a finished run's from its results)."""
     name = getattr(fn, "__name__", "your function")
-    logdirs = [tempfile.mkdtemp(prefix="ddl_lab_p2p_") for _ in specs]
-    try:
-        outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
-                             fn=fn, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="ddl_lab_p2p_", ignore_cleanup_errors=True) as root:
+        logdirs = [tempfile.mkdtemp(dir=root) for _ in specs]
+        try:
+            outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
+                                 fn=fn, timeout=timeout)
+        except WorldFailed as e:
+            fail(e.failure.message(name, max(s["p"] for s in specs)))
         for o, spec, case, logdir in zip(outcomes, specs, cases, logdirs):
             f = o.failure
             if f is not None and f.kind == "stub":
@@ -198,11 +200,6 @@ def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
             if message := judge(o.results, spec, name):
                 fail(f"{message} ({case})")
-    except WorldFailed as e:
-        fail(e.failure.message(name, max(s["p"] for s in specs)))
-    finally:
-        for d in logdirs:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @task("model_parallel", refuses=(_PKG, "stage_step", "run_schedule", "pipeline_run", "hybrid_run"))
@@ -264,8 +261,7 @@ def _order_fault(got: list, spec: dict, name: str) -> str | None:
     from ddl_lab.model_parallel.pipeline import gpipe_order, in_flight, one_f_one_b_order
     p, m, orders = spec["p"], spec["m"], spec["orders"]
     want, _ = _reference(spec, _weightings(spec)["share"])
-    bad = [r for r in range(p) if not same(want[r], got[r])]
-    if bad:
+    if bad := [r for r in range(p) if not same(want[r], got[r])]:
         return (f"with your orders stage {bad[0]}'s gradients differ: "
                 f"{differs(want[bad[0]], got[bad[0]])}")
     for r, order in enumerate(orders):
@@ -304,9 +300,8 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
         p, m = case.params["p"], case.params["m"]
         orders = [_as_ops(call_local(my_one_f_one_b, r, p, m)) for r in range(p)]
         for r, order in enumerate(orders):
-            problem = validate_order(order, m) if isinstance(order, list) else \
-                f"it returned {describe_value(order)}, not a list"
-            if problem:
+            if problem := (validate_order(order, m) if isinstance(order, list) else
+                           f"it returned {describe_value(order)}, not a list"):
                 fail(f"rank {r}'s order is not a schedule of the {m} micro-batches: {problem} "
                      f"({case})")
         case.params.update(B=max(m, 6), reduction="mean", dtype="float64")
@@ -346,8 +341,7 @@ def _row_fault(got: list[dict], spec: dict, name: str) -> str | None:
         if g["bias_changed"]:
             return (f"{name} changed the bias in place on rank {r} (`bias += …`, or `y += "
                     "bias` where y is the bias): the caller's bias must stay as it was")
-        diff = differs(full + b64, g["y"])
-        if diff is None:
+        if (diff := differs(full + b64, g["y"])) is None:
             continue
         partial = xs[r].astype(np.float64) @ ws[r].astype(np.float64).T
         hint = explain(g["y"], {
@@ -395,11 +389,19 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
 
 _SHARDED = {"one process": "", "ddp": "", "zero1": "s", "zero2": "sg", "fsdp": "sgp",
             "pipeline": "sgp"}       # which of state, gradients, parameters each scheme splits
+_MISSHARDED = {     # scheme → (what a learner making its named mistake splits, the mistake)
+    "ddp": ("sgp", "nothing is divided under DDP: every rank holds a whole replica of "
+                   "parameters, gradients and optimizer state"),
+    "zero1": ("sg", "you sharded the gradients too: ZeRO-1 shards only the optimizer state"),
+    "zero2": ("s", "ZeRO-2 shards the gradients as well as the optimizer state"),
+    "fsdp": ("sg", "FSDP (ZeRO-3) shards the parameters too, not only gradients and state"),
+    "pipeline": ("", "that is the whole model: a stage holds only its 1/n of the layers")}
 
 
-def _part(scheme: str, what: str, P: int, n: int, s: int) -> float:
-    """Bytes per rank of one component: p(arameters) and g(radients) 4 B, s(tate) s B each."""
-    return {"p": 4, "g": 4, "s": s}[what] * P / (n if what in _SHARDED[scheme] else 1)
+def _bytes(split: str, P: int, n: int, s: int, parts: str = "pgs") -> float:
+    """Bytes per rank of ``parts`` — p(arameters) and g(radients) 4 B, s(tate) s B each —
+    when those in ``split`` are divided over the n ranks."""
+    return sum({"p": 4, "g": 4, "s": s}[c] * P / (n if c in split else 1) for c in parts)
 
 
 @task("model_parallel")
@@ -413,32 +415,22 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         {"P": 6_000, "n": 3, "s": 4}], draws=2, draw=lambda rng: {
             "n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
             "P": 840 * int(rng.integers(1, 10_000))})
-    name = trial.name
     for case in trial:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
-            want = sum(_part(scheme, c, P, n, s) for c in "pgs")
+            want = _bytes(_SHARDED[scheme], P, n, s)
             if answers.scalar(got) is not None and (same(want, got) or
                                                     abs(answers.scalar(got) - want) <= 0.5):
                 continue                     # float32 at its own tolerance; ints within a byte
-            other = {"ddp": ("nothing is divided under DDP: every rank holds a whole replica "
-                             "of parameters, gradients and optimizer state", want / n),
-                     "zero1": ("you sharded the gradients too: ZeRO-1 shards only the optimizer "
-                               "state", _part("zero2", "g", P, n, s) + 4 * P + s * P / n),
-                     "zero2": ("ZeRO-2 shards the gradients as well as the optimizer state",
-                               8 * P + s * P / n),
-                     "fsdp": ("FSDP (ZeRO-3) shards the parameters too, not only gradients "
-                              "and state", 4 * P + (4 + s) * P / n),
-                     "pipeline": ("that is the whole model: a stage holds only its 1/n of the "
-                                  "layers", want * n)}.get(scheme, ("", None))
+            split, mistake = _MISSHARDED.get(scheme, (None, ""))
             hint = explain(got, {
-                other[0]: other[1],
+                mistake: None if split is None else _bytes(split, P, n, s),
                 f"the optimizer state is missing ({s} bytes per parameter)":
-                    want - _part(scheme, "s", P, n, s),
+                    _bytes(_SHARDED[scheme], P, n, s, "pg"),
                 "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
-                    want - _part(scheme, "g", P, n, s)})
-            fail(f"{name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
+                    _bytes(_SHARDED[scheme], P, n, s, "ps")})
+            fail(f"{trial.name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
     passed("bytes_per_rank", f"{len(trial)} cases × {len(_SHARDED)} schemes: your bytes per "
@@ -614,11 +606,10 @@ def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
     if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
                              f" ({case})"):
         fail(problem)
-    schedule, m = out["schedule"], answers.whole(out["m"])
+    schedule, batch = out["schedule"], case.params["batch"]
     if schedule not in ("gpipe", "1f1b"):
         fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
-    batch = case.params["batch"]
-    if m is None or not 1 <= m <= batch:
+    if (m := answers.Whole(1, batch).read(out["m"])) is None:
         fail(f"{name} chose m = {out['m']!r}: the number of micro-batches is a whole number "
              f"from 1 to the batch size, {batch} (a micro-batch holds at least one example) "
              f"({case}).")
@@ -662,9 +653,6 @@ def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, f
     return slot_bubble(_ran(runs)), bubble_fraction(runs), held[worst], worst
 
 
-_KEYS = ("p", "batch", "max_bubble", "max_examples")
-
-
 @task("model_parallel")
 def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
                   seed: int = 0) -> None:
@@ -675,11 +663,10 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     by the schedules' arithmetic — the fixed ones and budgets drawn per call, far from them —
     and two (the first fixed, the first drawn) run on p real workers: the bubble counted in
     slots, the memory measured."""
-    name = getattr(my_pipeline_plan, "__name__", "your function")
     trial = Trial("pipeline_plan", my_pipeline_plan, seed, FIXED, draws=DRAWN, draw=_draws())
-    plans = [_choice(answers.plan_call(my_pipeline_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       str(c), c.index >= len(FIXED)), name, c)
-             for c in trial]
+    name = trial.name
+    plans = [_choice(answers.plan_call(my_pipeline_plan, c.params, name, str(c), trial.unseen(c)),
+                     name, c) for c in trial]
     for case, (schedule, m) in zip(trial, plans):
         p, batch = case.params["p"], case.params["batch"]
         slots = (p - 1) / (m + p - 1)            # slot_bubble of either schedule's orders
@@ -694,8 +681,8 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
         _judge(name, case, schedule, m, slots, clock, held, stage, plans)
         done.append(f"p={p}: {schedule} m={m}, bubble {slots:.2f} ({clock:.2f} on the clock), "
                     f"{held:.0f} ≤ {case.params['max_examples']} examples")
-    passed("pipeline_plan", f"on real workers — {'; '.join(done)}; and {len(trial) - 2} more "
-           "budgets (up to 8 stages, batches up to 512) met by the schedules' arithmetic")
+    trial.passed(f"on real workers — {'; '.join(done)}; and {len(trial) - 2} more budgets (up "
+                 "to 8 stages, batches up to 512) met by the schedules' arithmetic")
 
 
 def _judge(name: str, case: Any, schedule: str, m: int, slots: float, clock: float | None,

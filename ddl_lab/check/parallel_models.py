@@ -1,8 +1,6 @@
 """Checks for lesson 02 (parallel models): a race-free threaded sum, a dynamic schedule's
-dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Verdicts
-never hang on scheduling luck: the sum's threads are made to meet (``Meeting``), the
-dispenser's lock scope is tested by pausing one caller inside it while another claims.
-"""
+dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Threads
+are made to meet (``Meeting``) and callers paused inside the lock: no verdict hangs on luck."""
 from __future__ import annotations
 
 import dis
@@ -19,7 +17,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, on_workers, passed, run_beside, task
+from ._core import call_local, fail, judge, on_workers, passed, run_beside, task
 from ._diagnose import Case, Snapshot, describe_value, differs, returned_none, same
 from ._trial import Trial
 
@@ -73,24 +71,22 @@ def _sum_one(fn: Callable, name: str, case: Any, pausing: bool) -> bool:
     inputs = Snapshot(x=np.asarray(x))
     with watch_threads(meeting):
         got = call_local(fn, x, t)
-    if inputs.changed(name):
-        fail(f"{inputs.changed(name)} [{case}]")
-    want = float(data.astype(np.float64).sum())
-    _judge_sum(name, got, want, data, case, meeting.writes)
-    if busy and meeting.started < t - 1:
-        fail(f"with num_threads={t}, {name} started {meeting.started} thread(s): start {t} "
+    judge(inputs.changed(name), case)
+    _judge_sum(name, got, float(data.astype(np.float64).sum()), data, case, meeting.writes)
+    for serial, why in (
+            (meeting.started < t - 1, f"{name} started {meeting.started} thread(s): start {t} "
              "threads (threading.Thread(target=..., args=...).start(), then join()), each "
-             f"summing one block [{case}].")
-    if busy and meeting.most_open < min(t, 2) and meeting.started >= t - 1:
-        fail(f"with num_threads={t}, each thread was joined before the next one was "
+             "summing one block"),
+            (meeting.most_open < min(t, 2), "each thread was joined before the next one was "
              "started, so no two ever ran at the same time: start ALL the threads first, "
-             f"then join them all in a second loop [{case}].")
-    if busy and meeting.apart:
-        fail(f"with num_threads={t}, the threads did not sum their blocks at the same time: "
-             f"when one began, the others did not reach their sums within "
-             f"{MEET_TIMEOUT_S:g} s — a lock held around the whole sum, or the calling thread "
-             "summing before it started the others, serialises the work. Sum each block "
-             f"outside any lock into a private slot, and add the slots after join() [{case}].")
+             "then join them all in a second loop"),
+            (meeting.apart, "the threads did not sum their blocks at the same time: when one "
+             f"began, the others did not reach their sums within {MEET_TIMEOUT_S:g} s — a lock "
+             "held around the whole sum, or the calling thread summing before it started the "
+             "others, serialises the work. Sum each block outside any lock into a private "
+             "slot, and add the slots after join()")):
+        if busy and serial:
+            fail(f"with num_threads={t}, {why} [{case}].")
     return not meeting.gave_up
 
 
@@ -248,7 +244,10 @@ def _forced_interleaving(fn: Callable, name: str, pause: str) -> None:
 
     def paused_worker() -> None:
         lock.hold = threading.get_ident()
-        first.append(_quiet(fn, counter, lock, 3, 100))
+        try:
+            first.append(fn(counter, lock, 3, 100))
+        except BaseException as e:                  # noqa: BLE001 — its own failure shows later
+            first.append(e)
 
     a = threading.Thread(target=paused_worker, daemon=True)
     a.start()
@@ -267,13 +266,6 @@ def _forced_interleaving(fn: Callable, name: str, pause: str) -> None:
              f"check paused one worker between its read and its write of the counter while "
              f"another claimed: {name} {when}, so the other saw the old value. The read AND "
              "the write of next_iter[0] must happen inside the same `with lock:` block.")
-
-
-def _quiet(fn: Callable, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except BaseException as e:                      # noqa: BLE001 — reported by the caller
-        return e
 
 
 # ------------------------------------------------------------------ real processes
@@ -717,8 +709,7 @@ def _shared_writes(code: Any) -> dict[int, str] | None:
 def _tracer(meeting: Meeting) -> Callable:
     def opcodes(frame: Any, event: str, arg: Any) -> Callable:
         if event == "opcode":
-            what = _shared_writes(frame.f_code).get(frame.f_lasti)
-            if what:
+            if what := _shared_writes(frame.f_code).get(frame.f_lasti):
                 meeting.store(what)
         return opcodes
 

@@ -45,26 +45,23 @@ def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"clock": clock, "clocks": clocks, "s": s}
 
 
-def _gate_mistakes() -> dict[str, Callable[[int, list, int], bool]]:
-    named = {
-        "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
-        "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
-        "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
-        "furthest behind": lambda c, cs, s: max(cs) - c > s,
-        "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
-            lambda c, cs, s: c - min(cs) > 0,
-        "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
-        "compare with the slowest replica, min(clocks), not the first one listed":
-            lambda c, cs, s: c - cs[0] > s,
-        "compare THIS replica's clock (the first argument) with the slowest, not the fastest "
-        "one's": lambda c, cs, s: max(cs) - min(cs) > s,
-        "the verdict is the wrong way round: return True when the replica must WAIT":
-            lambda c, cs, s: not c - min(cs) > s,
-    }
-    for k in range(6):
-        named[f"you use the bound s = {k} whatever s is given: compare with the argument s"] = \
-            (lambda k: lambda c, cs, s: c - min(cs) > k)(k)
-    return named
+_GATE_MISTAKES: dict[str, Callable[[int, list, int], bool]] = {
+    "a replica exactly s clocks ahead may still go: it waits only when it is MORE than s "
+    "ahead (clock − slowest > s, not ≥ s)": lambda c, cs, s: c - min(cs) >= s,
+    "compare with the SLOWEST replica, min(clocks): the bound is on the lead over the one "
+    "furthest behind": lambda c, cs, s: max(cs) - c > s,
+    "you ignore s: with s > 0 a replica may run up to s clocks ahead (s = 0 is BSP)":
+        lambda c, cs, s: c - min(cs) > 0,
+    "compare with the slowest replica, not the average": lambda c, cs, s: c - np.mean(cs) > s,
+    "compare with the slowest replica, min(clocks), not the first one listed":
+        lambda c, cs, s: c - cs[0] > s,
+    "compare THIS replica's clock (the first argument) with the slowest, not the fastest "
+    "one's": lambda c, cs, s: max(cs) - min(cs) > s,
+    "the verdict is the wrong way round: return True when the replica must WAIT":
+        lambda c, cs, s: not c - min(cs) > s,
+    **{f"you use the bound s = {k} whatever s is given: compare with the argument s":
+       lambda c, cs, s, k=k: c - min(cs) > k for k in range(6)},
+}
 
 
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
@@ -96,7 +93,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
         want = clock - min(clocks) > s
         if bool(got) == want:
             continue
-        hint = next((h for h, wrong in _gate_mistakes().items()
+        hint = next((h for h, wrong in _GATE_MISTAKES.items()
                      if all(bool(wrong(c["clock"], list(c["clocks"]), c["s"])) ==
                             bool(call_local(my_ssp_gate, c["clock"], list(c["clocks"]), c["s"]))
                             for c in (k.params for k in trial))), "")
@@ -116,8 +113,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
 # ------------------------------------------------------------------ task 2: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
-    fixed = sorted({c["lr"] for c in cases})
-    named = {
+    return {
         "the lesson divides by τ itself, not by τ + 1: a gradient 1 update old keeps lr, one 4 "
         "updates old gets lr/4": lambda lr, t: lr / (t + 1),
         "divide the rate by the staleness (lr/τ): a stale gradient must count LESS":
@@ -125,11 +121,10 @@ def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]
         "divide by τ, not τ²": lambda lr, t: lr / max(t, 1) ** 2,
         "divide by τ, not √τ": lambda lr, t: lr / max(t, 1) ** 0.5,
         "the rate must shrink with the staleness: lr/τ for τ ≥ 1": lambda lr, t: lr,
+        **{f"you use the rate {c:g} whatever lr is given: divide the lr argument by τ":
+           lambda lr, t, c=c: c / t if t else c
+           for c in (0.1, 0.01, 0.05, 0.5, 1.0, *sorted({p["lr"] for p in cases}))},
     }
-    for c in (0.1, 0.01, 0.05, 0.5, 1.0, *fixed):
-        named[f"you use the rate {c:g} whatever lr is given: divide the lr argument by τ"] = \
-            (lambda c: lambda lr, t: c / t if t else c)(c)
-    return named
 
 
 _RATE_FIXED = [{"lr": 0.5, "tau": t} for t in (0, 1, 2, 4, 32)]
@@ -163,11 +158,10 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
     """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     trial = Trial("staleness_lr", my_staleness_lr, seed, _RATE_FIXED, draws=8, draw=_rate_draw)
-    name = trial.name
     params, returned = [c.params for c in trial], []
     for case in trial:
         lr, tau = case.params["lr"], case.params["tau"]
-        call = f"{name}({lr:g}, {tau})"
+        call = f"{trial.name}({lr:g}, {tau})"
         try:
             got = my_staleness_lr(lr, tau)
         except ZeroDivisionError:
@@ -176,7 +170,7 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
         except Exception:
             got = call_local(my_staleness_lr, lr, tau)
         if answers.scalar(got) is None:
-            fail(returned_none(got, name, "the rate, a number") or
+            fail(returned_none(got, trial.name, "the rate, a number") or
                  f"{call} returned {describe_value(got)}; return a number.")
         returned.append(got)
         want = lr / tau if tau else lr
@@ -205,14 +199,6 @@ def _rate(lr: float, tau: int) -> float:
     return lr / tau if tau > 0 else lr
 
 
-_RESTORE_FIXED = [
-    {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
-    {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},   # nothing in it yet
-    {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},   # the whole log in it
-    {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"},
-]
-
-
 def _restore_draw(rng: np.random.Generator) -> dict[str, Any]:
     first, pushes = int(rng.integers(0, 40)), int(rng.integers(3, 13))
     return {"size": int(rng.choice([1, 2, 5, 9, 13])), "first": first, "pushes": pushes,
@@ -231,17 +217,19 @@ class _Restart:
 
     def replay(self, records: list[dict] | None = None, G: np.ndarray | None = None,
                tau: Callable[[dict], int] = lambda r: r["applied"] - r["read"],
-               inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               inside: bool = False, sgd: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """θ and G after ``records`` (default: those the checkpoint lacks) are applied with
-        Adagrad at the staleness-aware rate, from the checkpoint (or from ``G``)."""
+        Adagrad (or plain ``sgd``, G left as it is) at the staleness-aware rate, from the
+        checkpoint (or from ``G``)."""
         ckpt = self.checkpoint
         records = [r for r in self.log if r["applied"] >= ckpt["version"]] \
             if records is None else records
         theta = ckpt["theta"].astype(np.float64)
         G = (ckpt["G"] if G is None else G).astype(np.float64)
         for r in records:
-            theta, G = adagrad(theta, r["grad"].astype(np.float64), G,
-                               _rate(self.lr, tau(r)), self.eps, inside)
+            rate = _rate(self.lr, tau(r))
+            theta, G = (theta - rate * r["grad"], G) if sgd else adagrad(
+                theta, r["grad"].astype(np.float64), G, rate, self.eps, inside)
         return theta, G
 
     @property
@@ -298,15 +286,8 @@ def _restore_mistakes(r: _Restart) -> list[tuple[str, tuple[np.ndarray, np.ndarr
          "get the rate it got the first time, rate(lr, τ) with τ its staleness then (applied − "
          "read)", r.replay(tau=lambda x: 0)),
         ("the shard's rule is Adagrad (lesson 07 §1): G accumulates g², and each step is divided "
-         "by √G + eps", _sgd_replay(r, after)),
+         "by √G + eps", r.replay(after, sgd=True)),
     ]
-
-
-def _sgd_replay(r: _Restart, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    theta = r.checkpoint["theta"].astype(np.float64)
-    for x in records:
-        theta = theta - _rate(r.lr, x["applied"] - x["read"]) * x["grad"]
-    return theta, r.checkpoint["G"].astype(np.float64)
 
 
 def _restores(got: Any, state: tuple[np.ndarray, np.ndarray]) -> bool:
@@ -345,15 +326,6 @@ def _restore_fault(got: Any, r: _Restart, name: str,
         return (f"θ and G are right, but the version is {describe_value(version)}, expected "
                 f"{r.version}: the number of pushes the shard had applied when it crashed"
                 + (f" — {why}" if why else "") + ".")
-    return None
-
-
-def _checkpoint_changed(r: _Restart, before: dict[str, np.ndarray], name: str) -> str | None:
-    for key, was in before.items():
-        if not np.array_equal(was, as_array(r.checkpoint[key])):
-            return (f"{name} changed the checkpoint's {key} in place: a checkpoint must survive "
-                    "the restart (the shard may crash again before the next one is saved) — "
-                    f"work on a copy, `{key} = checkpoint['{key}'].copy()`.")
     return None
 
 
@@ -399,8 +371,12 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
-    trial = Trial("restore_shard", my_restore_shard, seed, _RESTORE_FIXED, draws=4,
-                  draw=_restore_draw)
+    trial = Trial("restore_shard", my_restore_shard, seed, [
+        {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
+        {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},  # holds none yet
+        {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},  # holds the log
+        {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"}], draws=4,
+        draw=_restore_draw)
     name = trial.name
     given = []
     for case in trial:
@@ -409,8 +385,11 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
         log = [dict(x, grad=x["grad"].copy()) for x in r.log]
         with np.errstate(all="ignore"):
             got = call_local(my_restore_shard, r.checkpoint, log, r.lr, r.eps, _rate)
-        if message := _checkpoint_changed(r, before, name):
-            fail(f"{message} ({case})")
+        if key := next((k for k, was in before.items()
+                        if not np.array_equal(was, as_array(r.checkpoint[k]))), None):
+            fail(f"{name} changed the checkpoint's {key} in place: a checkpoint must survive the "
+                 "restart (the shard may crash again before the next one is saved) — work on a "
+                 f"copy, `{key} = checkpoint['{key}'].copy()`. ({case})")
         given.append((r, got))
     for case, (r, got) in zip(trial, given):
         if message := _restore_fault(got, r, name, given):
@@ -465,33 +444,23 @@ def _worst(s: int, n: int) -> int:
     return (n - 1) * (2 * s + 1)
 
 
-def _staleness_mistakes() -> dict[str, Callable[[int, int], float]]:
-    return {
-        "you let the other replicas start level with you: when your pull passes the gate they "
-        "may be as many as s clocks BEHIND you (the gate bounds the lead over the slowest), and "
-        "before you push they may run up to s + 1 clocks ahead — 2s + 1 pushes each, not s + 1":
-            lambda s, n: (n - 1) * (s + 1),
-        "one push short per replica: a replica exactly s clocks ahead of the slowest may still "
-        "pull (the gate holds only MORE than s) and then push, so each other replica gets 2s + 1 "
-        "pushes in, not 2s": lambda s, n: (n - 1) * 2 * s,
-        "count only the OTHER replicas' pushes: your own gradient is the one being applied, not "
-        "one it missed (n − 1 replicas, not n)": lambda s, n: n * (2 * s + 1),
-        "every one of the other n − 1 replicas can push that often while you compute, not just "
-        "one": lambda s, n: 2 * s + 1,
-        "the bound s counts clocks of one replica, but the staleness counts the updates of all "
-        "the other replicas: each of the n − 1 may push 2s + 1 times": lambda s, n: s,
-        "that is the bound on the lead, s clocks per other replica; they can start s behind and "
-        "end s + 1 ahead of your clock: 2s + 1 pushes each": lambda s, n: (n - 1) * s,
-    }
-
-
-_STALE_FIXED = [{"s": 0, "replicas": 1}, {"s": 0, "replicas": 2}, {"s": 0, "replicas": 4},
-                {"s": 1, "replicas": 2}, {"s": 2, "replicas": 3}, {"s": 3, "replicas": 4},
-                {"s": 5, "replicas": 2}]
-
-
-def _stale_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))}
+_STALENESS_MISTAKES: dict[str, Callable[[int, int], float]] = {
+    "you let the other replicas start level with you: when your pull passes the gate they "
+    "may be as many as s clocks BEHIND you (the gate bounds the lead over the slowest), and "
+    "before you push they may run up to s + 1 clocks ahead — 2s + 1 pushes each, not s + 1":
+        lambda s, n: (n - 1) * (s + 1),
+    "one push short per replica: a replica exactly s clocks ahead of the slowest may still "
+    "pull (the gate holds only MORE than s) and then push, so each other replica gets 2s + 1 "
+    "pushes in, not 2s": lambda s, n: (n - 1) * 2 * s,
+    "count only the OTHER replicas' pushes: your own gradient is the one being applied, not "
+    "one it missed (n − 1 replicas, not n)": lambda s, n: n * (2 * s + 1),
+    "every one of the other n − 1 replicas can push that often while you compute, not just "
+    "one": lambda s, n: 2 * s + 1,
+    "the bound s counts clocks of one replica, but the staleness counts the updates of all "
+    "the other replicas: each of the n − 1 may push 2s + 1 times": lambda s, n: s,
+    "that is the bound on the lead, s clocks per other replica; they can start s behind and "
+    "end s + 1 ahead of your clock: 2s + 1 pushes each": lambda s, n: (n - 1) * s,
+}
 
 
 def _worst_schedule(s: int, n: int, timeout: float) -> int:
@@ -525,23 +494,18 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
     (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
-    trial = Trial("worst_staleness", my_worst_staleness, seed, _STALE_FIXED, draws=4,
-                  draw=_stale_draw)
-    name = trial.name
-    got = []
-    for case in trial:
-        s, n = case.params["s"], case.params["replicas"]
-        got.append(answers.answer(trial.call(case, s, n),
-                                  answers.Whole(what="a whole number of updates"), name,
-                                  f"{name}({s}, {n})", case))
-    wrong = [(c, g) for c, g in zip(trial, got)
-             if g != _worst(c.params["s"], c.params["replicas"])]
-    if wrong:
+    trial = Trial("worst_staleness", my_worst_staleness, seed, [
+        {"s": s, "replicas": n} for s, n in ((0, 1), (0, 2), (0, 4), (1, 2), (2, 3), (3, 4),
+                                             (5, 2))], draws=4,
+        draw=lambda rng: {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))})
+    name, rule = trial.name, answers.Whole(what="a whole number of updates")
+    got = [answers.answer(trial.call(c, *c.params.values()), rule, name,
+                          f"{name}({c.params['s']}, {c.params['replicas']})", c) for c in trial]
+    if wrong := [(c, g) for c, g in zip(trial, got) if g != _worst(*c.params.values())]:
         case, g = wrong[0]
         s, n = case.params["s"], case.params["replicas"]
-        hint = next((h for h, f in _staleness_mistakes().items()
-                     if all(f(c.params["s"], c.params["replicas"]) == v
-                            for c, v in zip(trial, got))), None)
+        hint = next((h for h, f in _STALENESS_MISTAKES.items()
+                     if all(f(*c.params.values()) == v for c, v in zip(trial, got))), None)
         fail(f"{name}(s={s}, replicas={n}) returned {g}, expected {_worst(s, n)}"
              + (f": {hint}." if hint else ".") + f" The worst schedule: replica 0 pushes {s} "
              f"time(s) alone and pulls at clock {s} (the others, at clock 0, are exactly s "
@@ -587,12 +551,11 @@ def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
     if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
         fail(problem)
-    n_fetch, n_push, lr = answers.whole(out["n_fetch"]), answers.whole(out["n_push"]), out["lr"]
-    if n_fetch is None or n_push is None or n_fetch < 1 or n_push < 1:
+    n_fetch, n_push = (answers.Whole(1).read(out[k]) for k in ("n_fetch", "n_push"))
+    if n_fetch is None or n_push is None:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
              f"are numbers of steps, whole numbers ≥ 1 ({case}).")
-    lr = answers.scalar(lr)
-    if lr is None or not 0 < lr < math.inf:
+    if (lr := answers.Real(0, closed="neither").read(out["lr"])) is None:
         fail(f"{name} chose lr = {describe_value(out['lr'])}: a learning rate is a positive "
              f"number ({case}).")
     return n_fetch, n_push, lr

@@ -1,9 +1,6 @@
 """Checks for lesson 06 (ring allreduce): the ring's α–β cost; the learner's ring and §7's
-recursive halving/doubling run on real gloo workers under the runtime's ``Wiretap`` (bytes
-sent, built-in collectives refused, each message's source and destination: a ring, a star or
-an all-to-all is named); the tree/ring crossover; DDP-style bucket sizes run with the lesson's
-hooks; and the choice of an allreduce algorithm.
-"""
+halving/doubling on real gloo workers under the ``Wiretap`` (bytes, refused collectives, the
+messages' shape named); the tree/ring crossover; bucket sizes; the choice of an algorithm."""
 from __future__ import annotations
 
 import math
@@ -25,6 +22,7 @@ __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]
 
 TARGET = 1.10                 # a bucket size, or a choice, within 10 % of the best passes
+_PKG = "ddl_lab.ring_allreduce"
 
 
 # ------------------------------------------------------------------ the cost model
@@ -49,14 +47,7 @@ _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {
 }
 
 
-def _cost_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 3, 5, 6, 7, 12, 13, 31, 64])),
-            "nbytes": int(10 ** rng.uniform(0, 9.5)),
-            "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))}
-
-
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "cost_model", "ring_bytes",
-                                 "sent_bytes", "ring_time"))
+@task("ring_allreduce", refuses=(_PKG, "cost_model", "ring_bytes", "sent_bytes", "ring_time"))
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
@@ -64,7 +55,10 @@ def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
         {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
         {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
         {"n": 3, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
-        {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=_cost_draw)
+        {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=lambda rng: {
+            "n": int(rng.choice([2, 3, 5, 6, 7, 12, 13, 31, 64])),
+            "nbytes": int(10 ** rng.uniform(0, 9.5)),
+            "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))})
 
     def other_n(value: float, args: list) -> str | None:
         n, S, a, b = args
@@ -133,25 +127,6 @@ def run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
 
 # ------------------------------------------------------------------ the ring
 
-_FIXED = [  # ordered so that a failure's message can say which sizes worked
-    {"n": 4, "length": 12, "dtype": "float32"},          # divisible
-    {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
-    {"n": 3, "length": 10, "dtype": "float32"},          # not a multiple
-    {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
-    {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
-    {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
-    {"n": 4, "length": 1, "dtype": "float32"},
-    {"n": 2, "length": 0, "dtype": "float32"},
-    {"n": 5, "length": 65_537, "dtype": "float64"},      # large, prime: the bytes sent
-]
-_LENGTHS = [2, 11, 13, 97, 101, 257, 1009, 4099]
-
-
-def _ring_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.integers(2, 6)), "length": int(rng.choice(_LENGTHS)),
-            "dtype": str(rng.choice(["float32", "float64"]))}
-
-
 def _where(case: Case) -> str:
     p = case.params
     what = f"{p['n']} ranks and a {p['dtype']} tensor of {p['length']:,} elements"
@@ -171,8 +146,7 @@ def _allreduces(trial: Trial, p2p_only: str) -> Iterator[tuple[Case, int, list[d
                                     for c, s in zip(trial, seeds)])
     for case, data_seed, outcome in zip(trial, seeds, outcomes):
         got, where = trial.results(outcome, case), _where(case)
-        used = sorted({u for g in got for u in g["used"]})
-        if used:
+        if used := sorted({u for g in got for u in g["used"]}):
             fail(f"{trial.name} called {', '.join('dist.' + u for u in used)} ({where}): "
                  + p2p_only)
         yield case, data_seed, got
@@ -190,30 +164,36 @@ def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str
                     f"given unchanged ({_where(case)}): write the result into `tensor` itself "
                     "(in place, as dist.all_reduce does), e.g. with `+=`, `.add_()` or "
                     "`.copy_()`.")
-        diff = differs(expected, g["result"], rtol=0.0)
-        if diff:
+        if diff := differs(expected, g["result"], rtol=0.0):
             return (f"{_where(case)}: rank {rank} ends with a wrong sum: {diff}."
                     + _wrong_sum_hint(expected, g["result"], rank, case, data_seed,
                                       trial.right))
     return None
 
 
-def _allreduce_trial(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Callable,
-                     timeout: float) -> Trial:
-    trial = Trial(task, fn, seed, fixed, draws=3, draw=draw, timeout=timeout,
-                  word=lambda f, case: _failure_message(f, trial.name, case, trial.right))
-    return trial
-
-
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "ring_allreduce", "allreduce",
-                                 "tree_allreduce", "reduce_broadcast_allreduce",
-                                 "builtin_allreduce", "shm_allreduce"))
+@task("ring_allreduce", refuses=(_PKG, "ring_allreduce", "allreduce", "tree_allreduce",
+                                 "reduce_broadcast_allreduce", "builtin_allreduce",
+                                 "shm_allreduce"))
 def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    trial = _allreduce_trial("ring_allreduce", my_ring_allreduce, seed, _FIXED, _ring_draw,
-                             timeout)
+    trial = Trial("ring_allreduce", my_ring_allreduce, seed, [
+        # ordered so that a failure's message can say which sizes worked
+        {"n": 4, "length": 12, "dtype": "float32"},          # divisible
+        {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
+        {"n": 3, "length": 10, "dtype": "float32"},          # not a multiple
+        {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
+        {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
+        {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
+        {"n": 4, "length": 1, "dtype": "float32"},
+        {"n": 2, "length": 0, "dtype": "float32"},
+        {"n": 5, "length": 65_537, "dtype": "float64"}],     # large, prime: the bytes sent
+        draws=3, draw=lambda rng: {
+            "n": int(rng.integers(2, 6)),
+            "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
+            "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     ratios: dict[int, float] = {}
     for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
                                             "point-to-point messages (dist.send, dist.recv, "
@@ -290,8 +270,9 @@ def _shape_fault(got: list[dict], n: int) -> str | None:
             f"(from, to) pairs: {stray[:6]}), which is not its neighbour. {ring}")
 
 
-def _failure_message(f: RankFailure, name: str, case: Case | None,
-                     right: list[tuple[int, int]]) -> str:
+def _failure_message(f: RankFailure, trial: Trial, case: Case | None) -> str:
+    """A failure on the workers in words, with the sizes that were right so far."""
+    name, right = trial.name, trial.right
     if f.kind == "stub":
         return f.line
     if DTYPE_MARK in f.line:
@@ -330,13 +311,12 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
     own = inputs(length, rank, dtype, data_seed).double().numpy()
     bad = ~np.isclose(got, expected, rtol=0, atol=1e-9)
     tail = length - length % n
-    named = explain(got, {
+    if named := explain(got, {
         " It still holds only its own data: nothing was added or received into the tensor "
         "(are you working on a copy, e.g. after .tolist(), .clone() or torch.cat?).": own,
         " It holds the sum of the OTHER ranks' data: its own part is missing (add what you "
         "receive to your chunk, do not overwrite it).": expected - own,
-    }, rtol=0.0)
-    if named:
+    }, rtol=0.0):
         return named
     if length % n and bad[tail:].all() and not bad[:tail].any():
         return (f" Only the last {length % n} element(s) are wrong: with a length that is not "
@@ -346,8 +326,7 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
         return (f" The length is not a multiple of {n}, and it works when it is: chunks must "
                 "cover every element; some chunks are one element longer (torch.tensor_split"
                 "(tensor, n) gives such chunks).")
-    c = factor_of(expected, got, rtol=0.0)
-    if c is not None:
+    if (c := factor_of(expected, got, rtol=0.0)) is not None:
         return f" It is {c:g} × the sum: is something added more than once (or divided)?"
     sizes = {k for k, _ in right}
     if sizes and n not in sizes:
@@ -371,19 +350,21 @@ def _tree_rounds(n: int) -> int:
     return math.ceil(math.log2(n))
 
 
-def _solve(n: int, a: float, b: float, tree_lat: float, tree_bw: float, ring_lat: float,
-           ring_bw: float) -> float | None:
-    """S where tree_lat·α + tree_bw·S·β = ring_lat·α + ring_bw·S·β, if the tree's bandwidth
-    term is the larger (else None: the equation has no crossover of that shape)."""
-    if tree_bw <= ring_bw:
+def _solve(n: int, a: float, b: float, tree: float | None = None, ring_lat: float | None = None,
+           ring_bw: float | None = None) -> float | None:
+    """S where tree·(α + S·β) = ring_lat·α + ring_bw·S·β (by default the right terms), if
+    the tree's bandwidth term is the larger (else None: no crossover of that shape)."""
+    tree = 2 * _tree_rounds(n) if tree is None else tree
+    ring_lat = 2 * (n - 1) if ring_lat is None else ring_lat
+    ring_bw = 2 * (n - 1) / n if ring_bw is None else ring_bw
+    if tree <= ring_bw:
         return None
-    return (ring_lat - tree_lat) * a / ((tree_bw - ring_bw) * b)
+    return (ring_lat - tree) * a / ((tree - ring_bw) * b)
 
 
 def crossover(n: int, a: float, b: float) -> float:
     """Tree 2⌈log2 n⌉·(α + S·β) = ring 2(n−1)·α + 2(n−1)/n·S·β (0: the tree never wins)."""
-    L = _tree_rounds(n)
-    return max(_solve(n, a, b, 2 * L, 2 * L, 2 * (n - 1), 2 * (n - 1) / n), 0.0)
+    return max(_solve(n, a, b), 0.0)
 
 
 CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
@@ -392,11 +373,9 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "S where the two times meet": lambda n, a, b: 0.0 if n > 3 else None,
     "that is the crossover of a tree that only reduces: the tree allreduce reduces to the "
     "root and broadcasts back down, 2⌈log2 n⌉ rounds of α + S·β":
-        lambda n, a, b: _solve(n, a, b, _tree_rounds(n), _tree_rounds(n), 2 * (n - 1),
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, tree=_tree_rounds(n)),
     "the tree needs ⌈log2 n⌉ rounds each way — a whole number — not log2 n":
-        lambda n, a, b: _solve(n, a, b, 2 * math.log2(n), 2 * math.log2(n), 2 * (n - 1),
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, tree=2 * math.log2(n)),
     "α and β are swapped: α is paid per message, β per byte":
         lambda n, a, b: crossover(n, b, a),
     "that is the time at the crossover, in seconds: return the message size S, in bytes":
@@ -404,30 +383,24 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "that is the size in bits: return bytes (α + S·β with β in seconds per byte)":
         lambda n, a, b: 8 * crossover(n, a, b),
     "the ring's latency term is 2(n−1)·α — both phases pay α at each step":
-        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), n - 1,
-                               2 * (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, ring_lat=n - 1),
     "the ring's bandwidth term is 2(n−1)/n·S·β — both phases send chunks":
-        lambda n, a, b: _solve(n, a, b, 2 * _tree_rounds(n), 2 * _tree_rounds(n), 2 * (n - 1),
-                               (n - 1) / n),
+        lambda n, a, b: _solve(n, a, b, ring_bw=(n - 1) / n),
 }
 
-CROSSOVER_FIXED = [{"n": 4, "alpha": 5e-5, "beta": 1e-9}, {"n": 8, "alpha": 2e-5, "beta": 4e-10},
-                   {"n": 5, "alpha": 1e-4, "beta": 1e-9}, {"n": 3, "alpha": 5e-5, "beta": 1e-9},
-                   {"n": 2, "alpha": 1e-5, "beta": 1e-9}, {"n": 64, "alpha": 1e-6, "beta": 1e-10}]
-
-
-def crossover_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
-            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
-            "beta": float(10 ** rng.uniform(-10.5, -8.5))}
 
 @task("ring_allreduce")
 def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None:
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
     does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
-    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, CROSSOVER_FIXED,
-                  draws=4, draw=crossover_draw)
+    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, [
+        {"n": n, "alpha": a, "beta": b} for n, a, b in ((4, 5e-5, 1e-9), (8, 2e-5, 4e-10),
+                                                        (5, 1e-4, 1e-9), (3, 5e-5, 1e-9),
+                                                        (2, 1e-5, 1e-9), (64, 1e-6, 1e-10))],
+        draws=4, draw=lambda rng: {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
+                                   "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+                                   "beta": float(10 ** rng.uniform(-10.5, -8.5))})
     formula_cases(trial, ("n", "alpha", "beta"), crossover, CROSSOVER_MISTAKES,
                   "the message size in bytes, as a number",
                   "set the tree's time equal to the ring's (lesson 06 §4) and solve for S; "
@@ -465,10 +438,7 @@ def bucket_draw(rng: np.random.Generator) -> dict[str, Any]:
 def grad_bytes(widths: list[int]) -> list[int]:
     """float32 gradient sizes in the order the backward pass produces them (last layer
     first; a layer's bias, then its weight)."""
-    out: list[int] = []
-    for a, b in reversed(list(zip(widths, widths[1:]))):
-        out += [4 * b, 4 * a * b]
-    return out
+    return [x for a, b in reversed(list(zip(widths, widths[1:]))) for x in (4 * b, 4 * a * b)]
 
 
 def buckets_of(grads: list[int], bucket_bytes: int) -> list[int]:
@@ -601,22 +571,6 @@ CHOICES = ("tree", "ring", "halving_doubling", "pipelined_tree")
 REAL_SLACK = 1.5              # the real run: the choice within 1.5× of the model's best, timed
 
 
-HD_FIXED = [  # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
-    {"n": 4, "length": 16, "dtype": "float32"},
-    {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
-    {"n": 2, "length": 7, "dtype": "float32"},
-    {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
-    {"n": 4, "length": 0, "dtype": "float64"},
-    {"n": 1, "length": 5, "dtype": "float32"},
-    {"n": 4, "length": 40_009, "dtype": "float32"},      # large, prime: the bytes sent
-]
-
-
-def hd_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([2, 4])), "length": int(rng.choice([11, 97, 257, 1009, 4099])),
-            "dtype": str(rng.choice(["float32", "float64"]))}
-
-
 def hd_bytes_allowed(n: int, length: int, esize: int) -> int:
     """Most bytes a rank may send: 2·Σ_k ⌈L/2^(k+1)⌉ elements (halves of uneven lengths)."""
     rounds = n.bit_length() - 1
@@ -666,16 +620,27 @@ def hd_shape_fault(got: list[dict], n: int, length: int, esize: int) -> str | No
                 f"{2 * (n - 1) / n:.2f}·S: send only the half your partner keeps.")
     return None
 
-@task("ring_allreduce", refuses=("ddl_lab.ring_allreduce", "_halving_doubling", "allreduce",
-                                 "_ring_allreduce", "tree_allreduce", "pipelined_tree_allreduce",
+@task("ring_allreduce", refuses=(_PKG, "_halving_doubling", "allreduce", "_ring_allreduce",
+                                 "tree_allreduce", "pipelined_tree_allreduce",
                                  "two_level_allreduce", "builtin_allreduce"))
 def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
                      timeout: float = 60.0) -> None:
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    trial = _allreduce_trial("halving_doubling", my_halving_doubling, seed, HD_FIXED, hd_draw,
-                             timeout)
+    trial = Trial("halving_doubling", my_halving_doubling, seed, [
+        # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
+        {"n": 4, "length": 16, "dtype": "float32"},
+        {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
+        {"n": 2, "length": 7, "dtype": "float32"},
+        {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
+        {"n": 4, "length": 0, "dtype": "float64"},
+        {"n": 1, "length": 5, "dtype": "float32"},
+        {"n": 4, "length": 40_009, "dtype": "float32"}],     # large, prime: the bytes sent
+        draws=3, draw=lambda rng: {"n": int(rng.choice([2, 4])),
+                                   "length": int(rng.choice([11, 97, 257, 1009, 4099])),
+                                   "dtype": str(rng.choice(["float32", "float64"]))},
+        timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     for case, data_seed, got in _allreduces(trial, "build the allreduce from dist.send/recv "
                                             "or isend/irecv only."):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
@@ -702,13 +667,6 @@ CHOICE_FIXED = [  # the prompt's cases
 REAL_CASE = {"n": 4, "nbytes": 4 << 20, "alpha": 5e-5, "beta": 1e-9}   # a clear choice
 
 
-def choice_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"n": int(rng.choice([3, 5, 6, 7, 12, 16, 24, 64, 100, 256, 1000])),
-            "nbytes": int(10 ** rng.uniform(1, 9.5)),
-            "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
-            "beta": float(10 ** rng.uniform(-11, -8.5))}
-
-
 def clear(case: dict[str, Any]) -> bool:
     """A draw where the best choice beats every choice outside the 10 % band by ≥ 20 %
     (so the verdict does not hinge on rounding)."""
@@ -717,18 +675,18 @@ def clear(case: dict[str, Any]) -> bool:
     return all(t <= best * TARGET or t >= best * TARGET * 1.2 for t in times)
 
 
-def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str]:
-    """(fault or None, one line): the chosen algorithm against the models' best."""
+def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str, str]:
+    """(fault or None, one line, the best): the chosen algorithm against the models' best."""
     n, S, a, b = (case[k] for k in ("n", "nbytes", "alpha", "beta"))
     times = modelled(n, S, a, b)
     best = min(times, key=times.get)
     if not isinstance(got, str) or got not in CHOICES:
-        return (f"returned {got!r}: return one of {list(CHOICES)}", "")
+        return f"returned {got!r}: return one of {list(CHOICES)}", "", best
     ratio = times[got] / times[best]
     line = (f"n = {n}, S = {S:,} B: {got} {_ms(times[got])} vs best {best} "
             f"{_ms(times[best])}")
     if ratio <= TARGET:
-        return None, line
+        return None, line, best
     why = {"ring": "its 2(n−1) rounds of α dominate at this size",
            "tree": "it sends the whole tensor in each of its 2⌈log2 n⌉ rounds",
            "pipelined_tree": "its inner ranks send every byte three times (to a parent and "
@@ -737,7 +695,7 @@ def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str]:
            if n & (n - 1) else "its log2 n rounds are not what this size needs"}[got]
     return (f"{got} takes {_ms(times[got])} in the model, {ratio:.2f}× the best, {best} "
             f"({_ms(times[best])}; α·rounds = {_ms(a * _rounds(best, n))}, S·β = "
-            f"{_ms(S * b)}): {why}", line)
+            f"{_ms(S * b)}): {why}", line, best)
 
 
 def _rounds(algorithm: str, n: int) -> int:
@@ -764,7 +722,12 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
     10 % of the best in the α–β models, on the prompt's cases and on draws it does not
     show; at one size where the choice is clear it is also run on real workers."""
     trial = Trial("allreduce_choice", my_allreduce_choice, seed, CHOICE_FIXED, draws=40,
-                  draw=choice_draw, name="my_allreduce_choice", plan=True, timeout=timeout)
+                  draw=lambda rng: {
+                      "n": int(rng.choice([3, 5, 6, 7, 12, 16, 24, 64, 100, 256, 1000])),
+                      "nbytes": int(10 ** rng.uniform(1, 9.5)),
+                      "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
+                      "beta": float(10 ** rng.uniform(-11, -8.5))},
+                  name="my_allreduce_choice", plan=True, timeout=timeout)
     trial.cases[trial.shown:] = [c for c in trial.cases[trial.shown:] if clear(c.params)][:8]
     chosen: list[Any] = []
     for case in trial:
@@ -772,7 +735,7 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
         call = (f"{trial.name}(n={args[0]}, nbytes={args[1]:,}, alpha={args[2]:.3g}, "
                 f"beta={args[3]:.3g})")
         chosen.append(got := trial.call(case, *args, where=call))
-        fault, _ = judge_choice(got, case.params)
+        fault, *_ = judge_choice(got, case.params)
         if fault:
             unseen = f" — a case the prompt does not show: {answers.FUNCTION_OF_INPUTS}" \
                 if trial.unseen(case) else ""
@@ -780,12 +743,10 @@ def allreduce_choice(my_allreduce_choice: Callable, seed: int = 0,
                  + answers.same_for_all(chosen, "choice", "message sizes and machines"))
     real = REAL_CASE
     got = call_local(my_allreduce_choice, *(real[k] for k in ("n", "nbytes", "alpha", "beta")))
-    fault, line = judge_choice(got, real)
+    fault, line, best = judge_choice(got, real)
     if fault:
         fail(f"{trial.name}(n=4, nbytes={real['nbytes']:,}, alpha={real['alpha']:g}, "
              f"beta={real['beta']:g}) {fault}.")
-    times = modelled(real["n"], real["nbytes"], real["alpha"], real["beta"])
-    best = min(times, key=times.get)
     ran = trial.world(_time_choice, real["n"], sorted({got, best}), real["nbytes"])
     measured = {a: min(max(ts) for ts in zip(*(r[a] for r in ran))) for a in ran[0]}
     if measured[got] > REAL_SLACK * measured[best]:

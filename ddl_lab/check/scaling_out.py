@@ -1,8 +1,6 @@
-"""Checks for lesson 11 (scaling out), each on several seeded cases (``seed=`` replays them):
-FedAvg's aggregation and checkpoint/resume on 3 real workers; the env:// settings of a
-multi-host layout, with real processes joining (in two network namespaces where possible,
-else on loopback); when adding workers pays, in this process; a FedAvg plan within budgets
-(design)."""
+"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on 3 real
+workers; a multi-host layout's env:// settings, real processes joining (two network namespaces
+where possible, else loopback); when adding workers pays; a FedAvg plan (design)."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ddl_lab.runtime.costs import ring_time
+from ddl_lab.runtime.costs import ring_time, star_time
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, name_of, on_workers, passed, stub_message, task
@@ -111,9 +109,8 @@ def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
                 f"{sorted(before[0])}: average every entry. [{case}]")
     want = _mean(before, sizes, total)
     bad = {key: differs(want[key].to(before[0][key].dtype), got[key]) for key in want}
-    if not any(bad.values()):
+    if (key := next((k for k, v in bad.items() if v), None)) is None:
         return None
-    key = next(k for k, v in bad.items() if v)
     mistakes = {
         "it averaged the clients equally (Σ w_k / K): with unequal data, weight each "
         "client by its size n_k — w = Σ n_k·w_k / Σ n_k": _mean(before, [1] * K, K),
@@ -329,8 +326,7 @@ def _env_message(name: str, layout: Any, envs: list[list[Any]], case: Any) -> st
             if not isinstance(env, dict):
                 return f"{name} returned {describe_value(env)} for {who}: return a dict of " \
                        f"the env:// variables {list(_KEYS)}. {where}"
-            missing = [k for k in _KEYS if k not in env]
-            if missing:
+            if missing := [k for k in _KEYS if k not in env]:
                 return f"{name} left out {missing} for {who}. {where}"
             e = {k: str(env[k]) for k in _KEYS}
             if e["MASTER_ADDR"] != endpoint:
@@ -418,9 +414,8 @@ def _times(c: dict, n: int, mistake: str = "") -> float:
     S = c["params"] * (1 if mistake == "bits" else 4)
     alpha = 0.0 if mistake == "no latency" else c["alpha"]
     compute = c["per_example"] * c["batch"] / (1 if mistake == "undivided" else n)
-    if mistake == "whole tensor":
-        return compute + 2 * (n - 1) * (alpha + S * c["beta"])
-    return compute + ring_time(n, S, alpha, c["beta"])
+    allreduce = star_time if mistake == "whole tensor" else ring_time   # S in every step, or S/n
+    return compute + allreduce(n, S, alpha, c["beta"])
 
 
 def _best(c: dict, mistake: str = "") -> int:
@@ -515,11 +510,11 @@ def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
     if problem := answers.plan(out, name, {"E": "local epochs",
                                          "C": "the fraction of clients per round"}, f" ({case})"):
         fail(problem)
-    E, C = answers.whole(out["E"]), answers.scalar(out["C"])
-    if E is None or not 1 <= E <= MAX_E:
+    E, C = answers.Whole(1, MAX_E).read(out["E"]), answers.Real(0, 1, closed="right").read(out["C"])
+    if E is None:
         fail(f"{name} chose E = {out['E']!r}: a whole number of local epochs from 1 to {MAX_E} "
              f"(what a client can afford in one round) ({case}).")
-    if C is None or not 0 < C <= 1:
+    if C is None:
         fail(f"{name} chose C = {out['C']!r}: the fraction of the {CLIENTS} clients picked "
              f"each round, 0 < C ≤ 1 ({case}).")
     return E, C
@@ -586,18 +581,14 @@ def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
     per_round = clients_per_round(C)
     if per_round * R > U:
         fail(f"{_chose(name, case, E, C)}: {R} rounds upload {per_round * R} models, over {U}. "
-             + _upload_hint(per_round, U) + _unseen(case, plans) + f" ({case})")
+             + ("The budget is for the whole run, not one round: every picked client uploads "
+                "its model in every round." if per_round >= min(U, CLIENTS) else
+                f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}.")
+             + _unseen(case, plans) + f" ({case})")
     if per_round * R * E > W:
         fail(f"{_chose(name, case, E, C)}: the clients would run {per_round * R} × {E} = "
              f"{per_round * R * E} local epochs, over {W}: fewer epochs per round, or fewer "
              f"clients.{_unseen(case, plans)} ({case})")
-
-
-def _upload_hint(per_round: int, U: int) -> str:
-    if per_round >= min(U, CLIENTS):
-        return ("The budget is for the whole run, not one round: every picked client uploads "
-                "its model in every round.")
-    return f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}."
 
 
 def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:
