@@ -101,12 +101,16 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
 
 def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
                timeout: float | None = None) -> list:
-    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster (``fn``: the
-    learner's function its failures name); a failure fails the check (``failed_on_workers``)."""
+    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster: the ranks'
+    results (``fn``: the learner's function its failures name, or the body itself for a
+    run of the check's own); a failure fails the check (``failed_on_workers``)."""
     try:
-        return run_in_world(body, n, *args, fn=fn, timeout=timeout)
+        outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
     except WorldFailed as e:
-        failed_on_workers(e.failure, fn, n)
+        outcome = Outcome(n, None, e.failure)
+    if outcome.failure is not None:
+        failed_on_workers(outcome.failure, fn, n)
+    return outcome.results
 
 
 def failed_on_workers(f: RankFailure, fn: Callable, n: int) -> None:
@@ -114,16 +118,6 @@ def failed_on_workers(f: RankFailure, fn: Callable, n: int) -> None:
     __tracebackhide__ = True
     fail(f.message(name_of(fn), n) + (f"\n(full report below)\n\nrank {f.rank} raised "
                                       f"{f.line}\n{f.text}" if f.kind == "raised" else ""))
-
-
-def run_in_world(body: Callable, n: int, *args: Any, fn: Callable,
-                 timeout: float | None = None) -> list:
-    """One case on an n-rank world: the results of ranks 0…n−1; a failure raises
-    ``WorldFailed`` (a stub's worded for the learner)."""
-    outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
-    if outcome.failure is not None:
-        raise WorldFailed(outcome.failure)
-    return outcome.results
 
 
 def name_of(fn: Any, default: str = "your function") -> str:

@@ -1,7 +1,6 @@
-"""The records of verdicts: ``ddl-lab grade``'s, one JSON line ``{"task", "passed",
-"message", "pid"}`` (and ``"score"``: partial credit) per verdict in the file
-``DDL_LAB_GRADE_RECORD`` names, or to the grading judge's ``sink`` (``grade_with``, with the
-instructor's seed); and the learner's progress (``ddl-lab progress``, lesson 00) in
+"""The records of verdicts, ``{"task", "passed", "message", "pid"}`` (and ``"score"``:
+partial credit): to the grading judge's ``sink`` (``grade_with``, with the instructor's
+seed), else to the learner's progress (``ddl-lab progress``, lesson 00) in
 ``.ddl_lab/progress.jsonl`` or ``DDL_LAB_PROGRESS``. Printed text is never graded."""
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from contextvars import ContextVar, Token
 from pathlib import Path
 from typing import Callable
 
-ENV = "DDL_LAB_GRADE_RECORD"
 PROGRESS_ENV = "DDL_LAB_PROGRESS"
 MAX_MESSAGE = 4000          # characters of a message kept in the record
 SINK: Callable[[dict], None] | None = None      # the grading judge's own recorder
@@ -20,7 +18,7 @@ RUNNING: ContextVar[tuple[str, str] | None] = ContextVar("ddl_lab_check", defaul
 
 
 def write(task: str | None, passed: bool, message: str, score: float | None = None) -> None:
-    """Append one verdict to the grading record, if grading asked for one, else to the
+    """Hand one verdict to the grading judge's sink, if grading, else append it to the
     learner's progress; never raises."""
     entry = {"task": task, "passed": bool(passed), "message": str(message)[:MAX_MESSAGE],
              "pid": os.getpid()}
@@ -29,14 +27,10 @@ def write(task: str | None, passed: bool, message: str, score: float | None = No
     if SINK is not None:
         SINK(entry)
         return
-    path = os.environ.get(ENV)
-    if not path:
-        target = progress_path()
-        if target is None or task is None:
-            return
+    target = progress_path()
+    if target is not None and task is not None:
         entry.update(lesson=current_lesson(), time=round(time.time(), 3))
-        path = str(target)
-    _append(path, entry)
+        _append(str(target), entry)
 
 
 def _append(path: str, entry: dict) -> None:

@@ -17,7 +17,7 @@ from ddl_lab.compression.gossip import mixing_matrix, neighbours, second_eigenva
 from ddl_lab.runtime.worlds import RankFailure, WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, run_in_world, task
+from ._core import call_local, fail, on_workers, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         returned_arrays, returned_none, same, tolerance)
 from ._trial import Trial
@@ -808,7 +808,7 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     from ddl_lab.compression.compressors import Scheme
     from ddl_lab.compression.training import merge_logs
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
-    result = merge_logs(run_in_world(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,
+    result = merge_logs(on_workers(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,
                                      timeout=120))
     return result.final_accuracy, result.update_bytes, result.fp32_bytes
 

@@ -16,7 +16,7 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import fail, run_in_world, task
+from ._core import fail, on_workers, task
 from ._diagnose import Case, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
@@ -407,7 +407,7 @@ def _ran(n: int, hidden: int, depth: int, batch: int, stage: int, precision: str
          recompute: bool) -> tuple[float, float, float]:
     """(most bytes a rank kept, most bytes a rank sent per step, last loss) of a real run."""
     from ddl_lab.memory.zero import zero_run
-    runs = run_in_world(zero_run, n, stage, precision, recompute, hidden, depth, batch, STEPS,
+    runs = on_workers(zero_run, n, stage, precision, recompute, hidden, depth, batch, STEPS,
                         fn=zero_run)
     return (max(r.memory.total for r in runs), max(r.sent for r in runs), runs[0].losses[-1])
 

@@ -16,7 +16,7 @@ from ddl_lab.runtime import worlds
 from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, run_in_world, task
+from ._core import call_local, fail, passed, run_cases, on_workers, task
 from ._diagnose import Case, describe_value, differs, explain, same
 from ._trial import Trial
 
@@ -635,14 +635,14 @@ def _ran(runs: Sequence[Any]) -> list[list[tuple[str, int]]]:
 def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
     """Bytes each stage keeps for backward per example: one micro-batch of the whole batch."""
     from ddl_lab.model_parallel.pipeline import pipeline_run
-    runs = run_in_world(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch, fn=pipeline_run)
+    runs = on_workers(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch, fn=pipeline_run)
     return tuple(r.peak_activations / batch for r in runs)
 
 
 def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
     """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
     from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
-    runs = run_in_world(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
+    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
                         fn=pipeline_run)
     per = _bytes_per_example(p, batch)
     # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from ddl_lab import check
+from ddl_lab.check import _record
 from ddl_lab.check import CheckFailed
 from ddl_lab.tools.progress import course_tasks, progress_table, read_progress
 
@@ -24,7 +25,6 @@ def wrong_ring_cost(n, nbytes, alpha, beta):
 def progress(tmp_path, monkeypatch):
     path = tmp_path / "progress.jsonl"
     monkeypatch.setenv("DDL_LAB_PROGRESS", str(path))
-    monkeypatch.delenv("DDL_LAB_GRADE_RECORD", raising=False)
     return path
 
 
@@ -53,11 +53,12 @@ def test_the_table_marks_passed_failed_and_not_tried(progress):
     assert f"1/{total} tasks passed" in table
 
 
-def test_grading_runs_and_off_write_no_progress(progress, monkeypatch, tmp_path):
-    monkeypatch.setenv("DDL_LAB_GRADE_RECORD", str(tmp_path / "record.jsonl"))
+def test_grading_runs_and_off_write_no_progress(progress, monkeypatch):
+    taken = []
+    monkeypatch.setattr(_record, "SINK", taken.append)   # the grading judge's recorder
     check.ring_cost(my_ring_cost)
-    assert not progress.exists() and (tmp_path / "record.jsonl").exists()
-    monkeypatch.delenv("DDL_LAB_GRADE_RECORD")
+    assert not progress.exists() and [e["task"] for e in taken] == ["ring_cost"]
+    monkeypatch.setattr(_record, "SINK", None)
     monkeypatch.setenv("DDL_LAB_PROGRESS", "off")
     check.ring_cost(my_ring_cost)
     assert not progress.exists()

@@ -79,7 +79,6 @@ def start_run(nb: nbformat.NotebookNode, work: Path, cell_timeout: float, timeou
     if box is None:
         env = {**os.environ, TOKEN_ENV: token, "DDL_LAB_PROGRESS": "off", "MPLBACKEND": "Agg",
                "PYTHONDONTWRITEBYTECODE": "1"}
-        env.pop("DDL_LAB_GRADE_RECORD", None)
         cmd, limit = argv, None
     else:
         env = sandbox.environment(work, TOKEN_ENV, token)

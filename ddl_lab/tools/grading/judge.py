@@ -76,7 +76,6 @@ class Judge:
         self.home = Path(tempfile.mkdtemp(prefix="ddl-lab-judge-"))
         env = {**os.environ, TOKEN_ENV: self.token, "MPLBACKEND": "Agg",
                "DDL_LAB_PROGRESS": "off", "PYTHONDONTWRITEBYTECODE": "1"}
-        env.pop("DDL_LAB_GRADE_RECORD", None)
         if self.work is not None:            # the checks' files, where the sandbox sees them
             for sub in ("tmp", "shm"):
                 (self.work / sub).mkdir(exist_ok=True)

@@ -89,6 +89,8 @@ def command(box: Box, argv: list[str], env: dict[str, str]) -> list[str]:
     work = str(box.work.resolve())
     cmd = ["bwrap", *_namespaces(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
            "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for path in _needed_under_tmp(env):     # a course or an environment that lies in /tmp
+        cmd += ["--ro-bind", str(path), str(path)]
     stub = box.work / ".check_stub.py"
     stub.write_text(CHECK_STUB)
     for path in box.hide:
@@ -104,6 +106,21 @@ def command(box: Box, argv: list[str], env: dict[str, str]) -> list[str]:
     for k, v in env.items():
         cmd += ["--setenv", k, v]
     return cmd + ["--", *argv]
+
+
+def _needed_under_tmp(env: dict[str, str]) -> list[Path]:
+    """What Python needs that lies under /tmp (hidden by the sandbox's own /tmp): the
+    environment, the course's package, the folders on its path — outermost first."""
+    import ddl_lab
+    tmp = Path("/tmp").resolve()
+    wanted = [Path(sys.prefix), Path(sys.base_prefix), Path(ddl_lab.__file__).parents[1],
+              *[Path(p) for p in sys.path if p],
+              *[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    found: list[Path] = []
+    for path in sorted({p.resolve() for p in wanted if p.exists()}, key=lambda p: len(p.parts)):
+        if tmp in path.parents and not any(f == path or f in path.parents for f in found):
+            found.append(path)
+    return found
 
 
 def limits(box: Box) -> Callable[[], None]:

@@ -11,7 +11,7 @@ from ddl_lab.__main__ import main
 from ddl_lab.check import _record
 from ddl_lab.tools.grading.discover import (Submission, course_exercises, identify,
                                             load_exercise)
-from ddl_lab.tools.grading.execute import read_jsonl, run_submission
+from ddl_lab.tools.grading.execute import run_submission
 from ddl_lab.tools.grading.pristine import check_index, grading_notebook, handover_source
 from ddl_lab.tools.grading.record import verdicts
 from ddl_lab.tools.notebooks import make_exercises
@@ -21,35 +21,18 @@ from .sample_class import GD, RING, ROOT, check_cells, exercise, solved, tasks_o
 COURSE = course_exercises(ROOT)
 
 
-@pytest.fixture
-def record(tmp_path, monkeypatch):
-    path = tmp_path / "record.jsonl"
-    monkeypatch.setenv(_record.ENV, str(path))
-    return path
-
-
-def test_checks_record_their_verdicts_named_from_the_stack(record, solution):
+def test_the_judges_sink_takes_every_verdict_named_from_the_stack(monkeypatch, solution):
+    taken = []
+    monkeypatch.setattr(_record, "SINK", taken.append)
     task, fn = tasks_of(RING)[0]
     with pytest.raises(check.CheckFailed):
         getattr(check, task)(lambda n, nbytes, alpha, beta: 0.0)
     getattr(check, task)(solution(RING, fn))
-    lines = read_jsonl(record)
-    assert [(r["task"], r["passed"]) for r in lines] == [(task, False), (task, True)]
-    assert "returned 0" in lines[0]["message"]
-
-
-def test_the_judges_sink_takes_every_verdict_and_no_file_is_written(record, monkeypatch,
-                                                                      solution):
-    taken = []
-    monkeypatch.setattr(_record, "SINK", taken.append)
-    task, fn = tasks_of(RING)[0]
-    getattr(check, task)(solution(RING, fn))
-    assert [(r["task"], r["passed"]) for r in taken] == [(task, True)]
-    assert not record.exists()
+    assert [(r["task"], r["passed"]) for r in taken] == [(task, False), (task, True)]
+    assert "returned 0" in taken[0]["message"]
 
 
 def test_nothing_is_recorded_unless_grading_asks(tmp_path, monkeypatch, solution):
-    monkeypatch.delenv(_record.ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     task, fn = tasks_of(RING)[0]
     getattr(check, task)(solution(RING, fn))

@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 import ddl_lab.check as check
-from ddl_lab.check._core import call_local, fail, passed, run_in_world, task
+from ddl_lab.check._core import call_local, fail, passed, run_cases, task
 from ddl_lab.runtime.worlds import WorldFailed
 
 CASES = [np.arange(1.0, 6.0), np.array([-2.0, 0.5, 4.0])]
@@ -95,10 +95,13 @@ def toy_plan(fn):
 def _on_two_workers(name, fn, body, *args):
     __tracebackhide__ = True
     try:
-        return run_in_world(body, 2, *args, fn=fn, timeout=30)
+        outcome = run_cases(body, [(2, args)], fn=fn, timeout=30)[0]
     except WorldFailed as e:
-        fail(e.failure.line if e.failure.kind == "stub" else
-             f"{name} failed on the workers: {e.failure.line}")
+        outcome = e
+    if outcome.failure is not None:
+        fail(outcome.failure.line if outcome.failure.kind == "stub" else
+             f"{name} failed on the workers: {outcome.failure.line}")
+    return outcome.results
 
 
 @task("toy")
