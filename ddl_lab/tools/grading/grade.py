@@ -15,6 +15,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -81,9 +82,10 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     hide = sandbox.hidden_from_learners(course, submissions, out, checks=checks)
     box = None if no_box else hide
     installed = Installation(course)
+    judges = Judges(seed, checks)
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
-        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, seed, checks,
-                               box): s for s in todo}
+        futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, judges, box): s
+                   for s in todo}
         try:
             for future in as_completed(futures):
                 s = futures[future]
@@ -101,6 +103,8 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
             stop_all()
             stop_judges()
             raise
+        finally:
+            judges.stop()
     columns = [e for e in wanted.values()
                if exercises or any(e.stem in r.graded for r in learners.values())]
     order = {(e.stem, t): i for i, (e, t) in
@@ -112,18 +116,15 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     return rows
 
 
-def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
-              seed: int | None = None, checks: tuple[str, ...] = (),
+def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path, judges: "Judges",
               hide: tuple[Path, ...] | None = None) -> tuple[list[Verdict], list[str]]:
     """Run one submission in its sandbox (``hide``: what it hides; None: no sandbox) while
     a judge calls its functions there; its verdicts and notes."""
     work = Path(tempfile.mkdtemp(prefix="ddl-lab-grade-"))
     key = secrets.token_hex(16)
-    judge = Judge(seed, work / "judge.log", checks, link=str(work / "link.sock"), key=key,
-                  work=work, timeout=limits.cell_timeout)
+    judge = judges.mine()
     run = running = None
     try:
-        judge.start()                       # it imports torch and the checks meanwhile
         box = None if hide is None else sandbox.Box(
             work, hide, cpu_seconds=int(limits.timeout * 4) + 60)
         nb = grading_notebook(sub.nb, ex)
@@ -131,7 +132,7 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
         serving = wait_serving(running)
         killed = not serving and running.proc.poll() is None
         done = read_jsonl(work / "events.jsonl")
-        judged = judge_run(ex, done, work, judge, limits.cell_timeout) if serving else {}
+        judged = judge_run(ex, done, work, judge, key, limits.cell_timeout) if serving else {}
         run = finish_run(running, killed)
         executed = work / "executed.ipynb"
         if executed.exists():
@@ -151,7 +152,6 @@ def grade_one(sub: Submission, ex: Exercise, limits: Limits, out: Path,
         return ([Verdict(ex.stem, t, 0.0, c.points[t], False, why)
                  for c in ex.checks for t in c.tasks], [why])
     finally:
-        judge.stop()
         if running is not None and run is None:
             finish_run(running, killed=True)
         shutil.rmtree(work, ignore_errors=True)
@@ -175,12 +175,13 @@ def _before_the_end(ex: Exercise, nb, run, work: Path, judge: Judge, box, key: s
     running = start_run(again, work, limits.cell_timeout, limits.timeout, box, key)
     serving = wait_serving(running)
     try:
-        return judge_run(ex, run.events, work, judge, limits.cell_timeout) if serving else {}
+        return judge_run(ex, run.events, work, judge, key, limits.cell_timeout) \
+            if serving else {}
     finally:
         finish_run(running, not serving and running.proc.poll() is None)
 
 
-def judge_run(ex: Exercise, events: list[dict], work: Path, judge: Judge,
+def judge_run(ex: Exercise, events: list[dict], work: Path, judge: Judge, key: str,
               cell_timeout: float) -> dict[str, dict]:
     """The judge's answer for every task whose check cell wrote its manifest."""
     done = {e["check"] for e in events if e.get("event") == "done"
@@ -189,7 +190,35 @@ def judge_run(ex: Exercise, events: list[dict], work: Path, judge: Judge,
             and (work / payload_name(check.index)).exists()
             for i, task in enumerate(check.tasks)]
     return judge.judge_all([(work / payload_name(check.index), i, task)
-                            for check, i, task in todo], cell_timeout)
+                            for check, i, task in todo], cell_timeout,
+                           link=str(work / "link.sock"), key=key, work=work)
+
+
+class Judges:
+    """One judge per grading thread, started at its first submission and kept for the
+    class: no learner code runs in a judge, so nothing of one submission reaches the next."""
+
+    def __init__(self, seed: int | None, checks: tuple[str, ...]):
+        self.seed, self.checks, self.local = seed, checks, threading.local()
+        self.folder = Path(tempfile.mkdtemp(prefix="ddl-lab-judges-"))
+        self.started: list[Judge] = []
+        self.lock = threading.Lock()
+
+    def mine(self) -> Judge:
+        judge = getattr(self.local, "judge", None)
+        if judge is None:
+            with self.lock:
+                judge = Judge(self.seed, self.folder / f"judge-{len(self.started)}.log",
+                              self.checks)
+                self.started.append(judge)
+            judge.start()
+            self.local.judge = judge
+        return judge
+
+    def stop(self) -> None:
+        for judge in self.started:
+            judge.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Installation:

@@ -187,28 +187,32 @@ class _Unpickler(pickle.Unpickler):
 
 # ---------------------------------------------------------------- nbgrader's hidden tests
 
+_JUDGE: list = []                       # nbgrader's kernel: one judge for all its tests
+
+
 def judged(task: str, *args: Any, **kwargs: Any) -> None:
     """``check.<task>(*args, **kwargs)`` judged in a judge process, with this kernel
     serving the calls: an AssertionError with the check's message unless it passed."""
-    from .judge import Judge
     import threading
+
+    from .judge import Judge
+    if not _JUDGE:
+        _JUDGE.append(Judge(None, Path(tempfile.mkdtemp(prefix="ddl-lab-judged-")) /
+                            "judge.log"))
+        _JUDGE[0].start()
+    judge = _JUDGE[0]
     folder = Path(tempfile.mkdtemp(prefix="ddl-lab-judged-"))
     try:
         take(task, *args, **kwargs)
         save(str(folder / "manifest-0.json"))
-        key = os.urandom(16).hex()
-        link = str(folder / "link.sock")
-        judge = Judge(None, folder / "judge.log", link=link, key=key, work=folder)
-        judge.start()
+        key, link = os.urandom(16).hex(), str(folder / "link.sock")
         answers: dict = {}
         asking = threading.Thread(target=lambda: answers.update(judge.judge_all(
-            [(folder / "manifest-0.json", 0, task)], 600.0)), daemon=True)
+            [(folder / "manifest-0.json", 0, task)], 600.0, link=link, key=key,
+            work=folder)), daemon=True)
         asking.start()
-        try:
-            serve(link, key, accept=120.0)
-            asking.join(60.0)
-        finally:
-            judge.stop()
+        serve(link, key, accept=120.0)
+        asking.join(60.0)
         answer = answers.get(task, {"outcome": "ended", "message": "the judge did not answer"})
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -59,15 +59,13 @@ def stop_judges() -> None:
 # ---------------------------------------------------------------- the grader's side
 
 class Judge:
-    """A judge process for one submission, talking to its kernel over ``link`` (a Unix
-    socket in the run's folder ``work``, with ``key``)."""
+    """A judge process, for as many submissions as it is asked about in turn: each task
+    names the kernel to talk to (``link``, a Unix socket in the run's folder ``work``, with
+    ``key``). No learner code runs in it, so one judge serves a whole class."""
 
-    def __init__(self, seed: int | None, log: Path, checks: tuple[str, ...] = (), *,
-                 link: str = "", key: str = "", work: Path | None = None,
-                 timeout: float = 120.0):
+    def __init__(self, seed: int | None, log: Path, checks: tuple[str, ...] = ()):
         self.seed, self.log, self.proc, self.token, self.home = seed, log, None, "", None
         self.entry, self.checks = entry(checks), checks
-        self.link, self.key, self.work, self.timeout = link, key, work, timeout
         self.ready, self.buffer, self.closed = False, b"", False
 
     def start(self) -> None:
@@ -76,10 +74,6 @@ class Judge:
         self.home = Path(tempfile.mkdtemp(prefix="ddl-lab-judge-"))
         env = {**os.environ, TOKEN_ENV: self.token, "MPLBACKEND": "Agg",
                "DDL_LAB_PROGRESS": "off", "PYTHONDONTWRITEBYTECODE": "1"}
-        if self.work is not None:            # the checks' files, where the sandbox sees them
-            for sub in ("tmp", "shm"):
-                (self.work / sub).mkdir(exist_ok=True)
-            env.update(TMPDIR=str(self.work / "tmp"), DDL_LAB_SHARED_DIR=str(self.work / "shm"))
         with open(self.log, "ab") as log:     # -P: its folder is not on sys.path; -s: no
             self.proc = subprocess.Popen(     # user site-packages
                 [sys.executable, "-P", "-s", "-c", self.entry],
@@ -87,8 +81,7 @@ class Judge:
                 stderr=log, start_new_session=True)
         _LIVE.add(self)
         self.ready, self.buffer, self.closed = False, b"", False
-        self._send({"seed": self.seed, "link": self.link, "key": self.key,
-                    "timeout": self.timeout, "checks": list(self.checks)})
+        self._send({"seed": self.seed, "checks": list(self.checks)})
 
     def _wait_ready(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -125,19 +118,21 @@ class Judge:
             return {"nonce": None}
         return said if isinstance(said, dict) else {"nonce": None}
 
-    def verdict(self, manifest: Path, index: int, task: str, timeout: float) -> dict:
-        """``{"outcome": passed|failed|ended, "message"}`` of one task."""
+    def verdict(self, manifest: Path, index: int, task: str, timeout: float,
+                kernel: dict) -> dict:
+        """``{"outcome": passed|failed|ended, "message"}`` of one task; ``kernel``: the
+        link, key and folder of the run whose kernel serves the learner's functions."""
         self._wait_ready()
         nonce = secrets.token_hex(16)
         try:
             self._send({"manifest": str(manifest), "index": index, "task": task,
-                        "nonce": nonce})
+                        "nonce": nonce, "timeout": timeout, **kernel})
         except OSError:
             answer = None
         else:
-            answer = self._line(timeout)
+            answer = self._line(timeout + 30)
             while answer is not None and answer.get("nonce") != nonce:
-                answer = self._line(timeout)
+                answer = self._line(timeout + 30)
         if answer is None:
             ended = self._exit_status()
             self.stop()
@@ -159,17 +154,19 @@ class Judge:
         except subprocess.TimeoutExpired:       # the channel closed, the process lingers
             return -1
 
-    def judge_all(self, todo: list[tuple[Path, int, str]], timeout: float) -> dict[str, dict]:
-        """The answer for every ``(manifest, index, task)``, in order; then bye."""
-        answers = {task: self.verdict(manifest, index, task, timeout)
+    def judge_all(self, todo: list[tuple[Path, int, str]], timeout: float, *, link: str,
+                  key: str, work: Path) -> dict[str, dict]:
+        """The answer for every ``(manifest, index, task)`` of one run, in order; then the
+        judge lets go of that run's kernel (which then ends its run)."""
+        kernel = {"link": link, "key": key, "work": str(work)}
+        answers = {task: self.verdict(manifest, index, task, timeout, kernel)
                    for manifest, index, task in todo}
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self._send({"bye": True})
+                self._send({"done": link})
                 self._line(30.0)
             except OSError:
                 pass
-        self.stop()
         return answers
 
     def stop(self) -> None:
@@ -230,11 +227,12 @@ def serve() -> None:
     from ddl_lab.check import _core, _record
     from .link import Link, LinkLost, by_value, remote_in, run_beside, run_remote
     by_value(*hello.get("checks", []))
-    link = Link(hello.get("link", ""), hello.get("key", ""), float(hello.get("timeout", 120)))
+    links: dict[str, Link] = {}
 
     def route(body: Any, cases: Any, fn: Any, timeout: Any) -> Any:
         there = remote_in(fn, cases)
         return None if there is None else run_remote(there, body, cases, fn, timeout, None)
+
     def beside(procedure: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         there = remote_in(None, [(0, (*args, *kwargs.values()))])
         return (False, None) if there is None else \
@@ -248,10 +246,19 @@ def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("bye"):
-            link.bye()
-            channel.write(json.dumps({"bye": True}) + "\n")
             break
+        if "done" in request:               # the grader is through with this run's kernel
+            gone = links.pop(request["done"], None)
+            if gone is not None:
+                gone.bye()
+            channel.write(json.dumps({"done": True}) + "\n")
+            continue
         task, nonce = request["task"], request["nonce"]
+        link = links.get(request["link"])
+        if link is None:
+            link = links[request["link"]] = Link(request["link"], request["key"],
+                                                 float(request["timeout"]))
+        _in_folder(Path(request["work"]))
         entries.clear()
         outcome, message = "failed", ""
         try:
@@ -282,6 +289,15 @@ def serve() -> None:
         score = max((float(e.get("score") or 0) for e in entries
                      if e.get("task") == task and not e.get("passed")), default=0.0)
         channel.write(json.dumps({"nonce": nonce, "outcome": outcome, "message": message,
-                                  "score": score, "changed": []}) + "\n")
+                                  "score": score}) + "\n")
     channel.close()
     os._exit(0)
+
+
+def _in_folder(work: Path) -> None:
+    """The checks' temporary and shared files go where the run's sandbox sees them."""
+    for sub in ("tmp", "shm"):
+        (work / sub).mkdir(exist_ok=True)
+    tempfile.tempdir = str(work / "tmp")
+    os.environ["TMPDIR"] = str(work / "tmp")
+    os.environ["DDL_LAB_SHARED_DIR"] = str(work / "shm")

@@ -18,6 +18,7 @@ import io
 import json
 import socket
 import sys
+import time
 import types
 from typing import Any, Sequence
 
@@ -49,13 +50,21 @@ class Link:
             raise LinkLost(self.lost)
         if self.stream is not None:
             return
-        try:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(self.timeout)
-            self.sock.connect(self.path)
-            self.stream = self.sock.makefile("rwb")
-        except OSError as e:
-            self._lose(f"the kernel did not take the judge's connection ({e})")
+        deadline = time.monotonic() + self.timeout
+        while True:                         # the kernel may still be binding its socket
+            try:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(self.timeout)
+                self.sock.connect(self.path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                self.sock.close()
+                if time.monotonic() > deadline:
+                    self._lose(f"the kernel did not take the judge's connection ({e})")
+                time.sleep(0.05)
+            except OSError as e:
+                self._lose(f"the kernel did not take the judge's connection ({e})")
+        self.stream = self.sock.makefile("rwb")
         said = self._ask({"key": self.key})
         if said.get("ready") is not True:
             self._lose("the kernel did not answer the judge's hello")

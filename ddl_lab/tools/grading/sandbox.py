@@ -133,9 +133,11 @@ def limits(box: Box) -> Callable[[], None]:
 
 
 def environment(work: Path, token_env: str, token: str) -> dict[str, str]:
-    """The sandbox's whole environment: nothing of the grader's but paths and a locale."""
+    """The sandbox's whole environment: nothing of the grader's but paths and a locale. Its
+    temporary files go to its own /tmp (short paths for the workers' Unix sockets); the
+    checks' files, to ``work`` (``DDL_LAB_SHARED_DIR``, the judge's ``tempfile``)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"),
-           "TMPDIR": str(work / "tmp"), "LANG": os.environ.get("LANG", "C.UTF-8"),
+           "TMPDIR": "/tmp", "LANG": os.environ.get("LANG", "C.UTF-8"),
            token_env: token, "DDL_LAB_PROGRESS": "off", "MPLBACKEND": "Agg",
            "PYTHONDONTWRITEBYTECODE": "1", "DDL_LAB_SHARED_DIR": str(work / "shm"),
            "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1"}

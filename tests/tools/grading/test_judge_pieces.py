@@ -193,13 +193,14 @@ def test_a_function_that_never_returns_ends_its_task_at_the_limit(tmp_path):
             if os.path.exists(link + ".ready"):
                 break
             time.sleep(0.1)
-        judge = Judge(None, tmp_path / "judge.log", link=link, key=key, work=tmp_path,
-                      timeout=2.0)
+        judge = Judge(None, tmp_path / "judge.log")
         judge.start()
-        process = judge.proc
-        answer = judge.judge_all([(tmp_path / "manifest-0.json", 0, task)], 60.0)[task]
+        answer = judge.judge_all([(tmp_path / "manifest-0.json", 0, task)], 2.0, link=link,
+                                 key=key, work=tmp_path)[task]
         assert answer["outcome"] == "ended", answer
         assert "did not answer within 2 s" in answer["message"]
+        process = judge.proc                    # the judge outlives the task, and stops
+        judge.stop()
         assert process.poll() is not None
     finally:
         kernel.kill()
