@@ -41,6 +41,18 @@ class Ran:
     record: list[dict]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def judges():
+    """One judge for every notebook this process grades (as one class would have)."""
+    from ddl_lab.tools.grading.grade import Judges
+    _JUDGES.append(Judges(None, ()))
+    yield
+    _JUDGES.pop().stop()
+
+
+_JUDGES: list = []
+
+
 @functools.cache
 def ran(stem: str) -> Ran:
     """Grade exercises/<stem> solved, once per test process; never raises."""
@@ -52,7 +64,8 @@ def ran(stem: str) -> Ran:
         limits = Limits(timeout=1800, cell_timeout=CELL_TIMEOUT, jobs=1,
                         trust_learner_code=sandbox.why_not() is not None)
         try:
-            row, = grade(subs, out, [stem[:2]], limits, progress=False)
+            row, = grade(subs, out, [stem[:2]], limits, progress=False,
+                         judges=_JUDGES[-1] if _JUDGES else None)
         except Exception as e:      # noqa: BLE001 — the grader itself failed
             return Ran([f"the exercise could not be graded: {type(e).__name__}: {e}"], [])
         executed = out / "executed" / f"solution--{stem}.ipynb"

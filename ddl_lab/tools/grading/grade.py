@@ -52,13 +52,14 @@ class InstallationChanged(RuntimeError):
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
           limits: Limits | None = None, course: Path = ROOT,
           progress: bool = True, seed: int | None = None,
-          checks: tuple[str, ...] = ()) -> list[Learner]:
+          checks: tuple[str, ...] = (), judges: "Judges | None" = None) -> list[Learner]:
     """Grade every notebook in ``submissions``; write the reports to ``out``; return the
     learners in name order. ``exercises`` (e.g. ["06"]) are those the class was asked to
     submit: another exercise is reported as the wrong one. By default, any exercise.
     ``seed``: the checks draw their cases from it (cases no learner ran at home).
     ``checks``: modules of checks beyond ``ddl_lab.check`` that the judges import, for a
-    ``course`` of one's own (the grading tests' toy course)."""
+    ``course`` of one's own (the grading tests' toy course). ``judges``: judges already
+    started, kept for several calls (same ``seed`` and ``checks``; the caller stops them)."""
     limits = limits or Limits()
     no_box = sandbox.why_not()
     if no_box and not limits.trust_learner_code:
@@ -82,7 +83,8 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     hide = sandbox.hidden_from_learners(course, submissions, out, checks=checks)
     box = None if no_box else hide
     installed = Installation(course)
-    judges = Judges(seed, checks)
+    own = judges is None
+    judges = Judges(seed, checks) if judges is None else judges
     with ThreadPoolExecutor(max(1, limits.jobs)) as pool:
         futures = {pool.submit(grade_one, s, wanted[s.exercise], limits, out, judges, box): s
                    for s in todo}
@@ -104,7 +106,8 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
             stop_judges()
             raise
         finally:
-            judges.stop()
+            if own:
+                judges.stop()
     columns = [e for e in wanted.values()
                if exercises or any(e.stem in r.graded for r in learners.values())]
     order = {(e.stem, t): i for i, (e, t) in
