@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
+import functools
+import importlib
 import json
 import os
 import pickle
 import shutil
 import socket
+import sys
 import tempfile
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import plain
 
@@ -114,7 +119,14 @@ def _write(stream: Any, message: dict) -> None:
 
 
 def answer(request: dict) -> dict:
-    """One request of the judge, answered with plain data."""
+    """One request of the judge, answered with plain data; the task's refused functions
+    are wired while the learner's code runs (``tripwire``)."""
+    refused = [tuple(map(str, pair)) for pair in request.get("refuses") or []]
+    with tripwire(refused):
+        return _answer(request, refused)
+
+
+def _answer(request: dict, refused: list) -> dict:
     try:
         job = _Unpickler(base64.b64decode(request["payload"])).load()
         if request.get("op") == "beside":
@@ -137,7 +149,7 @@ def answer(request: dict) -> dict:
 
         from .link import dumps
         body, cases, fn, timeout, op_timeout = job
-        shipped = [(n, (dumps((body, tuple(args))),)) for n, args in cases]
+        shipped = [(n, (dumps((body, tuple(args), refused)),)) for n, args in cases]
         try:
             outcomes = worlds.run_cases(_by_value, shipped, fn=fn, timeout=timeout,
                                         op_timeout=op_timeout)
@@ -150,9 +162,50 @@ def answer(request: dict) -> dict:
 
 def _by_value(blob: bytes) -> Any:
     """On a worker: a check's body on its arguments, both sent by value (the checks are
-    not in the sandbox)."""
-    body, args = pickle.loads(blob)
-    return body(*args)
+    not in the sandbox), the task's refused functions wired."""
+    body, args, refused = pickle.loads(blob)
+    with tripwire(refused):
+        return body(*args)
+
+
+@contextlib.contextmanager
+def tripwire(refused: list) -> Iterator[None]:
+    """While the learner's code runs for a task: each of the package's own implementations
+    the task refuses (``(module, name)``), wherever a course module holds it, raises when
+    code that is not the course's calls it — however the learner's code found it (a name
+    built at run time too). A learner who knows this can unwire it: it rests on the
+    learner's side (README, "What rests on the learner's side")."""
+    swapped = []
+    for module_name, name in refused:
+        try:
+            original = getattr(importlib.import_module(module_name), name)
+        except Exception:           # noqa: BLE001 — not importable here: nothing to wire
+            continue
+        if not isinstance(original, types.FunctionType):
+            continue
+        wired = _wired(original, f"{module_name}.{name}")
+        for module in [m for k, m in list(sys.modules.items()) if k.startswith("ddl_lab")]:
+            for key, value in list(vars(module).items()):
+                if value is original:
+                    setattr(module, key, wired)
+                    swapped.append((module, key, original))
+    try:
+        yield
+    finally:
+        for module, key, original in swapped:
+            setattr(module, key, original)
+
+
+def _wired(original: Any, where: str) -> Any:
+    @functools.wraps(original)
+    def wired(*args: Any, **kwargs: Any) -> Any:
+        caller = str(sys._getframe(1).f_globals.get("__name__", ""))
+        if not caller.startswith("ddl_lab"):
+            raise RuntimeError(f"{where} is the package's own implementation of this task: "
+                               "the task is to write it yourself, so it is refused when "
+                               "grading")
+        return original(*args, **kwargs)
+    return wired
 
 
 def raised(e: BaseException) -> dict:

@@ -259,6 +259,7 @@ def serve() -> None:
             link = links[request["link"]] = Link(request["link"], request["key"],
                                                  float(request["timeout"]))
         _in_folder(Path(request["work"]))
+        link.refuses = _refused(_core.TASKS.get(task))
         entries.clear()
         outcome, message = "failed", ""
         try:
@@ -292,6 +293,16 @@ def serve() -> None:
                                   "score": score}) + "\n")
     channel.close()
     os._exit(0)
+
+
+def _refused(spec: Any) -> list[tuple[str, str]]:
+    """(module, name) of the package's own implementations a task refuses."""
+    if spec is None or not spec.refuses:
+        return []
+    from ddl_lab.check._diagnose import package_functions
+    from ddl_lab.runtime.reach import ident
+    return [i for f in package_functions(spec.refuses[0], *spec.refuses[1:])
+            if (i := ident(f)) is not None]
 
 
 def _in_folder(work: Path) -> None:

@@ -44,6 +44,7 @@ class Link:
         self.sock: socket.socket | None = None
         self.stream: Any = None
         self.lost = ""
+        self.refuses: list[tuple[str, str]] = []    # the task's refused implementations
 
     def _connect(self) -> None:
         if self.lost:
@@ -96,7 +97,8 @@ class Link:
 
     def request(self, op: str, job: tuple) -> dict:
         self._connect()
-        said = self._ask({"op": op, "payload": base64.b64encode(dumps(job)).decode()})
+        said = self._ask({"op": op, "payload": base64.b64encode(dumps(job)).decode(),
+                          "refuses": self.refuses})
         if "error" in said:
             raise RuntimeError(f"the learner's side could not serve the judge: "
                                f"{str(said['error'])[:500]}")
