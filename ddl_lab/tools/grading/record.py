@@ -1,8 +1,7 @@
 """From a graded run and the judge's answers to a verdict per task (``ddl-lab grade``).
 
 A task's verdict is the judge's (``judge.py``): passed, failed (with the check's
-message), tampered (0 points, saying what changed) or ended (the judge stopped without an
-answer). A passed task earns its points; a failed one earns ``score`` × points where a
+message) or ended (the learner's kernel or the judge stopped without an answer). A passed task earns its points; a failed one earns ``score`` × points where a
 check with parts reported partial credit, else 0. A task the judge never saw gets 0 and
 the reason: the function it calls is not defined (renamed or deleted), the check cell
 timed out or raised in the kernel, or was never reached because the kernel died or the
@@ -26,7 +25,6 @@ class Verdict:
     max_points: float
     passed: bool
     message: str
-    tampered: bool = False
     justification: str | None = None       # the learner's text, where the task asks for one
 
     def as_dict(self) -> dict:
@@ -58,18 +56,17 @@ def verdicts(ex: Exercise, run: Run, judged: dict[str, dict], cell_timeout: floa
         event = done.get(check.index)
         for task in check.tasks:
             answer = judged.get(task)
-            tampered = bool(answer) and answer.get("outcome") == "tampered"
             if event is None:
                 ok, score, message = False, 0.0, not_reached(run, timeout)
             elif answer is None:
                 ok, score, message = False, 0.0, no_record(check, task, event, cell_timeout)
             else:
                 ok = answer.get("outcome") == "passed"
-                score = float(answer.get("score") or 0) if not (ok or tampered) else 0.0
+                score = 0.0 if ok else float(answer.get("score") or 0)
                 message = str(answer.get("message", ""))
             most = check.points[task]
             out.append(Verdict(ex.stem, task, most if ok else round(score * most, 2), most,
-                               ok, message, tampered))
+                               ok, message))
     return out
 
 

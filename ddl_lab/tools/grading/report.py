@@ -1,7 +1,7 @@
 """What ``ddl-lab grade`` writes: ``gradebook.csv`` (one row per learner, one column per
 task, the total, notes, the scan's flags, one column per written justification),
 ``report.html`` (the seed, pass rate and most frequent failure messages per task, every
-learner's row, tampering, flags and justifications), ``feedback/<learner>.html`` (their
+learner's row, flags and justifications), ``feedback/<learner>.html`` (their
 tasks, verdicts, the checks' messages, their justifications) and ``results.json``
 (everything, for other tools).
 """
@@ -139,8 +139,6 @@ def class_report(rows: list[Learner], columns: list[Exercise], seed: int | None 
 
 
 def verdict_mark(v) -> str:
-    if v.tampered:
-        return "<span class='no'>✘ tampered</span>"
     return "<span class='ok'>✔ passed</span>" if v.passed else \
         "<span class='no'>✘ not passed</span>"
 

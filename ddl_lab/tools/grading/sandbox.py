@@ -148,6 +148,3 @@ def environment(work: Path, token_env: str, token: str) -> dict[str, str]:
         (work / sub).mkdir(exist_ok=True)
     return env
 
-
-def python() -> str:
-    return sys.executable

@@ -205,3 +205,17 @@ def test_a_function_that_never_returns_ends_its_task_at_the_limit(tmp_path):
     finally:
         kernel.kill()
         kernel.wait()
+
+
+def test_a_change_to_the_installation_stops_the_grading(tmp_path):
+    """Files of the course changed while a submission ran (something escaped the sandbox,
+    or ran without one): the grader stops, naming them."""
+    from ddl_lab.tools.grading.grade import Installation, InstallationChanged
+    for sub in ("exercises", "solutions"):
+        (tmp_path / sub).mkdir()
+    (tmp_path / "exercises" / "00_x.ipynb").write_text("{}")
+    installed = Installation(tmp_path)
+    installed.same_as_before("nobody.ipynb")                # nothing changed: goes on
+    (tmp_path / "solutions" / "zz_forged.py").write_text("x = 1\n")
+    with pytest.raises(InstallationChanged, match="while alice.ipynb was graded.*zz_forged.py"):
+        installed.same_as_before("alice.ipynb")
