@@ -296,11 +296,11 @@ def test_index_coding_mistakes_are_named(wrong, fault):
         check.index_coding(wrong)
 
 
-def test_same_verdict_twenty_times(solution, capsys):
+def test_same_verdict_five_times(solution, capsys):
     """The training on workers ends the same way every time (gloo sums in a fixed order)."""
     right = solution("08_compression", "my_error_feedback_onebit")
     lines = set()
-    for _ in range(20):
+    for _ in range(5):
         check.error_feedback_onebit(right, epochs=1, min_accuracy=0.3)
         lines.add(capsys.readouterr().out)
     assert len(lines) == 1 and "passed" in lines.pop()

@@ -263,12 +263,12 @@ def test_local_sgd_refuses_the_package_loop():
         check.local_sgd(my_local_sgd)
 
 
-def test_same_verdict_twenty_times(solution, capsys):
+def test_same_verdict_five_times(solution, capsys):
     right = solution("05_data_parallel", "my_sync_sgd_step")
     verdicts = set()
-    for _ in range(20):
+    for _ in range(5):
         check.sync_sgd_step(right)
         with pytest.raises(CheckFailed) as e:
             check.local_sgd(divided_by_H)
         verdicts.add(str(e.value))
-    assert capsys.readouterr().out.count("passed") == 20 and len(verdicts) == 1
+    assert capsys.readouterr().out.count("passed") == 5 and len(verdicts) == 1

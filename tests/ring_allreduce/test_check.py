@@ -337,16 +337,16 @@ def test_deadlock_is_reported_in_seconds(monkeypatch):
         check.ring_allreduce(blocking_ring)
 
 
-def test_same_verdict_twenty_times(solution, capsys):
+def test_same_verdict_five_times(solution, capsys):
     right = solution("06_ring_allreduce", "my_ring_allreduce")
-    for _ in range(20):
+    for _ in range(5):
         check.ring_allreduce(right)
     verdicts = set()
-    for _ in range(20):
+    for _ in range(5):
         with pytest.raises(CheckFailed) as e:
             check.ring_allreduce(ring_chunk)
         verdicts.add(str(e.value))
-    assert capsys.readouterr().out.count("passed") == 20 and len(verdicts) == 1
+    assert capsys.readouterr().out.count("passed") == 5 and len(verdicts) == 1
 
 
 def _collectives_still_work():

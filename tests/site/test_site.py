@@ -148,14 +148,18 @@ def page(browser):
     pg.on("console", lambda m: pg.problems.append(f"console {m.type}: {m.text}")
           if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
-    pg.on("requestfailed", lambda r: pg.problems.append(f"request failed: {r.url} ({r.failure})"))
+    pg.on("requestfailed", lambda r: pg.problems.append(f"request failed: {r.url} ({r.failure})")
+          if r.failure != ABORTED else None)
     yield pg
     ctx.close()
 
 
+# A request the browser itself cancels when the next page is opened (the favicon, fetched
+# after "load"): not a broken resource; what it asked for is checked as a link instead.
+ABORTED = "net::ERR_ABORTED"
 BROKEN_IMAGES_JS = "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0)" \
                    ".map(i => i.getAttribute('src'))"
-LINKS_JS = "() => [...document.querySelectorAll('a[href]')].map(a => a.href)"
+LINKS_JS = "() => [...document.querySelectorAll('a[href], link[href]')].map(a => a.href)"
 
 
 def _target_ok(site: Path, base: str, url: str) -> bool:

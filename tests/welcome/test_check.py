@@ -165,9 +165,9 @@ def test_a_deadlock_is_a_timeout_message_not_a_hang():
         check.sum_of_ranks(only_rank_zero_reduces)
 
 
-def test_verdicts_are_the_same_20_times(solution):
+def test_verdicts_are_the_same_5_times(solution):
     right, wrong = solution("00_welcome", "my_sum_of_ranks"), hard_coded_for_four_ranks
-    for _ in range(20):
+    for _ in range(5):
         check.sum_of_ranks(right)
         check.rank(dist.get_rank)
         with pytest.raises(CheckFailed, match="with 3 ranks, the ranks returned"):
