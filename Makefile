@@ -36,27 +36,26 @@ site: setup                     ## the course as a static website in build/site/
 exercises: setup                ## regenerate exercises/ from solutions/
 	$(PY) -m ddl_lab make-exercises
 
-browser:                        ## Debian's Chromium for tests/browser (Playwright cannot fetch its own here)
-	@if [ -x /usr/bin/chromium ]; then :; \
+# $(call apt,PRESENT-TEST,PACKAGE,PURPOSE,WITHOUT-IT): nothing when PRESENT-TEST succeeds;
+# else Debian's PACKAGE when root (the package lists fetched only when they are missing or
+# stale); else how to install it. A failed install only says what is skipped without it.
+define apt
+	@if $(1); then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing chromium for the browser tests (apt-get)"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
-			|| echo "could not install chromium: the browser tests will be skipped"; \
+		echo "installing $(2) for $(3) (apt-get)"; \
+		(DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) 2>/dev/null || \
+		 (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2))) \
+			|| echo "could not install $(2): $(4)"; \
 	else \
-		echo "no /usr/bin/chromium: the browser tests will be skipped." \
-		     "Install it with: sudo apt-get install chromium (Debian/Ubuntu)"; \
+		echo "no $(2): $(4). Install it with: sudo apt-get install $(2) (Debian/Ubuntu)"; \
 	fi
+endef
+
+browser:                        ## Debian's Chromium for tests/browser (Playwright cannot fetch its own here)
+	$(call apt,[ -x /usr/bin/chromium ],chromium,the browser tests,the browser tests will be skipped)
 
 sandbox:                        ## bubblewrap, the OS sandbox `ddl-lab grade` runs learner code in (Debian's, when root)
-	@if command -v bwrap >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing bubblewrap for ddl-lab grade's sandbox (apt-get)"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
-			|| echo "could not install bubblewrap: grading tests run without a sandbox"; \
-	else \
-		echo "no bubblewrap: ddl-lab grade will refuse to grade (its tests run unsandboxed)." \
-		     "Install it with: sudo apt-get install bubblewrap (Debian/Ubuntu)"; \
-	fi
+	$(call apt,command -v bwrap >/dev/null,bubblewrap,ddl-lab grade's sandbox,ddl-lab grade will refuse to grade and its tests run unsandboxed)
 
 engines: $(VENV)/.engines java  ## Spark and Ray (lesson 04's RDD job, lesson 11's Options): optional
 
@@ -65,16 +64,7 @@ $(VENV)/.engines: $(VENV)/.installed
 	touch $@
 
 java: setup                     ## a Java 17+ runtime for PySpark (Debian's headless JRE when root)
-	@if $(PY) -c "from ddl_lab.runtime.engines import java_problem as j; exit(bool(j()))" \
-		2>/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing openjdk-17-jre-headless for PySpark (apt-get)"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			openjdk-17-jre-headless) || echo "could not install Java: the Spark tests will be skipped"; \
-	else \
-		echo "no Java 17+: the Spark cells and tests will be skipped." \
-		     "Install it with: sudo apt-get install openjdk-17-jre-headless (Debian/Ubuntu)"; \
-	fi
+	$(call apt,$(PY) -c "from ddl_lab.runtime.engines import java_problem as j; exit(bool(j()))" 2>/dev/null,openjdk-17-jre-headless,PySpark,the Spark cells and tests will be skipped)
 
 # After the main suite, one bounded phase runs the reliability tests (tests/reliability:
 # faults, soak, scale, properties, bad input, loopback; DDL_SOAK_SCALE=20 soaks longer)
