@@ -14,10 +14,10 @@ import torch
 from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold,
                                              encode_indices, varint_encode)
 from ddl_lab.compression.gossip import mixing_matrix, neighbours, second_eigenvalue
-from ddl_lab.runtime.worlds import RankFailure, WorldFailed
+from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
-from ._core import call_local, fail, on_workers, task
+from ._core import call_local, fail, judge, on_workers, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         returned_arrays, returned_none, same, tolerance)
 from ._trial import Trial
@@ -835,8 +835,7 @@ def _ask(fn: Callable, base: torch.Tensor, case: Any, name: str) -> Any:
 
 
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
-    if problem := answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"))
     tau, ef = out["tau"], out["error_feedback"]
     if type(tau).__module__.startswith("torch") and getattr(tau, "numel", lambda: 2)() == 1:
         tau = tau.item()
@@ -861,18 +860,15 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     name = trial.name
     base = sample_gradient()
     plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in trial]
-    try:
-        fp32_acc, _, fp32_bytes = _trained(None, False)
-        results = []
-        for case, (tau, ef) in zip(trial, plans):
-            c = case.params["scale"]
-            acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
-            results.append((acc, sent))
-            if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
-                fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
-                     f"{_scale_words(c)} — {message} ({case})")
-    except WorldFailed as e:
-        fail(e.failure.message(name, PLAN_WORKERS))
+    fp32_acc, _, fp32_bytes = _trained(None, False)
+    results = []
+    for case, (tau, ef) in zip(trial, plans):
+        c = case.params["scale"]
+        acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
+        results.append((acc, sent))
+        if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
+            fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
+                 f"{_scale_words(c)} — {message} ({case})")
     acc, sent = results[0]
     scales = ", ×".join(f"{c.params['scale']:g}" for c in trial)
     trial.passed(f"{len(trial)} gradient scales (×{scales}); the lesson's run on 4 workers with "

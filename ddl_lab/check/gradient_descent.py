@@ -537,8 +537,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
 
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
-    if problem := answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
-        fail(problem)
+    judge(answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"))
     b, lr = answers.whole(plan["batch_size"]), answers.scalar(plan["lr"])
     if b is None or not 1 <= b <= m:
         fail(f"batch_size = {plan['batch_size']!r} ({where}): a whole number of examples from "

@@ -15,7 +15,7 @@ from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         factor_of, returned_none, same, tolerance)
-from .parallel_models import PROCESSES, FileLock, shared_file
+from .parallel_models import PROCESSES, FileLock, Held, shared_file
 from ._trial import Trial
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.
 
 # ------------------------------------------------------------------ task 2: the worker loop
 
-class _Trail:
+class _Trail(Held):
     """The lock the worker gets in this process, and what the worker did to θ and to it: it
     counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
 
@@ -130,13 +130,6 @@ class _Trail:
     def release(self) -> None:
         self.held = False
         self._lock.release()
-
-    def __enter__(self) -> "_Trail":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class _TrailTheta(np.ndarray):
@@ -482,8 +475,7 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
 def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, int, float]:
     """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
     p = case.params
-    if problem := answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
-        fail(f"{problem} [{case}]")
+    judge(answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}), case)
     for k in ("workers", "epochs"):
         if answers.whole(plan[k]) is None or answers.whole(plan[k]) < 1:
             fail(f"{k} = {plan[k]!r}: a whole number ≥ 1 [{case}].")

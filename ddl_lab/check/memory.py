@@ -13,10 +13,9 @@ import numpy as np
 
 from ddl_lab.runtime.collectives import reduce_scatter_single
 from ddl_lab.runtime.costs import sent_bytes
-from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import fail, on_workers, task
+from ._core import fail, judge, on_workers, task
 from ._diagnose import Case, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
@@ -388,9 +387,8 @@ FIXED = _fixed()
 
 
 def _choice(out: Any, name: str, case: Case) -> tuple[int, str, bool]:
-    if problem := answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
-                                           "recompute": "True or False"}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
+                                   "recompute": "True or False"}, f" ({case})"))
     stage, precision, recompute = answers.whole(out["stage"]), out["precision"], out["recompute"]
     if stage not in (0, 1, 2, 3):
         fail(f"{name} chose stage {out['stage']!r}: ZeRO's stages are 0 (data parallelism), "
@@ -434,11 +432,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     for i in range(len(FIXED) + 1):
         case, plan = trial.cases[i], plans[i]
         p = case.params
-        try:
-            kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
-            *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
-        except WorldFailed as e:
-            fail(e.failure.message(name, p["ranks"]))
+        kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
+        *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
         _judge_plan(name, case, plan, kept, sent, (loss, ref), plans)
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_beside, stub_message, task
+from ._core import call_local, fail, judge, passed, run_beside, stub_message, task
 from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
                         returned_none, same, tolerance)
 from ._trial import Trial
@@ -549,8 +549,7 @@ def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
 
 def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
-    if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"))
     n_fetch, n_push = (answers.Whole(1).read(out[k]) for k in ("n_fetch", "n_push"))
     if n_fetch is None or n_push is None:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "
