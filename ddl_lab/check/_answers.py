@@ -148,8 +148,8 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
         return None
     parts = [f"{k} ({what})" if what else k for k, what in keys.items()]
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return (returned_none(out, name, f"a dict with {listed}") or
-            f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
+    return returned_none(out, name, f"a dict with {listed}",
+                         f"a dict with the keys {listed}{where}.")
 
 
 def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where: str,

@@ -71,10 +71,12 @@ def describe_value(value: Any, limit: int = 60) -> str:
     return f"{type(value).__name__} {text[:limit] + ('…' if len(text) > limit else '')}"
 
 
-def returned_none(got: Any, name: str, what: str) -> str | None:
-    """The message for a function that returned None (forgot ``return``), else None."""
+def returned_none(got: Any, name: str, what: str, instead: str | None = None,
+                  call: str = "") -> str | None:
+    """The message for a function that returned None (forgot ``return``); else, given
+    ``instead``, "``call`` (default ``name``) returned <what it did>; return ``instead``"."""
     if got is not None:
-        return None
+        return instead and f"{call or name} returned {describe_value(got)}; return {instead}"
     return (f"{name} returned None: the function has no `return` (or returns nothing on "
             f"some path) — return {what}.")
 

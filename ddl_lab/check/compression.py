@@ -339,8 +339,7 @@ def _levels(trial: Trial, v: torch.Tensor, s: int, u: torch.Tensor, case: Case |
     name, raw = trial.name, trial.call(case, v.clone(), s, u.clone())
     out = as_array(raw)
     if out is None:
-        fail(returned_none(raw, name, "the integer levels") or
-             f"{name} returned {describe_value(raw)}; return the levels as a tensor ({case}).")
+        fail(returned_none(raw, name, "the integer levels", f"the levels as a tensor ({case})."))
     if out.shape != tuple(v.shape):
         fail(f"{name} returned shape {out.shape}, expected {tuple(v.shape)} (one level per "
              f"entry) ({case}).")

@@ -766,9 +766,8 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
         g, f = _noise_grads(case), case.params["factor"]
         out = trial.call(case, g.clone(), f)
         if (got := answers.pair(out)) is None:
-            fail(returned_none(out, name, "(B_noise, B_max)") or
-                 f"{name} returned {describe_value(out)}; return two numbers, (B_noise, B_max) "
-                 f"({case}).")
+            fail(returned_none(out, name, "(B_noise, B_max)",
+                               f"two numbers, (B_noise, B_max) ({case})."))
         g64 = g.double().numpy()
         want, mistakes = _noise_answers(g64, f)
         rtol = 2e-3 if g.dtype == torch.float32 else 1e-7

@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
-from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
-                        factor_of, returned_none, same, tolerance)
+from ._diagnose import (Case, Snapshot, as_array, differs, explain, factor_of, returned_none,
+                        same, tolerance)
 from .parallel_models import PROCESSES, FileLock, Held, shared_file
 from ._trial import Trial
 
@@ -329,8 +329,8 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
         got = trial.call(case, freq.copy(), w)
         value = as_array(got)
         if value is None or value.size != 1 or not np.isfinite(value).all():
-            fail((returned_none(got, name, "the expected number of shared coordinates") or
-                  f"{name} returned {describe_value(got)}; return one number") + f" [{case}].")
+            fail(returned_none(got, name, "the expected number of shared coordinates",
+                               "one number") + f" [{case}].")
         want, x = (w - 1) * float(np.sum(freq ** 2)), float(value.ravel()[0])
         if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
             fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "

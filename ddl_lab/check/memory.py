@@ -16,7 +16,7 @@ from ddl_lab.runtime.costs import sent_bytes
 
 from . import _answers as answers
 from ._core import fail, judge, on_workers, task
-from ._diagnose import Case, describe_value, differs, explain, returned_none, same
+from ._diagnose import Case, differs, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -257,8 +257,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
         got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
-            fail(returned_none(got, name, "the bytes per rank as a number") or
-                 f"{call} returned {describe_value(got)}; return the bytes per rank as a number.")
+            fail(returned_none(got, name, "the bytes per rank as a number",
+                               "the bytes per rank as a number.", call))
         want = _bytes(P, n, stage, prec, opt)
         if math.isclose(value, want, rel_tol=1e-6, abs_tol=1.0):
             continue

@@ -170,8 +170,7 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
         except Exception:
             got = call_local(my_staleness_lr, lr, tau)
         if answers.scalar(got) is None:
-            fail(returned_none(got, trial.name, "the rate, a number") or
-                 f"{call} returned {describe_value(got)}; return a number.")
+            fail(returned_none(got, trial.name, "the rate, a number", "a number.", call))
         returned.append(got)
         want = lr / tau if tau else lr
         if same(want, got):                       # within the tolerance of the dtype returned
@@ -301,9 +300,8 @@ def _restore_fault(got: Any, r: _Restart, name: str,
     """What is wrong with the learner's (θ, G, version) for this restart, or None; a named
     mistake must explain its answers to every restart in ``others`` too."""
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return (returned_none(got, name, "the triple (theta, G, version)") or
-                f"{name} returned {describe_value(got)}; return the triple (theta, G, "
-                "version) of the restored shard.")
+        return returned_none(got, name, "the triple (theta, G, version)", "the triple (theta, "
+                             "G, version) of the restored shard.")
     theta, G, version = got
     if as_array(theta) is None or as_array(G) is None:
         return (f"{name} returned θ = {describe_value(theta)} and G = {describe_value(G)}; "
