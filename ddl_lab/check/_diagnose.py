@@ -203,11 +203,9 @@ class Snapshot:
         self._before = {k: _copy(v) for k, v in inputs.items()}
         self._live = inputs
 
-    def changed(self, fn_name: str, allowed: tuple[str, ...] = ()) -> str | None:
+    def changed(self, fn_name: str) -> str | None:
         for name, before in self._before.items():
-            if name in allowed or before is None:
-                continue
-            now = as_array(self._live[name])
+            now = None if before is None else as_array(self._live[name])
             if now is not None and not np.array_equal(before, now, equal_nan=True):
                 diff = (differs(before, now, rtol=0.0) or "its values changed").replace(
                     "expected", "was")

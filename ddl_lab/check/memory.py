@@ -18,6 +18,7 @@ from . import _answers as answers
 from ._core import fail, judge, on_workers, task
 from ._diagnose import Case, differs, explain, returned_none, same
 from ._trial import Trial
+from .model_parallel import rank_bytes
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 
@@ -218,16 +219,11 @@ _LOW = ("bf16", "fp16")
 
 
 def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
-           master: bool = True, shard: tuple[str, ...] | None = None,
-           grad_bytes: int | None = None) -> float:
+           master: bool = True, grad_bytes: int | None = None) -> float:
     """Bytes per rank of parameters, gradients and optimizer state (lesson 10 §1, §4)."""
     low = precision in _LOW
     K = {"sgd": 0, "momentum": 4, "adam": 8}[optimizer] + (4 if low and master else 0)
-    parts = {"params": 2 if low else 4,
-             "grads": grad_bytes if grad_bytes is not None else (2 if low else 4),
-             "optimizer": K}
-    shard = shard if shard is not None else ("optimizer", "grads", "params")[:stage]
-    return sum(b * P / (n if k in shard else 1) for k, b in parts.items())
+    return rank_bytes("sgp"[:stage], P, n, K, p=2 if low else 4, g=grad_bytes or (2 if low else 4))
 
 
 @task("memory")

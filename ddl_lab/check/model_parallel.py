@@ -394,10 +394,11 @@ _MISSHARDED = {     # scheme → (what a learner making its named mistake splits
     "pipeline": ("", "that is the whole model: a stage holds only its 1/n of the layers")}
 
 
-def _bytes(split: str, P: int, n: int, s: int, parts: str = "pgs") -> float:
-    """Bytes per rank of ``parts`` — p(arameters) and g(radients) 4 B, s(tate) s B each —
-    when those in ``split`` are divided over the n ranks."""
-    return sum({"p": 4, "g": 4, "s": s}[c] * P / (n if c in split else 1) for c in parts)
+def rank_bytes(split: str, P: float, n: int, s: int, parts: str = "pgs", p: int = 4,
+               g: int = 4) -> float:
+    """Bytes per rank of ``parts`` — p(arameters) p B, g(radients) g B, s(tate) s B each —
+    when those in ``split`` are divided over the n ranks (ZeRO's accounting, lessons 09, 10)."""
+    return sum({"p": p, "g": g, "s": s}[c] * P / (n if c in split else 1) for c in parts)
 
 
 @task("model_parallel")
@@ -415,17 +416,17 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
-            want = _bytes(_SHARDED[scheme], P, n, s)
+            want = rank_bytes(_SHARDED[scheme], P, n, s)
             if answers.scalar(got) is not None and (same(want, got) or
                                                     abs(answers.scalar(got) - want) <= 0.5):
                 continue                     # float32 at its own tolerance; ints within a byte
             split, mistake = _MISSHARDED.get(scheme, (None, ""))
             hint = explain(got, {
-                mistake: None if split is None else _bytes(split, P, n, s),
+                mistake: None if split is None else rank_bytes(split, P, n, s),
                 f"the optimizer state is missing ({s} bytes per parameter)":
-                    _bytes(_SHARDED[scheme], P, n, s, "pg"),
+                    rank_bytes(_SHARDED[scheme], P, n, s, "pg"),
                 "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
-                    _bytes(_SHARDED[scheme], P, n, s, "ps")})
+                    rank_bytes(_SHARDED[scheme], P, n, s, "ps")})
             fail(f"{trial.name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
