@@ -98,10 +98,8 @@ class Whole(Real):
         return v if v is not None and self.holds(v) else None
 
     def __str__(self) -> str:
-        if (self.lo, self.hi) == (-math.inf, math.inf):
-            return self.what
-        if self.hi == math.inf:
-            return f"{self.what} ≥ {self.lo:g}"
+        if self.lo == -math.inf or self.hi == math.inf:
+            return super().__str__()
         return f"{self.what} from {self.lo:g} to {self.hi:g}"
 
 

@@ -645,8 +645,6 @@ def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
 
 def _failure(f: RankFailure, name: str, case: Case | None) -> str:
     """A failure on the workers, worded: a receive buffer of the wrong size kills a worker."""
-    if f.kind == "stub":
-        return f.line
     where = f" ({_where(case)})" if case is not None else ""
     return f.message(name, case.params["n"] if case else 0) + where + (
         ". A receive buffer must have the length and dtype of what the neighbour sends "

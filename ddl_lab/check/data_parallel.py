@@ -124,9 +124,8 @@ def _replicas(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Calla
     ``right(params)`` to the sizes that worked — named with a failure on the workers too."""
     def word(f: RankFailure, case: Case | None) -> str:
         n = case.params["n"] if case is not None else 0
-        return f.message(trial.name, n) + (
-            "" if f.kind == "stub" or case is None else
-            f" ({case})" + only_right_for(trial.right, f"{n} ranks"))
+        return f.message(trial.name, n) + ("" if case is None else f" ({case})"
+                                           + only_right_for(trial.right, f"{n} ranks"))
     trial = Trial(task, fn, seed, fixed, draws=2, draw=draw, timeout=timeout, word=word)
     data = []
     for case in trial:

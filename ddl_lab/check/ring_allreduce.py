@@ -274,8 +274,6 @@ def _shape_fault(got: list[dict], n: int) -> str | None:
 def _failure_message(f: RankFailure, trial: Trial, case: Case | None) -> str:
     """A failure on the workers in words, with the sizes that were right so far."""
     name, right = trial.name, trial.right
-    if f.kind == "stub":
-        return f.line
     if DTYPE_MARK in f.line:
         return f"{name} {f.line.split(DTYPE_MARK, 1)[1].strip()} ({_where(case)}, rank {f.rank})"
     if case is None:                      # a killed worker, or the whole check's time limit
