@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold,
+from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Scheme, Threshold,
                                              encode_indices, varint_encode)
 from ddl_lab.compression.gossip import mixing_matrix, neighbours, second_eigenvalue
 from ddl_lab.runtime.worlds import RankFailure
@@ -802,7 +802,6 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     """(test accuracy, bytes per update, fp32 bytes) of the lesson's run on 4 workers, with
     Strom's threshold at ``relative_tau`` (None: fp32). Synchronous training with fixed seeds
     is deterministic, so a plan asked for twice is trained once."""
-    from ddl_lab.compression.compressors import Scheme
     from ddl_lab.compression.training import merge_logs
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
     result = merge_logs(on_workers(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,

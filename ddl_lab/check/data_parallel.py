@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ddl_lab.data_parallel.batches import one_thread
+from ddl_lab.data_parallel.batches import one_thread, per_example_grads
 from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
@@ -691,7 +691,6 @@ def _noise_grads(case: Case) -> torch.Tensor:
         return torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 4.0]], dtype=torch.float64)
     if p["grads"] == "all equal":
         return torch.tensor([[0.5, -1.0, 2.0, 0.25]] * 5, dtype=torch.float32)
-    from ddl_lab.data_parallel.batches import per_example_grads
     from ddl_lab.data_parallel.workloads import build
     from ddl_lab.ml.models import set_flat_params
     with one_thread():

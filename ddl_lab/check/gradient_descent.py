@@ -12,7 +12,7 @@ import numpy as np
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
 from ._core import fail, judge, task
-from ._diagnose import (AdagradWords, Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
+from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
 from ._trial import Trial
 
@@ -242,9 +242,8 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, g=g, G=G)
         with np.errstate(all="ignore"):
             got = trial.call(case, theta, g, G, lr, eps)
-        judge(inputs.changed(trial.name) or adagrad_diagnosis(      # AdagradWords: lesson 01's
-            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps,
-            AdagradWords(trial.name)), case)
+        judge(inputs.changed(trial.name) or adagrad_diagnosis(
+            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps, trial.name), case)
     trial.passed(f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases (random lr "
                  "and eps, float64 and float32); a feature seen for the first time moves by ≈ "
                  "lr, an absent one not at all")
