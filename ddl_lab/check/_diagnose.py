@@ -152,13 +152,17 @@ def _fmt(x: Any) -> str:
 # ------------------------------------------------------------------ named mistakes
 
 def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
-            rtol: float | None = None) -> str | None:
+            rtol: float | None = None, right: Any = None, scale: float | None = None
+            ) -> str | None:
     """The first mistake whose value explains ``got``: ``mistakes`` maps a message to what
-    code making that mistake returns (a value, or a callable ``got -> bool``)."""
+    code making that mistake returns (a value, or a callable ``got -> bool``); a value that
+    is also the ``right`` answer names no mistake. ``rtol``, ``scale``: as for ``same``."""
     items = mistakes.items() if isinstance(mistakes, dict) else mistakes
     for message, value in items:
         try:
-            hit = value(got) if callable(value) else (value is not None and same(value, got, rtol))
+            hit = value(got) if callable(value) else (
+                value is not None and same(value, got, rtol, scale)
+                and (right is None or not same(value, right, rtol, scale)))
         except Exception:
             hit = False
         if hit:

@@ -357,11 +357,9 @@ def _overlap_fault(got: float, freq: np.ndarray, w: int) -> str:
         "that is the chance that an update shares at least one coordinate, not the "
         "expected number of shared coordinates": (w - 1) * (1 - float(np.prod(1 - freq ** 2))),
     }
-    return next((why for why, v in named.items()
-                 if not same(v, right, rtol=1e-6, scale=max(right, 1e-3))
-                 and same(v, got, rtol=1e-6, scale=max(right, 1e-3))),
-                "add up, over the coordinates, the chance that yours and another update both "
-                "touch it, for each of the other updates")
+    return explain(got, named, 1e-6, right, max(right, 1e-3)) or (
+        "add up, over the coordinates, the chance that yours and another update both touch "
+        "it, for each of the other updates")
 
 
 # ------------------------------------------------------------------ a Hogwild! plan
