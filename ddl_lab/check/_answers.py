@@ -98,10 +98,8 @@ class Whole(Real):
         return v if v is not None and self.holds(v) else None
 
     def __str__(self) -> str:
-        if (self.lo, self.hi) == (-math.inf, math.inf):
-            return self.what
-        if self.hi == math.inf:
-            return f"{self.what} ≥ {self.lo:g}"
+        if self.lo == -math.inf or self.hi == math.inf:
+            return super().__str__()
         return f"{self.what} from {self.lo:g} to {self.hi:g}"
 
 
@@ -148,8 +146,8 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
         return None
     parts = [f"{k} ({what})" if what else k for k, what in keys.items()]
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return (returned_none(out, name, f"a dict with {listed}") or
-            f"{name} returned {describe_value(out)}; return a dict with the keys {listed}{where}.")
+    return returned_none(out, name, f"a dict with {listed}",
+                         f"a dict with the keys {listed}{where}.")
 
 
 def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where: str,

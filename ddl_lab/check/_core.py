@@ -49,8 +49,7 @@ def judge(fault: str | None, case: Any = None) -> None:
 
 
 def stub_message(fn: Callable) -> str:
-    name = getattr(fn, "__name__", "your function")
-    return (f"{name} is not implemented yet: replace the `raise NotImplementedError` "
+    return (f"{name_of(fn)} is not implemented yet: replace the `raise NotImplementedError` "
             "line with your code, run that cell, then run this check again.")
 
 
@@ -62,8 +61,7 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     except NotImplementedError:
         message = stub_message(fn)
     except Exception as e:
-        name = getattr(fn, "__name__", "your function")
-        message = f"{name} raised {type(e).__name__}: {e}"
+        message = f"{name_of(fn)} raised {type(e).__name__}: {e}"
     # raised outside the except block: no __context__ keeps the learner's frames alive
     raise CheckFailed(message)
 

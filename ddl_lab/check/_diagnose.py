@@ -71,10 +71,12 @@ def describe_value(value: Any, limit: int = 60) -> str:
     return f"{type(value).__name__} {text[:limit] + ('…' if len(text) > limit else '')}"
 
 
-def returned_none(got: Any, name: str, what: str) -> str | None:
-    """The message for a function that returned None (forgot ``return``), else None."""
+def returned_none(got: Any, name: str, what: str, instead: str | None = None,
+                  call: str = "") -> str | None:
+    """The message for a function that returned None (forgot ``return``); else, given
+    ``instead``, "``call`` (default ``name``) returned <what it did>; return ``instead``"."""
     if got is not None:
-        return None
+        return instead and f"{call or name} returned {describe_value(got)}; return {instead}"
     return (f"{name} returned None: the function has no `return` (or returns nothing on "
             f"some path) — return {what}.")
 
@@ -150,13 +152,17 @@ def _fmt(x: Any) -> str:
 # ------------------------------------------------------------------ named mistakes
 
 def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
-            rtol: float | None = None) -> str | None:
+            rtol: float | None = None, right: Any = None, scale: float | None = None
+            ) -> str | None:
     """The first mistake whose value explains ``got``: ``mistakes`` maps a message to what
-    code making that mistake returns (a value, or a callable ``got -> bool``)."""
+    code making that mistake returns (a value, or a callable ``got -> bool``); a value that
+    is also the ``right`` answer names no mistake. ``rtol``, ``scale``: as for ``same``."""
     items = mistakes.items() if isinstance(mistakes, dict) else mistakes
     for message, value in items:
         try:
-            hit = value(got) if callable(value) else (value is not None and same(value, got, rtol))
+            hit = value(got) if callable(value) else (
+                value is not None and same(value, got, rtol, scale)
+                and (right is None or not same(value, right, rtol, scale)))
         except Exception:
             hit = False
         if hit:
@@ -201,11 +207,9 @@ class Snapshot:
         self._before = {k: _copy(v) for k, v in inputs.items()}
         self._live = inputs
 
-    def changed(self, fn_name: str, allowed: tuple[str, ...] = ()) -> str | None:
+    def changed(self, fn_name: str) -> str | None:
         for name, before in self._before.items():
-            if name in allowed or before is None:
-                continue
-            now = as_array(self._live[name])
+            now = None if before is None else as_array(self._live[name])
             if now is not None and not np.array_equal(before, now, equal_nan=True):
                 diff = (differs(before, now, rtol=0.0) or "its values changed").replace(
                     "expected", "was")
@@ -265,9 +269,6 @@ class Cases:
             rng = np.random.default_rng(self._key + [i])
             yield Case(self.task, self.seed, i, dict(p), rng)
 
-    def __len__(self) -> int:
-        return len(self._params)
-
 
 # ------------------------------------------------------------------ the package's own answer
 
@@ -299,16 +300,6 @@ def package_functions(package: str, *names: str) -> list[Any]:
 
 # ------------------------------------------------------------------ Adagrad (lessons 01 and 07)
 
-@dataclass(frozen=True)
-class AdagradWords:
-    """How a lesson names things in its Adagrad messages."""
-    name: str                                   # the learner's function, e.g. "my_adagrad_step"
-    unit: str = "feature"                       # "feature" (lesson 01), "coordinate" (lesson 07)
-    unseen: str = "a feature not seen yet"      # a unit with G = 0 so far
-    steps: str = "steps"                        # what G accumulates over ("steps", "pushes")
-    pair: str = "the new parameters and the new accumulated squared gradients"
-
-
 def adagrad(theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float, eps: float,
             inside: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The reference: G' = G + g², θ' = θ − lr·g/(√G' + eps) (or /√(G' + eps))."""
@@ -319,25 +310,24 @@ def adagrad(theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float, eps: flo
 
 
 def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float,
-                      eps: float, words: AdagradWords) -> str | None:
+                      eps: float, name: str) -> str | None:
     """None if ``got`` is a right (θ', G') for these inputs (eps inside or outside the root,
-    any float dtype), else the message naming the mistake."""
-    w = words
+    any float dtype), else the message naming the mistake of ``name`` (lesson 01's step)."""
+    pair = "(theta, G): the new parameters and the new accumulated squared gradients"
     if not isinstance(got, (tuple, list)) or len(got) != 2:
-        return (returned_none(got, w.name, f"the pair (theta, G): {w.pair}") or
-                f"{w.name} returned {describe_value(got)}; return a pair (theta, G): {w.pair}.")
+        return returned_none(got, name, f"the pair {pair}", f"a pair {pair}.")
     got_t, got_G = as_array(got[0]), as_array(got[1])
     if got_t is None or got_G is None:
-        return (f"{w.name} returned ({describe_value(got[0])}, {describe_value(got[1])}); "
+        return (f"{name} returned ({describe_value(got[0])}, {describe_value(got[1])}); "
                 "return two arrays (numpy or torch).")
     want_t, want_G = adagrad(theta, g, G, lr, eps)
     if got_t.shape != theta.shape or got_G.shape != G.shape:
-        return (f"{w.name} returned θ of shape {got_t.shape} and G of shape {got_G.shape}; "
+        return (f"{name} returned θ of shape {got_t.shape} and G of shape {got_G.shape}; "
                 f"both keep the parameters' shape {theta.shape}.")
     g_diff = differs(want_G, got[1])
     if g_diff is not None:
         hint = explain(got[1], {
-            f"G accumulates over all {w.steps}: G + g², not just this one's g²": g * g,
+            "G accumulates over all steps: G + g², not just this one's g²": g * g,
             "accumulate the SQUARED gradient, g², not g (a negative g would make √G "
             "undefined)": G + g,
             "that is the old G: add g² to it": G,
@@ -346,8 +336,8 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
         return f"the new G: {g_diff} — {hint}."
     if not np.all(np.isfinite(got_t)):
         bad = int(np.flatnonzero(~np.isfinite(got_t))[0])
-        return (f"θ[{bad}] became {got_t[bad]} for a {w.unit} with G = {G[bad]:g} and g = "
-                f"{g[bad]:g}: {w.unseen} has √G = 0, and 0/0 is nan — add eps to the "
+        return (f"θ[{bad}] became {got_t[bad]} for a feature with G = {G[bad]:g} and g = "
+                f"{g[bad]:g}: a feature not seen yet has √G = 0, and 0/0 is nan — add eps to the "
                 "denominator (√G' + eps).")
     if same(want_t, got[0]) or same(adagrad(theta, g, G, lr, eps, inside=True)[0], got[0]):
         return None
@@ -362,7 +352,7 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
                 theta - lr * g / (want_G + eps),
             "it divides by the OLD G: add g² to G first, then divide by √G'":
                 theta - lr * g / (np.sqrt(G) + eps),
-            f"it is plain SGD with one global rate: divide each {w.unit}'s step by its own "
+            "it is plain SGD with one global rate: divide each feature's step by its own "
             "√G' + eps":
                 theta - lr * g,
             "it moves uphill: the update is θ − lr·g/(√G' + eps)": theta + step,

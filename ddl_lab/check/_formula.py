@@ -22,14 +22,14 @@ def matches(value: float, expected: Any, rel: float = 1e-6) -> bool:
 def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
                   mistakes: dict[str, Formula], what: str, hint: str, unit: str = " s",
                   vary: str = "n", guess: Callable[[float, list], str | None] | None = None,
-                  zero_division: str | None = None) -> int:
+                  zero_division: str | None = None) -> None:
     """Call the learner's function on ``case[args]`` for every case of ``trial`` and fail at
     the first value that is not ``want(*case[args])``, naming the first of ``mistakes``
     (message → the formula a learner making it would write; None where it does not apply)
     that gives the learner's value, else ``guess(value, values)``'s message, else ``hint``,
-    these two with the cases that were right for another ``vary``. ``what`` names the answer (for a
-    function that returns something else); ``zero_division`` is the message for a function
-    that divided by zero. Returns how many cases passed."""
+    these two with the cases that were right for another ``vary``. ``what`` names the answer
+    (for a function that returns something else); ``zero_division`` is the message for a
+    function that divided by zero."""
     name = trial.name
     right: list[str] = []
     for case in trial:
@@ -58,7 +58,6 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
         why = why or hint + others
         fail(f"{call} returned {value:.6g}{unit}, expected {expected:.6g}{unit} ({case}): "
              + (why if why[-1] in ".?!" else why + "."))
-    return len(right)
 
 
 def _show(v: Any) -> str:

@@ -74,11 +74,6 @@ def failed(message: str) -> None:
     write(current_task(), False, message)
 
 
-def partial(done: int, total: int, message: str, task: str | None = None) -> None:
-    """For a check with parts: ``done`` of ``total`` parts passed (partial credit)."""
-    write(task or current_task(), False, message, score=done / total if total else 0.0)
-
-
 def current_task() -> str | None:
     """The graded check running now (its declaration, ``check._core.task``), or None."""
     running = RUNNING.get()

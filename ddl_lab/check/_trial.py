@@ -78,9 +78,9 @@ class Trial:
         return outcome.results
 
     def word(self, failure: RankFailure, case: Any, n: int = 0) -> str:
-        """A failure on the workers as the check words it (``word=``), by default the usual
-        sentence for ``case``'s world size (else ``n``)."""
-        if self._word is not None:
+        """A failure on the workers as the check words it (``word=``; a stub's is its line),
+        by default the usual sentence for ``case``'s world size (else ``n``)."""
+        if self._word is not None and failure.kind != "stub":
             return self._word(failure, case)
         return failure.message(self.name, case.params["n"] if case is not None else n)
 

@@ -15,7 +15,7 @@ from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
 from ._core import fail, passed, run_beside, task, worded
-from ._diagnose import Case, Cases, as_array, describe_value, explain, returned_none, same
+from ._diagnose import Case, Cases, as_array, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["budget_bytes", "capstone"]
@@ -108,9 +108,7 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
     at n = 4, (n−1)·S in fp16 is 2(n−1)/n·S in fp32)."""
     value, want = scalar(got), _plan_bytes(**case.params)
     if value is None:
-        return (returned_none(got, name, "the number of bytes")
-                or f"{name} returned {describe_value(got)}; return one number of bytes") \
-            + f" ({case})"
+        return returned_none(got, name, "the number of bytes", "one number of bytes") + f" ({case})"
     if same(want, _typed(got)) or (whole(got) is not None and abs(value - want) < 1):
         return None                        # at the learner's dtype, or in whole bytes
 

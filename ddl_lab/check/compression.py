@@ -11,13 +11,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Threshold,
+from ddl_lab.compression.compressors import (QSGD, ErrorFeedback, OneBit, Scheme, Threshold,
                                              encode_indices, varint_encode)
 from ddl_lab.compression.gossip import mixing_matrix, neighbours, second_eigenvalue
-from ddl_lab.runtime.worlds import RankFailure, WorldFailed
+from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
-from ._core import call_local, fail, on_workers, task
+from ._core import call_local, fail, judge, on_workers, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
                         returned_arrays, returned_none, same, tolerance)
 from ._trial import Trial
@@ -339,8 +339,7 @@ def _levels(trial: Trial, v: torch.Tensor, s: int, u: torch.Tensor, case: Case |
     name, raw = trial.name, trial.call(case, v.clone(), s, u.clone())
     out = as_array(raw)
     if out is None:
-        fail(returned_none(raw, name, "the integer levels") or
-             f"{name} returned {describe_value(raw)}; return the levels as a tensor ({case}).")
+        fail(returned_none(raw, name, "the integer levels", f"the levels as a tensor ({case})."))
     if out.shape != tuple(v.shape):
         fail(f"{name} returned shape {out.shape}, expected {tuple(v.shape)} (one level per "
              f"entry) ({case}).")
@@ -646,8 +645,6 @@ def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
 
 def _failure(f: RankFailure, name: str, case: Case | None) -> str:
     """A failure on the workers, worded: a receive buffer of the wrong size kills a worker."""
-    if f.kind == "stub":
-        return f.line
     where = f" ({_where(case)})" if case is not None else ""
     return f.message(name, case.params["n"] if case else 0) + where + (
         ". A receive buffer must have the length and dtype of what the neighbour sends "
@@ -805,7 +802,6 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     """(test accuracy, bytes per update, fp32 bytes) of the lesson's run on 4 workers, with
     Strom's threshold at ``relative_tau`` (None: fp32). Synchronous training with fixed seeds
     is deterministic, so a plan asked for twice is trained once."""
-    from ddl_lab.compression.compressors import Scheme
     from ddl_lab.compression.training import merge_logs
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
     result = merge_logs(on_workers(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,
@@ -835,8 +831,7 @@ def _ask(fn: Callable, base: torch.Tensor, case: Any, name: str) -> Any:
 
 
 def _strom_choice(out: Any, name: str, case: Any) -> tuple[float, bool]:
-    if problem := answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"tau": "", "error_feedback": ""}, f" ({case})"))
     tau, ef = out["tau"], out["error_feedback"]
     if type(tau).__module__.startswith("torch") and getattr(tau, "numel", lambda: 2)() == 1:
         tau = tau.item()
@@ -861,18 +856,15 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
     name = trial.name
     base = sample_gradient()
     plans = [_strom_choice(_ask(my_strom_plan, base, case, name), name, case) for case in trial]
-    try:
-        fp32_acc, _, fp32_bytes = _trained(None, False)
-        results = []
-        for case, (tau, ef) in zip(trial, plans):
-            c = case.params["scale"]
-            acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
-            results.append((acc, sent))
-            if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
-                fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
-                     f"{_scale_words(c)} — {message} ({case})")
-    except WorldFailed as e:
-        fail(e.failure.message(name, PLAN_WORKERS))
+    fp32_acc, _, fp32_bytes = _trained(None, False)
+    results = []
+    for case, (tau, ef) in zip(trial, plans):
+        c = case.params["scale"]
+        acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
+        results.append((acc, sent))
+        if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
+            fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
+                 f"{_scale_words(c)} — {message} ({case})")
     acc, sent = results[0]
     scales = ", ×".join(f"{c.params['scale']:g}" for c in trial)
     trial.passed(f"{len(trial)} gradient scales (×{scales}); the lesson's run on 4 workers with "

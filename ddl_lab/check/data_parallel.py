@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ddl_lab.data_parallel.batches import one_thread
+from ddl_lab.data_parallel.batches import one_thread, per_example_grads
 from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
@@ -124,9 +124,8 @@ def _replicas(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Calla
     ``right(params)`` to the sizes that worked — named with a failure on the workers too."""
     def word(f: RankFailure, case: Case | None) -> str:
         n = case.params["n"] if case is not None else 0
-        return f.message(trial.name, n) + (
-            "" if f.kind == "stub" or case is None else
-            f" ({case})" + only_right_for(trial.right, f"{n} ranks"))
+        return f.message(trial.name, n) + ("" if case is None else f" ({case})"
+                                           + only_right_for(trial.right, f"{n} ranks"))
     trial = Trial(task, fn, seed, fixed, draws=2, draw=draw, timeout=timeout, word=word)
     data = []
     for case in trial:
@@ -692,7 +691,6 @@ def _noise_grads(case: Case) -> torch.Tensor:
         return torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 4.0]], dtype=torch.float64)
     if p["grads"] == "all equal":
         return torch.tensor([[0.5, -1.0, 2.0, 0.25]] * 5, dtype=torch.float32)
-    from ddl_lab.data_parallel.batches import per_example_grads
     from ddl_lab.data_parallel.workloads import build
     from ddl_lab.ml.models import set_flat_params
     with one_thread():
@@ -766,9 +764,8 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
         g, f = _noise_grads(case), case.params["factor"]
         out = trial.call(case, g.clone(), f)
         if (got := answers.pair(out)) is None:
-            fail(returned_none(out, name, "(B_noise, B_max)") or
-                 f"{name} returned {describe_value(out)}; return two numbers, (B_noise, B_max) "
-                 f"({case}).")
+            fail(returned_none(out, name, "(B_noise, B_max)",
+                               f"two numbers, (B_noise, B_max) ({case})."))
         g64 = g.double().numpy()
         want, mistakes = _noise_answers(g64, f)
         rtol = 2e-3 if g.dtype == torch.float32 else 1e-7

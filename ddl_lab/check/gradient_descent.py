@@ -12,7 +12,7 @@ import numpy as np
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
 from ._core import fail, judge, task
-from ._diagnose import (AdagradWords, Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
+from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
 from ._trial import Trial
 
@@ -242,9 +242,8 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, g=g, G=G)
         with np.errstate(all="ignore"):
             got = trial.call(case, theta, g, G, lr, eps)
-        judge(inputs.changed(trial.name) or adagrad_diagnosis(      # AdagradWords: lesson 01's
-            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps,
-            AdagradWords(trial.name)), case)
+        judge(inputs.changed(trial.name) or adagrad_diagnosis(
+            got, *(a.astype(np.float64) for a in (theta, g, G)), lr, eps, trial.name), case)
     trial.passed(f"G' = G + g², θ' = θ − lr·g/(√G' + eps) on {len(trial)} cases (random lr "
                  "and eps, float64 and float32); a feature seen for the first time moves by ≈ "
                  "lr, an absent one not at all")
@@ -392,7 +391,7 @@ def _best_step_fault(gamma: float, rate: float, lams: np.ndarray, rtol: float) -
     want_g, want_r = 2 / (L + mu), (L - mu) / (L + mu)
     first, last = float(lams[0]), float(lams[-1])
     if not same(want_g, gamma, rtol=rtol):
-        why = next((text for text, v in {
+        why = explain(gamma, {
             "1/L empties the steepest direction in one step but leaves the flattest shrinking "
             "by only 1 − μ/L; the best fixed step balances the two ends, 1 − γμ = γL − 1":
                 1 / L,
@@ -404,15 +403,14 @@ def _best_step_fault(gamma: float, rate: float, lams: np.ndarray, rtol: float) -
             "1/μ: the steep directions would grow (|1 − L/μ| > 1)": 1 / mu,
             "that is 1/(mean curvature): the step is set by the two extreme curvatures, not "
             "their mean": 1 / float(lams.mean()),
-        }.items() if not same(v, want_g, rtol=1e-6) and same(v, gamma, rtol=1e-6)),
-            "each direction's error is multiplied by |1 − γλ| per step; make the worst of "
-            "λ = μ and λ = L as small as possible")
+        }, 1e-6, want_g) or ("each direction's error is multiplied by |1 − γλ| per step; "
+                             "make the worst of λ = μ and λ = L as small as possible")
         return (f"γ = {gamma:.6g}, expected 2/(L + μ) = {want_g:.6g} with L = {L:.4g} and "
                 f"μ = {mu:.4g}: {why}")
     if same(want_r, rate, rtol=rtol, scale=1.0):
         return None
     first, last = sorted((first, last))
-    why = next((text for text, v in {
+    why = explain(rate, {
         "that is ρ², the factor for J − J* (a square of the distance): the distance "
         "‖θ − θ*‖ shrinks by ρ": want_r ** 2,
         "1 − μ/L = 1 − 1/κ is the rate at γ = 1/L; at γ = 2/(L + μ) both ends shrink by "
@@ -422,10 +420,9 @@ def _best_step_fault(gamma: float, rate: float, lams: np.ndarray, rtol: float) -
         "that is (L + μ)/(L − μ), upside down": (L + mu) / (L - mu) if L > mu else None,
         "that is 2μ/(L + μ), how much the flattest direction shrinks BY; the factor it is "
         "multiplied by is 1 − 2μ/(L + μ)": 2 * mu / (L + mu),
-    }.items() if v is not None and not same(v, want_r, rtol=1e-6, scale=1.0)
-        and same(v, rate, rtol=1e-6, scale=1.0)),
-        "with γ = 2/(L + μ), the flattest direction is multiplied by 1 − γμ and the "
-        "steepest by γL − 1 each step: both equal (L − μ)/(L + μ)")
+    }, 1e-6, want_r, 1.0) or ("with γ = 2/(L + μ), the flattest direction is multiplied by "
+                              "1 − γμ and the steepest by γL − 1 each step: both equal "
+                              "(L − μ)/(L + μ)")
     return (f"γ = {gamma:.6g} is right; the contraction {rate:.6g} is not: expected "
             f"(L − μ)/(L + μ) = {want_r:.6g} — {why}")
 
@@ -537,8 +534,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
 
 
 def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
-    if problem := answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"):
-        fail(problem)
+    judge(answers.plan(plan, name, {"batch_size": "", "lr": ""}, f" ({where})"))
     b, lr = answers.whole(plan["batch_size"]), answers.scalar(plan["lr"])
     if b is None or not 1 <= b <= m:
         fail(f"batch_size = {plan['batch_size']!r} ({where}): a whole number of examples from "

@@ -13,9 +13,9 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
-from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
-                        factor_of, returned_none, same, tolerance)
-from .parallel_models import PROCESSES, FileLock, shared_file
+from ._diagnose import (Case, Snapshot, as_array, differs, explain, factor_of, returned_none,
+                        same, tolerance)
+from .parallel_models import PROCESSES, FileLock, Held, shared_file
 from ._trial import Trial
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.
 
 # ------------------------------------------------------------------ task 2: the worker loop
 
-class _Trail:
+class _Trail(Held):
     """The lock the worker gets in this process, and what the worker did to θ and to it: it
     counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
 
@@ -130,13 +130,6 @@ class _Trail:
     def release(self) -> None:
         self.held = False
         self._lock.release()
-
-    def __enter__(self) -> "_Trail":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class _TrailTheta(np.ndarray):
@@ -336,8 +329,8 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
         got = trial.call(case, freq.copy(), w)
         value = as_array(got)
         if value is None or value.size != 1 or not np.isfinite(value).all():
-            fail((returned_none(got, name, "the expected number of shared coordinates") or
-                  f"{name} returned {describe_value(got)}; return one number") + f" [{case}].")
+            fail(returned_none(got, name, "the expected number of shared coordinates",
+                               "one number") + f" [{case}].")
         want, x = (w - 1) * float(np.sum(freq ** 2)), float(value.ravel()[0])
         if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
             fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
@@ -364,11 +357,9 @@ def _overlap_fault(got: float, freq: np.ndarray, w: int) -> str:
         "that is the chance that an update shares at least one coordinate, not the "
         "expected number of shared coordinates": (w - 1) * (1 - float(np.prod(1 - freq ** 2))),
     }
-    return next((why for why, v in named.items()
-                 if not same(v, right, rtol=1e-6, scale=max(right, 1e-3))
-                 and same(v, got, rtol=1e-6, scale=max(right, 1e-3))),
-                "add up, over the coordinates, the chance that yours and another update both "
-                "touch it, for each of the other updates")
+    return explain(got, named, 1e-6, right, max(right, 1e-3)) or (
+        "add up, over the coordinates, the chance that yours and another update both touch "
+        "it, for each of the other updates")
 
 
 # ------------------------------------------------------------------ a Hogwild! plan
@@ -482,8 +473,7 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
 def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, int, float]:
     """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
     p = case.params
-    if problem := answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}):
-        fail(f"{problem} [{case}]")
+    judge(answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}), case)
     for k in ("workers", "epochs"):
         if answers.whole(plan[k]) is None or answers.whole(plan[k]) < 1:
             fail(f"{k} = {plan[k]!r}: a whole number ≥ 1 [{case}].")

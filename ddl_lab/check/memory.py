@@ -13,12 +13,12 @@ import numpy as np
 
 from ddl_lab.runtime.collectives import reduce_scatter_single
 from ddl_lab.runtime.costs import sent_bytes
-from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import fail, on_workers, task
-from ._diagnose import Case, describe_value, differs, explain, returned_none, same
+from ._core import fail, judge, on_workers, task
+from ._diagnose import Case, differs, explain, returned_none, same
 from ._trial import Trial
+from .model_parallel import rank_bytes
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
 
@@ -219,16 +219,11 @@ _LOW = ("bf16", "fp16")
 
 
 def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
-           master: bool = True, shard: tuple[str, ...] | None = None,
-           grad_bytes: int | None = None) -> float:
+           master: bool = True, grad_bytes: int | None = None) -> float:
     """Bytes per rank of parameters, gradients and optimizer state (lesson 10 §1, §4)."""
     low = precision in _LOW
     K = {"sgd": 0, "momentum": 4, "adam": 8}[optimizer] + (4 if low and master else 0)
-    parts = {"params": 2 if low else 4,
-             "grads": grad_bytes if grad_bytes is not None else (2 if low else 4),
-             "optimizer": K}
-    shard = shard if shard is not None else ("optimizer", "grads", "params")[:stage]
-    return sum(b * P / (n if k in shard else 1) for k, b in parts.items())
+    return rank_bytes("sgp"[:stage], P, n, K, p=2 if low else 4, g=grad_bytes or (2 if low else 4))
 
 
 @task("memory")
@@ -258,8 +253,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
         got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
-            fail(returned_none(got, name, "the bytes per rank as a number") or
-                 f"{call} returned {describe_value(got)}; return the bytes per rank as a number.")
+            fail(returned_none(got, name, "the bytes per rank as a number",
+                               "the bytes per rank as a number.", call))
         want = _bytes(P, n, stage, prec, opt)
         if math.isclose(value, want, rel_tol=1e-6, abs_tol=1.0):
             continue
@@ -388,9 +383,8 @@ FIXED = _fixed()
 
 
 def _choice(out: Any, name: str, case: Case) -> tuple[int, str, bool]:
-    if problem := answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
-                                           "recompute": "True or False"}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"stage": "0–3", "precision": "'fp32' or 'bf16'",
+                                   "recompute": "True or False"}, f" ({case})"))
     stage, precision, recompute = answers.whole(out["stage"]), out["precision"], out["recompute"]
     if stage not in (0, 1, 2, 3):
         fail(f"{name} chose stage {out['stage']!r}: ZeRO's stages are 0 (data parallelism), "
@@ -434,11 +428,8 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     for i in range(len(FIXED) + 1):
         case, plan = trial.cases[i], plans[i]
         p = case.params
-        try:
-            kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
-            *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
-        except WorldFailed as e:
-            fail(e.failure.message(name, p["ranks"]))
+        kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
+        *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
         _judge_plan(name, case, plan, kept, sent, (loss, ref), plans)
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "

@@ -13,10 +13,9 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ddl_lab.runtime import worlds
-from ddl_lab.runtime.worlds import WorldFailed
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_cases, on_workers, task
+from ._core import call_local, fail, judge, on_workers, passed, task
 from ._diagnose import Case, describe_value, differs, explain, same
 from ._trial import Trial
 
@@ -176,20 +175,16 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
             "process computes it.")
 
 
-def _run_all(body: Callable, specs: list[dict], cases: list[Case], fn: Callable,
-             timeout: float, explain_failure: Callable, judge: Callable, *args: Any) -> None:
-    """Every case in one call to the workers, each rank's messages logged; fails with the
-    first case that went wrong (``explain_failure`` names a failed run's mistake from the
-    logs, ``judge`` a finished run's from its results)."""
-    name = getattr(fn, "__name__", "your function")
+def _run_all(body: Callable, specs: list[dict], trial: Trial, explain_failure: Callable,
+             judge: Callable, *args: Any) -> None:
+    """Every case of ``trial`` in one call to the workers, each rank's messages logged; fails
+    with the first case that went wrong (``explain_failure`` names a failed run's mistake
+    from the logs, ``judge`` a finished run's from its results)."""
+    name = trial.name
     with tempfile.TemporaryDirectory(prefix="ddl_lab_p2p_", ignore_cleanup_errors=True) as root:
         logdirs = [tempfile.mkdtemp(dir=root) for _ in specs]
-        try:
-            outcomes = run_cases(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)],
-                                 fn=fn, timeout=timeout)
-        except WorldFailed as e:
-            fail(e.failure.message(name, max(s["p"] for s in specs)))
-        for o, spec, case, logdir in zip(outcomes, specs, cases, logdirs):
+        outcomes = trial.run(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)])
+        for o, spec, case, logdir in zip(outcomes, specs, trial, logdirs):
             f = o.failure
             if f is not None and f.kind == "stub":
                 fail(f.line)
@@ -216,9 +211,9 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
         {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
         {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
         {"p": 4, "m": 3, "B": 7, "reduction": "sum", "dtype": "float64"}], draws=1,
-        draw=_draw_pipeline)
-    _run_all(_stage_body, [_spec(c) for c in trial], list(trial), my_stage_step, timeout,
-             _failure_fault, _result_fault, my_stage_step)
+        draw=_draw_pipeline, timeout=timeout)
+    _run_all(_stage_body, [_spec(c) for c in trial], trial, _failure_fault, _result_fault,
+             my_stage_step)
     passed("stage_step", f"{len(trial)} pipelines (2–4 stages, 1–6 micro-batches, some of "
            "unequal size, mean and sum losses, float32 and float64): every stage's gradients "
            "equal one process's step on the whole batch, its messages went down the chain in "
@@ -293,8 +288,9 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
     ``rank`` of ``p`` stages for ``m`` micro-batches: a list of ("F", i) / ("B", i)."""
     from ddl_lab.model_parallel.pipeline import validate_order
     trial = Trial("one_f_one_b", my_one_f_one_b, seed, [
-        {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}],
-        draws=1, draw=lambda rng: {"p": int(rng.integers(2, 6)), "m": int(rng.integers(1, 9))})
+        {"p": 2, "m": 1}, {"p": 3, "m": 2}, {"p": 4, "m": 6}, {"p": 2, "m": 5}], draws=1,
+        draw=lambda rng: {"p": int(rng.integers(2, 6)), "m": int(rng.integers(1, 9))},
+        timeout=timeout)
     specs: list = []
     for case in trial:
         p, m = case.params["p"], case.params["m"]
@@ -307,7 +303,7 @@ def one_f_one_b(my_one_f_one_b: Callable, seed: int = 0, timeout: float = 20.0) 
         case.params.update(B=max(m, 6), reduction="mean", dtype="float64")
         specs.append(dict(_spec(case), orders=[[(o, int(i)) for o, i in order]
                                                for order in orders]))
-    _run_all(_order_body, specs, trial, my_one_f_one_b, timeout, _deadlock, _order_fault)
+    _run_all(_order_body, specs, trial, _deadlock, _order_fault)
     passed("one_f_one_b", f"{len(trial)} pipelines (2–5 stages, 1–8 micro-batches, fewer and "
            "more micro-batches than stages) ran your orders on real workers: no deadlock, "
            "gradients equal one process, at most p − rank micro-batches in flight")
@@ -369,7 +365,8 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
     trial = Trial("row_parallel", my_row_parallel, seed, [
         {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
         {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
-        {"n": 3, "k": 7, "out": 5, "B": 2, "dtype": "float32"}], draws=2, draw=_draw_row)
+        {"n": 3, "k": 7, "out": 5, "B": 2, "dtype": "float32"}],
+        draws=2, draw=_draw_row, timeout=timeout)
     specs: list = []
     for case in trial:
         n, k, out, B = (case.params[key] for key in ("n", "k", "out", "B"))
@@ -379,8 +376,7 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
         specs.append({"p": n, "X": X, "W": W, "xs": [X[:, c] for c in cols],
                       "ws": [W[:, c] for c in cols],
                       "bias": (case.rng.normal(size=out) + 2.0).astype(dt)})
-    _run_all(_row_body, specs, trial, my_row_parallel, timeout, lambda *a: None, _row_fault,
-             my_row_parallel)
+    _run_all(_row_body, specs, trial, lambda *a: None, _row_fault, my_row_parallel)
     passed("row_parallel", f"{len(trial)} cases (2–5 ranks, uneven column splits and a rank "
            "with none, float32 and float64): every rank returns x Wᵀ + b")
 
@@ -398,10 +394,11 @@ _MISSHARDED = {     # scheme → (what a learner making its named mistake splits
     "pipeline": ("", "that is the whole model: a stage holds only its 1/n of the layers")}
 
 
-def _bytes(split: str, P: int, n: int, s: int, parts: str = "pgs") -> float:
-    """Bytes per rank of ``parts`` — p(arameters) and g(radients) 4 B, s(tate) s B each —
-    when those in ``split`` are divided over the n ranks."""
-    return sum({"p": 4, "g": 4, "s": s}[c] * P / (n if c in split else 1) for c in parts)
+def rank_bytes(split: str, P: float, n: int, s: int, parts: str = "pgs", p: int = 4,
+               g: int = 4) -> float:
+    """Bytes per rank of ``parts`` — p(arameters) p B, g(radients) g B, s(tate) s B each —
+    when those in ``split`` are divided over the n ranks (ZeRO's accounting, lessons 09, 10)."""
+    return sum({"p": p, "g": g, "s": s}[c] * P / (n if c in split else 1) for c in parts)
 
 
 @task("model_parallel")
@@ -419,17 +416,17 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
         P, n, s = case.params["P"], case.params["n"], case.params["s"]
         for scheme in _SHARDED:
             got = call_local(my_bytes_per_rank, scheme, P, n, s)
-            want = _bytes(_SHARDED[scheme], P, n, s)
+            want = rank_bytes(_SHARDED[scheme], P, n, s)
             if answers.scalar(got) is not None and (same(want, got) or
                                                     abs(answers.scalar(got) - want) <= 0.5):
                 continue                     # float32 at its own tolerance; ints within a byte
             split, mistake = _MISSHARDED.get(scheme, (None, ""))
             hint = explain(got, {
-                mistake: None if split is None else _bytes(split, P, n, s),
+                mistake: None if split is None else rank_bytes(split, P, n, s),
                 f"the optimizer state is missing ({s} bytes per parameter)":
-                    _bytes(_SHARDED[scheme], P, n, s, "pg"),
+                    rank_bytes(_SHARDED[scheme], P, n, s, "pg"),
                 "the gradients are missing: as many bytes as the parameters (4 each, fp32)":
-                    _bytes(_SHARDED[scheme], P, n, s, "ps")})
+                    rank_bytes(_SHARDED[scheme], P, n, s, "ps")})
             fail(f"{trial.name}({scheme!r}, params={P:,}, ranks={n}, state_bytes={s}) returned "
                  f"{describe_value(got)}, expected {want:,.0f}"
                  + (f": {hint}." if hint else ".") + f" ({case})")
@@ -603,9 +600,7 @@ def _kept(p: int, batch: int, schedule: str, m: int) -> int:
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
-    if problem := answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""},
-                             f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"schedule": "'gpipe' or '1f1b'", "m": ""}, f" ({case})"))
     schedule, batch = out["schedule"], case.params["batch"]
     if schedule not in ("gpipe", "1f1b"):
         fail(f"{name} chose the schedule {schedule!r}; choose 'gpipe' or '1f1b' ({case}).")
@@ -674,10 +669,7 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     done = []
     for case, (schedule, m) in ((trial.cases[i], plans[i]) for i in (0, len(FIXED))):
         p, batch = case.params["p"], case.params["batch"]
-        try:
-            slots, clock, held, stage = _measure(p, batch, schedule, m)
-        except WorldFailed as e:
-            fail(e.failure.message(name, p))
+        slots, clock, held, stage = _measure(p, batch, schedule, m)
         _judge(name, case, schedule, m, slots, clock, held, stage, plans)
         done.append(f"p={p}: {schedule} m={m}, bubble {slots:.2f} ({clock:.2f} on the clock), "
                     f"{held:.0f} ≤ {case.params['max_examples']} examples")

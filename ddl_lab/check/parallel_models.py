@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, passed, run_beside, task
-from ._diagnose import Case, Snapshot, describe_value, differs, returned_none, same
+from ._diagnose import Case, Snapshot, describe_value, differs, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
@@ -128,8 +128,8 @@ def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
 
 # ------------------------------------------------------------------ task 2: next_chunk
 
-class _Held:
-    """``with lock:`` for the locks below, as for ``threading.Lock``: acquire, release."""
+class Held:
+    """``with lock:`` for lessons 02 and 03's locks, as for ``threading.Lock``: acquire, release."""
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -138,7 +138,7 @@ class _Held:
         self.release()
 
 
-class _SpyLock(_Held):
+class _SpyLock(Held):
     """A threading lock that counts how often it was taken and knows whether it is held;
     optionally it pauses one thread (``hold``) before acquiring or after releasing."""
 
@@ -286,7 +286,7 @@ def shared_file(nbytes: int) -> Iterator[str]:
         os.unlink(path)
 
 
-class FileLock(_Held):
+class FileLock(Held):
     """A lock that processes share by a file's path (``fcntl.flock``), so warm workers
     started before it existed can take it. It counts its acquisitions in the file's first
     8 bytes, and waiting longer than ``timeout`` raises instead of hanging."""
@@ -379,26 +379,21 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
            "4096 cores): f = (n/S − 1)/(n − 1) and S(cores) = 1/(f + (1 − f)/cores) ≤ 1/f")
 
 
-def _named(got: float, right: float, named: dict[str, float]) -> str | None:
-    return next((why for why, v in named.items() if not same(v, right, rtol=1e-6, scale=1.0)
-                 and same(v, got, rtol=1e-6, scale=1.0)), None)
-
-
 def _fraction_fault(f: float, n: int, s: float) -> str:
     right = (n / s - 1) / (n - 1)
-    return _named(f, right, {
+    return explain(f, {
         "that is 1 − S/n, one minus the efficiency: idle time is not the serial fraction. "
         "Solve S = 1/(f + (1 − f)/n) for f": 1 - s / n,
         "that is the parallel fraction p = 1 − f; the serial fraction is what is left": 1 - right,
         "divide by n − 1, not n: 1/S = f + (1 − f)/n ⇒ n/S − 1 = f·(n − 1)":
             (n / s - 1) / n,
         "1/S is the time on n workers as a fraction of one, not the serial fraction": 1 / s,
-    }) or "solve Amdahl's law S = 1/(f + (1 − f)/n) for f"
+    }, 1e-6, right, 1.0) or "solve Amdahl's law S = 1/(f + (1 − f)/n) for f"
 
 
 def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
     right = 1 / (f + (1 - f) / cores)
-    return _named(sp, right, {
+    return explain(sp, {
         "that scales the measured speedup linearly (S·cores/n): the serial part does not "
         "shrink with more cores": s * cores / n,
         "1/f is the limit for infinitely many cores, not for this many": 1 / f if f else math.inf,
@@ -406,7 +401,7 @@ def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
         "shrinks": 1 / ((1 - f) + f / cores),
         "that is Gustafson's scaled speedup f + (1 − f)·cores, for a problem that grows with "
         "the machine; Amdahl's law keeps the problem fixed": f + (1 - f) * cores,
-    }) or "plug the serial fraction into S = 1/(f + (1 − f)/cores)"
+    }, 1e-6, right, 1.0) or "plug the serial fraction into S = 1/(f + (1 − f)/cores)"
 
 
 # ------------------------------------------------------------------ task 4 (design)
@@ -657,7 +652,7 @@ class Watched(np.ndarray):
         return iter(np.asarray(self).tolist())
 
 
-class _NotedLock(_Held):
+class _NotedLock(Held):
     """``threading.Lock()`` while the check runs: a real lock that tells the meeting who
     holds it and who waits for it (a thread waiting for a held lock cannot reach a write)."""
 

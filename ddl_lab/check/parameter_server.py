@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import call_local, fail, passed, run_beside, stub_message, task
+from ._core import call_local, fail, judge, passed, run_beside, stub_message, task
 from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
                         returned_none, same, tolerance)
 from ._trial import Trial
@@ -170,8 +170,7 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
         except Exception:
             got = call_local(my_staleness_lr, lr, tau)
         if answers.scalar(got) is None:
-            fail(returned_none(got, trial.name, "the rate, a number") or
-                 f"{call} returned {describe_value(got)}; return a number.")
+            fail(returned_none(got, trial.name, "the rate, a number", "a number.", call))
         returned.append(got)
         want = lr / tau if tau else lr
         if same(want, got):                       # within the tolerance of the dtype returned
@@ -301,9 +300,8 @@ def _restore_fault(got: Any, r: _Restart, name: str,
     """What is wrong with the learner's (θ, G, version) for this restart, or None; a named
     mistake must explain its answers to every restart in ``others`` too."""
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return (returned_none(got, name, "the triple (theta, G, version)") or
-                f"{name} returned {describe_value(got)}; return the triple (theta, G, "
-                "version) of the restored shard.")
+        return returned_none(got, name, "the triple (theta, G, version)", "the triple (theta, "
+                             "G, version) of the restored shard.")
     theta, G, version = got
     if as_array(theta) is None or as_array(G) is None:
         return (f"{name} returned θ = {describe_value(theta)} and G = {describe_value(G)}; "
@@ -549,8 +547,7 @@ def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
 
 def _plan(out: Any, name: str, case: Any) -> tuple[int, int, float]:
     """The learner's (n_fetch, n_push, lr), or a CheckFailed saying what is wrong."""
-    if problem := answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"n_fetch": "", "n_push": "", "lr": ""}, f" ({case})"))
     n_fetch, n_push = (answers.Whole(1).read(out[k]) for k in ("n_fetch", "n_push"))
     if n_fetch is None or n_push is None:
         fail(f"{name} chose n_fetch = {out['n_fetch']!r} and n_push = {out['n_push']!r}: both "

@@ -16,6 +16,7 @@ from . import _answers as answers
 from ._core import call_local, fail, task
 from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
 from ._formula import formula_cases
+from .message_passing import rounds
 from ._trial import Trial
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
@@ -273,8 +274,6 @@ def _shape_fault(got: list[dict], n: int) -> str | None:
 def _failure_message(f: RankFailure, trial: Trial, case: Case | None) -> str:
     """A failure on the workers in words, with the sizes that were right so far."""
     name, right = trial.name, trial.right
-    if f.kind == "stub":
-        return f.line
     if DTYPE_MARK in f.line:
         return f"{name} {f.line.split(DTYPE_MARK, 1)[1].strip()} ({_where(case)}, rank {f.rank})"
     if case is None:                      # a killed worker, or the whole check's time limit
@@ -346,15 +345,11 @@ def _wrong_sum_hint(expected: np.ndarray, got: np.ndarray, rank: int, case: Case
 
 # ------------------------------------------------------- where the ring overtakes the tree
 
-def _tree_rounds(n: int) -> int:
-    return math.ceil(math.log2(n))
-
-
 def _solve(n: int, a: float, b: float, tree: float | None = None, ring_lat: float | None = None,
            ring_bw: float | None = None) -> float | None:
     """S where tree·(α + S·β) = ring_lat·α + ring_bw·S·β (by default the right terms), if
     the tree's bandwidth term is the larger (else None: no crossover of that shape)."""
-    tree = 2 * _tree_rounds(n) if tree is None else tree
+    tree = 2 * rounds(n) if tree is None else tree
     ring_lat = 2 * (n - 1) if ring_lat is None else ring_lat
     ring_bw = 2 * (n - 1) / n if ring_bw is None else ring_bw
     if tree <= ring_bw:
@@ -373,7 +368,7 @@ CROSSOVER_MISTAKES: dict[str, Callable[..., float | None]] = {
     "S where the two times meet": lambda n, a, b: 0.0 if n > 3 else None,
     "that is the crossover of a tree that only reduces: the tree allreduce reduces to the "
     "root and broadcasts back down, 2⌈log2 n⌉ rounds of α + S·β":
-        lambda n, a, b: _solve(n, a, b, tree=_tree_rounds(n)),
+        lambda n, a, b: _solve(n, a, b, tree=rounds(n)),
     "the tree needs ⌈log2 n⌉ rounds each way — a whole number — not log2 n":
         lambda n, a, b: _solve(n, a, b, tree=2 * math.log2(n)),
     "α and β are swapped: α is paid per message, β per byte":
@@ -700,7 +695,7 @@ def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str, str]:
 
 def _rounds(algorithm: str, n: int) -> int:
     p = 1 << (n.bit_length() - 1)
-    return {"ring": 2 * (n - 1), "tree": 2 * math.ceil(math.log2(n)),
+    return {"ring": 2 * (n - 1), "tree": 2 * rounds(n),
             "halving_doubling": 2 * (p.bit_length() - 1) + (2 if n > p else 0),
             "pipelined_tree": 2 * (n.bit_length() - 1)}[algorithm]
 

@@ -507,9 +507,8 @@ def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
-    if problem := answers.plan(out, name, {"E": "local epochs",
-                                         "C": "the fraction of clients per round"}, f" ({case})"):
-        fail(problem)
+    judge(answers.plan(out, name, {"E": "local epochs", "C": "the fraction of clients per round"},
+                       f" ({case})"))
     E, C = answers.Whole(1, MAX_E).read(out["E"]), answers.Real(0, 1, closed="right").read(out["C"])
     if E is None:
         fail(f"{name} chose E = {out['E']!r}: a whole number of local epochs from 1 to {MAX_E} "

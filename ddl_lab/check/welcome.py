@@ -12,7 +12,7 @@ from ddl_lab.runtime.worlds import WorldFailed
 from . import _answers as answers
 from . import _core
 from ._core import fail, failed_on_workers, judge, passed, run_cases, task
-from ._diagnose import describe_value, only_right_for, returned_none
+from ._diagnose import only_right_for, returned_none
 from ._trial import Trial
 
 __all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
@@ -169,9 +169,8 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
         got = trial.call(case, eps, w)
         n = answers.scalar(got)
         if n is None or not math.isfinite(n):
-            fail((returned_none(got, name, "the number of darts per rank") or
-                  f"{name} returned {describe_value(got)}; return a number of darts (an int)")
-                 + f" [{case}].")
+            fail(returned_none(got, name, "the number of darts per rank",
+                               "a number of darts (an int)") + f" [{case}].")
         need = PI_VARIANCE / (w * eps ** 2)
         if need * (1 - 1e-9) <= n <= math.ceil(need) + 1:
             continue
@@ -289,8 +288,7 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
     """The learner's (workers, darts) as ints, or a CheckFailed naming the broken limit."""
     p = case.params
     if not isinstance(plan, (tuple, list)) or len(plan) != 2:
-        fail((returned_none(plan, name, "a pair (workers, darts)") or
-              f"{name} returned {describe_value(plan)}; return a pair (workers, darts)")
+        fail(returned_none(plan, name, "a pair (workers, darts)", "a pair (workers, darts)")
              + f" [{case}].")
     w, d = (answers.whole(v) for v in plan)
     if w is None or d is None or min(w, d) < 1:
