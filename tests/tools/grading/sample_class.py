@@ -21,7 +21,7 @@ from .toy_course import JUSTIFIED, NUMPY, SPARE, WORKERS
 
 ROOT = Path(__file__).resolve().parents[3]
 # Where no sandbox can be made (no bubblewrap), the class is graded without one: the tests'
-# own notebooks are trusted (the attacks of test_tampering.py are skipped there).
+# own notebooks are trusted (the attackers of attacks.py are left out of the class there).
 UNSANDBOXED = sandbox.why_not() is not None
 
 

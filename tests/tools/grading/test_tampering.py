@@ -220,6 +220,7 @@ def test_the_installation_and_the_outputs_survive_the_class(graded):
                 for p in Path(folder).glob("zz_forged.pth")]
     executed = (graded["out"] / "executed" / f"ivy--{GD}.ipynb").read_text()
     assert "Error" in executed                   # each write was refused in the sandbox
+    assert "a writer waits for the gradebook" in executed       # and the writer started
     out = graded["out"]
     assert (out / "gradebook.csv").read_text() == graded["book"]
     with open(out / "gradebook.csv", newline="") as f:
