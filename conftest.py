@@ -44,12 +44,12 @@ PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
 IN_BROWSER = "tests/browser/test_lessons_in_browser.py"
 LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]",
-                 "tests/tools/grading/test_grade_class.py",
+                 "tests/tools/grading/test_tampering.py",
                  "tests/tools/grading/test_real_class.py",
                  f"{IN_BROWSER}::[06_ring_allreduce]", f"{IN_BROWSER}::[08_compression]",
-                 "tests/scaling_out/test_engines.py", "tests/tools/grading/test_tampering.py",
-                 "tests/scaling_out/test_elastic.py", f"{IN_BROWSER}::[09_model_parallel]",
-                 f"{IN_BROWSER}::[05_data_parallel]", f"{IN_BROWSER}::[12_capstone]", IN_BROWSER,
+                 "tests/scaling_out/test_engines.py", "tests/scaling_out/test_elastic.py",
+                 f"{IN_BROWSER}::[09_model_parallel]", f"{IN_BROWSER}::[05_data_parallel]",
+                 f"{IN_BROWSER}::[12_capstone]", IN_BROWSER,
                  "tests/tools/grading/test_nbgrader.py", "tests/tools/test_solution_notebooks.py")
 
 

@@ -17,11 +17,11 @@ import nbformat
 from ddl_lab.tools.grading import sandbox
 from ddl_lab.tools.grading.pristine import solved as solved_exercise
 
-from .toy_course import NUMPY, SPARE, WORKERS
+from .toy_course import JUSTIFIED, NUMPY, SPARE, WORKERS
 
 ROOT = Path(__file__).resolve().parents[3]
 # Where no sandbox can be made (no bubblewrap), the class is graded without one: the tests'
-# own notebooks are trusted (the attacks of test_tampering.py are skipped there).
+# own notebooks are trusted (the attackers of attacks.py are left out of the class there).
 UNSANDBOXED = sandbox.why_not() is not None
 
 
@@ -71,8 +71,8 @@ from ddl_lab import Cluster
 mine = Cluster(2, timeout=30).__enter__()          # started, never closed
 print(mine.run(lambda: 1))
 helper = subprocess.Popen(["sleep", "600.5"], start_new_session=True)  # escapes the group
-for _ in range(100):
-    print("x" * 1_000_000)                          # 100 MB of output'''
+for _ in range(3):                                  # 3 MB of output, nearly three times
+    print("x" * 1_000_000)                          # what the grader keeps'''
 
 
 OTHER_STYLES = {  # (function, its cell) for right answers written unlike the solution
@@ -101,6 +101,16 @@ def my_toy_accumulate(total, x):
     return _accumulator.step(total, x)''',
     "my_toy_norm": "my_toy_norm = lambda x: float(np.linalg.norm(x))",
 }
+
+
+WRITTEN = "Batch 64 halves the steps of batch 32 at the same examples; γ = 0.5 stays stable."
+
+
+def written(nb: nbformat.NotebookNode, task: str, text: str) -> nbformat.NotebookNode:
+    """The learner wrote ``text`` as the justification ``task`` asks for."""
+    cell = next(c for c in nb.cells if (c.metadata.get("ddl_lab") or {}).get("task") == task)
+    cell.source = cell.source.replace("_Your justification here (3–5 sentences)._", text)
+    return nb
 
 
 def other_styles(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -150,8 +160,10 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     # untouched stubs
     hand_in("carol", exercise_(NUMPY), "", {t: 0 for t in gd})
     # a hang in a cell of the learner's own: interrupted at the per-cell limit, then graded
+    # (it sleeps: a busy loop is interrupted alike, and would only burn a core meanwhile)
     dave = solved_(NUMPY)
-    add_cell_after(dave, fn[gd[0]], "while True:      # watching the loss forever\n    pass")
+    add_cell_after(dave, fn[gd[0]], "while True:      # watching the loss forever\n"
+                   "    import time\n    time.sleep(1)")
     hand_in("dave", dave, "", {t: 1 for t in gd}, ["per-cell limit"])
     # the kernel dies between the two tasks: the first is graded, the second is lost
     erin = solved_(WORKERS)
@@ -177,7 +189,7 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     want["kim"] = {"points": {}, "notes": ["an empty file"]}
     # the exercise of another lesson
     hand_in("heidi", exercise_(SPARE), "", {}, [f"is exercise {SPARE}", "wrong exercise"])
-    # a cluster and a process in a session of its own left running, 100 MB of output
+    # a cluster and a process in a session of its own left running, 3 MB of output
     ivan = solved_(NUMPY)
     add_cell_after(ivan, fn[gd[0]], LEAVES_A_CLUSTER)
     hand_in("ivan", ivan, f"{NUMPY}.ipynb", {t: 1 for t in gd})
@@ -190,8 +202,10 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     leo = solved_(NUMPY)
     leo.cells.insert(2, nbformat.v4.new_code_cell("import ctypes\nctypes.string_at(0)"))
     hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
-    # right answers in other styles: a decorator, a helper, a class, a lambda
-    hand_in("olga", other_styles(solved_(NUMPY)), "", {t: 1 for t in gd})
+    # right answers in other styles (a decorator, a helper, a class, a lambda), and the
+    # justification the exercise asks for
+    hand_in("olga", written(other_styles(solved_(NUMPY)), JUSTIFIED, WRITTEN), "",
+            {t: 1 for t in gd})
     for entry in want.values():
         entry["columns"] = everything
     return want

@@ -1,5 +1,5 @@
 """One real class through ``ddl-lab grade``: the course's own exercises 01 and 06 and their
-checks, end to end (the grader's plumbing is tested on the toy course, test_grade_class.py)."""
+checks, end to end (the grader's plumbing is tested on the toy course, test_tampering.py)."""
 import nbformat
 
 from ddl_lab.tools.grading import Limits, grade

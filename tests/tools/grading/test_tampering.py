@@ -1,360 +1,218 @@
-"""Grades that cannot be faked, by design (issues 23 and 34): learner code runs only in the
-sandbox and the judge reads plain data back, so every forgery below earns 0 — forgeries in
-the kernel (also flagged for the instructor), an early exit, forgeries at call time, on the
-workers, and more than one attack of each kind that once earned marks: changing the judge's
-machinery, code that runs when the judge loads an answer, the answer looked for where the
-check keeps it, values that lie, writing the installation, a process left to rewrite the
-gradebook. Right answers graded under the instructor's seed earn full marks unflagged;
-justifications are collected beside the verdicts; the grader's outputs agree.
+"""``ddl-lab grade`` over one class of the toy course (toy_course.py: checks of
+milliseconds, registered beside the course's), graded once under the instructor's seed:
+the sample class (sample_class.py) and, where a sandbox can be made, the attackers
+(attacks.py). The course's own checks go through the grader in test_real_class.py.
 
-One class, graded once (``--seed``) on the toy course (toy_course.py: checks of
-milliseconds, registered beside the course's), whose exercise 01 asks for a justification
-of ``toy_plan``.
+The grader's plumbing: the exact gradebook, feedback pages and class report, reasons that
+name what happened (a renamed function, a forbidden call, a dead kernel, a segfault), a
+hang interrupted at the per-cell limit, truncated output, no process or private copy left
+behind.
+
+Grades that cannot be faked, by design (issues 23 and 34): learner code runs only in the
+sandbox and the judge reads plain data back, so every forgery earns 0 — forgeries in the
+kernel (also flagged for the instructor), an early exit, forgeries at call time, on the
+workers, and more than one attack of each kind that once earned marks. Right answers
+graded under the instructor's seed earn full marks unflagged; justifications are collected
+beside the verdicts; the grader's outputs agree.
 """
 import csv
 import json
+import re
 import site
+import tempfile
 import time
 from pathlib import Path
 
-import nbformat
+import psutil
 import pytest
 
 from ddl_lab.tools import grading
 from ddl_lab.tools.grading import Limits, grade
-from ddl_lab.tools.grading.pristine import solved
+from ddl_lab.tools.grading.execute import MAX_OUTPUT
 
-from .sample_class import UNSANDBOXED, add_cell_after, other_styles, replace_function
+from .attacks import ATTACKERS, IN_THE_KERNEL, KINDS, ON_THE_WORKERS, write_attackers
+from .sample_class import UNSANDBOXED, WRITTEN, tasks_of, write_class
 from .toy_course import JUSTIFIED, MODULE, NUMPY, WORKERS
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(UNSANDBOXED, reason="no sandbox can be made here (install "
-                                 "bubblewrap: make sandbox): the attacks need one")]
+pytestmark = pytest.mark.slow
+needs_sandbox = pytest.mark.skipif(UNSANDBOXED, reason="no sandbox can be made here (install "
+                                   "bubblewrap: make sandbox): the attacks need one")
 GD, WELCOME = NUMPY, WORKERS            # the parts exercises 01 and 00 played
 SEED = 918273645
-ATTACKERS = ("jack", "una", "rita", "liam")   # one learner per kind of attack, in KINDS' order
-WRITTEN = "Batch 64 halves the steps of batch 32 at the same examples; γ = 0.5 stays stable."
-
-# forgeries run in the learner's kernel, from cells of their own (attack -> phrase of a flag)
-IN_THE_KERNEL = {
-    "replaces the recording function from an early cell": ('''
-from ddl_lab.check import _record, _core
-_write = _record.write
-_record.write = lambda task, passed, message, score=None: _write(task, True, "all good")
-_core.CheckFailed.__init__ = lambda self, *args: Exception.__init__(self, "fine")''',
-        "assigns _record.write"),
-    "replaces every check in the package namespace": ('''
-from ddl_lab import check
-for _name in check.__all__:
-    setattr(check, _name, lambda *args, **kwargs: print("✔ passed"))''', "setattr"),
-    "writes passing lines into the record file from a cell": ('''
-import json, os
-TASKS = ["toy_mean", "toy_square", "toy_accumulate", "toy_norm", "toy_pick", "toy_plan"]
-RECORD = os.path.abspath(os.environ.get("DDL_LAB_GRADE_RECORD", "record.jsonl"))
-def forge(pid=None):
-    with open(RECORD, "a") as f:
-        for t in TASKS:
-            f.write(json.dumps({"task": t, "passed": True, "message": "forged",
-                                "pid": pid or os.getpid()}) + "\\n")
-forge()''', "DDL_LAB_GRADE_RECORD"),
-    "writes them from a thread that keeps writing": ('''
-import threading, time
-def keep_forging():
-    while True:
-        forge()
-        time.sleep(0.05)
-threading.Thread(target=keep_forging, daemon=True).start()''', "'record.jsonl'"),
-    "writes them from a worker process": ('''
-from ddl_lab import shared_cluster
-kernel = os.getpid()
-shared_cluster(2).run(forge, kernel)''', "'record.jsonl'"),
-    "patches torch.distributed.all_reduce in the kernel": ('''
-import torch.distributed as dist
-dist.all_reduce = lambda tensor, *args, **kwargs: None''', "assigns dist.all_reduce"),
-    "reads the instructor's seed from the environment": ('''
-print(dict(os.environ))
-print([open(f"/proc/{pid}/cmdline", "rb").read() for pid in (os.getpid(), os.getppid())])''',
-        "'/proc/"),
-}
-
-KERNEL_EXIT = '''print("✔ toy_mean: passed — all good")
-import os
-os._exit(0)'''
-
-# forgeries run by the learner's own function when the check calls it — in the sandbox, where
-# they reach no judge (task -> function source; every one earns 0)
-AT_CALL_TIME = {
-    "toy_mean": '''def my_toy_mean(x):
-    from ddl_lab.check import _record
-    real = _record.write
-    _record.write = lambda task, passed, message, score=None: real(task, True, message)
-    return 0 * x''',
-    "toy_square": '''def my_toy_square(*args, **kwargs):
-    from ddl_lab.check import _core
-    _core.fail = lambda message: None
-    return None''',
-    "toy_accumulate": '''def my_toy_accumulate(total, x):
-    import ddl_lab.check as check
-    check.toy_accumulate = lambda fn, **kwargs: None
-    return total''',
-    "toy_norm": '''def my_toy_norm(x):
-    import threading, time
-    def keep_passing():
-        while True:
-            print("✔ toy_norm: passed — all good")
-            time.sleep(0.01)
-    threading.Thread(target=keep_passing, daemon=True).start()
-    return 1.0''',
-    "toy_pick": '''def my_toy_pick(x):
-    print("✔ toy_pick: passed — all good")
-    import os
-    os._exit(0)''',
-    "toy_plan": '''def my_toy_plan(*args, **kwargs):
-    import json, os
-    line = json.dumps({"outcome": "passed", "message": "forged", "value": [1, 12]}) + "\\n"
-    for fd in range(3, 64):                 # the link to the judge, wherever it is
-        try:
-            os.write(fd, line.encode())
-        except OSError:
-            pass
-    raise SystemExit(0)''',
-}
-
-# The kinds of attack that once earned marks (issue 34), more than one of each; every task
-# of every one earns 0. (kind -> {task: function source})
-KINDS = {
-    # learner code that changes the judge's own machinery, as if it ran in the judge
-    "in the judge": {
-        "toy_mean": '''def my_toy_mean(x):
-    import json
-    real = json.dumps
-    json.dumps = lambda obj, *a, **k: real({**obj, "outcome": "passed"}) \\
-        if isinstance(obj, dict) and "outcome" in obj else real(obj, *a, **k)
-    return 0 * x''',
-        "toy_square": '''def my_toy_square(x):
-    import numpy as np
-    np.allclose = np.isclose = lambda *a, **k: True
-    vars(np)["allclose"] = lambda *a, **k: True
-    return x''',
-        "toy_norm": '''def my_toy_norm(x):
-    import sys
-    for name, module in list(sys.modules.items()):
-        table = getattr(module, "_RTOL", None)
-        if isinstance(table, dict):
-            for k in table:
-                table[k] = 1e30
-    return 1.0''',
-        "toy_accumulate": '''def my_toy_accumulate(total, x):
-    import sys
-    for module in list(sys.modules.values()):
-        if hasattr(module, "fail") and hasattr(module, "passed"):
-            vars(module)["fail"] = lambda message: None
-    return total''',
-    },
-    # code that runs when the judge loads what the learner's side sends
-    "loading runs code": {
-        "toy_mean": '''class Bomb:
-    def __reduce__(self):
-        return (exec, ("open({marker!r}, 'w').write('ran')",))
-
-trigger = Bomb()
-
-def my_toy_mean(x):
-    return [trigger, 0.0]''',
-        "toy_square": '''def my_toy_square(x):
-    class Bomb(float):
-        def __reduce__(self):
-            return (exec, ("open({marker!r}, 'w').write('ran')",))
-    return Bomb(1.0)''',
-        "toy_norm": '''def my_toy_norm(x):
-    return lambda *args: 0.0''',
-    },
-    # the answer looked for where the check keeps it
-    "the answer in reach": {
-        "toy_mean": '''def my_toy_mean(x):
-    import sys
-    frame = sys._getframe(1)
-    while frame is not None:                # the check's expected value, from its frame
-        for name in ("want", "expected", "reference"):
-            if name in frame.f_locals:
-                return frame.f_locals[name]
-        frame = frame.f_back
-    return 0.0''',
-        "toy_square": '''def my_toy_square(x):
-    import toy_checks                       # the checks' own module
-    return toy_checks.CASES[0] ** 2''',
-        "toy_norm": '''def my_toy_norm(x):
-    import importlib
-    module = importlib.import_module("ddl_" + "lab.check.gradient" + "_descent")
-    return getattr(module, "_reference" + "_gradient")''',
-        "toy_pick": '''def my_toy_pick(x):
-    import glob
-    for path in glob.glob("/**/solutions/*.ipynb", recursive=True):
-        return open(path).read()            # a solution notebook
-    return None''',
-    },
-    # values that lie about themselves
-    "lying values": {
-        "toy_mean": '''import numpy as np
-
-class Anything(np.ndarray):
-    __module__ = "torch"
-    def __eq__(self, other):
-        return True
-    def numpy(self):
-        return self
-
-def my_toy_mean(x):
-    return np.zeros(1).view(Anything)''',
-        "toy_square": '''class Same(float):
-    def __eq__(self, other):
-        return True
-    __ne__ = lambda self, other: False
-    def __array__(self, *args, **kwargs):
-        import numpy as np
-        return np.square(np.arange(1.0, 6.0))
-
-def my_toy_square(x):
-    return Same(0.0)''',
-        "toy_norm": '''class Close(dict):
-    def __float__(self):
-        return 7.416198487095663
-
-def my_toy_norm(x):
-    return Close()''',
-    },
-}
-
-# the installation and the grader's outputs, from a cell: nothing changes, nothing survives
-INSTALLATION = '''import os, site, glob, subprocess, sys
-import ddl_lab
-tried = []
-for folder in site.getsitepackages():
-    try:
-        open(os.path.join(folder, "zz_forged.pth"), "w").write("import os\\n")
-    except OSError as e:
-        tried.append(type(e).__name__)
-judge = os.path.join(os.path.dirname(ddl_lab.__file__), "tools", "grading", "judge.py")
-try:
-    open(judge, "a").write("\\n# edited\\n")
-except OSError as e:
-    tried.append(type(e).__name__)
-later = "import time, glob\\ntime.sleep(4)\\n" \\
-    "for p in glob.glob({out!r} + '/**', recursive=True):\\n" \\
-    "    try: open(p, 'a').write('cleo,9,9,9')\\n    except OSError: pass\\n"
-subprocess.Popen([sys.executable, "-c", later], start_new_session=True, env={{}},
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-print(tried)'''
-
-ON_THE_WORKERS = {
-    "toy_rank": '''def my_toy_rank():
-    from torch._C._distributed_c10d import ProcessGroup
-    ProcessGroup.send = lambda *args, **kwargs: None      # every send "went through"
-    return 0''',
-}
-
-
-def written(nb, task: str, text: str) -> None:
-    cell = next(c for c in nb.cells if (c.metadata.get("ddl_lab") or {}).get("task") == task)
-    cell.source = cell.source.replace("_Your justification here (3–5 sentences)._", text)
+# The per-cell limit (also the judge's for one task): the toy course's slowest cell is a
+# check that starts two workers, which took over 15 s at load 8 on 2 cores; dave's hang,
+# which sleeps, is interrupted at it.
+LIMITS = Limits(timeout=240, cell_timeout=30, jobs=2, trust_learner_code=UNSANDBOXED)
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, toy_course):
-    tmp = tmp_path_factory.mktemp("forgeries")
-    course = toy_course
-    stub = {s: nbformat.read(course / "exercises" / f"{s}.ipynb", as_version=4)
-            for s in (GD, WELCOME)}
-    subs, out, marker = tmp / "submissions", tmp / "out", tmp / "pwned"
-    subs.mkdir()
-
-    def copy(stem):
-        return nbformat.from_dict(json.loads(json.dumps(stub[stem])))
-
-    mallory = copy(GD)
-    for source, _ in reversed(IN_THE_KERNEL.values()):
-        add_cell_after(mallory, "my_toy_mean", source.strip())
-    nbformat.write(mallory, subs / "mallory.ipynb")
-    nick = copy(GD)
-    add_cell_after(nick, "my_toy_mean", KERNEL_EXIT)
-    nbformat.write(nick, subs / "nick.ipynb")
-    trudy = copy(GD)
-    for task, source in AT_CALL_TIME.items():
-        replace_function(trudy, f"my_{task}", source)
-    nbformat.write(trudy, subs / "trudy.ipynb")
-    walter = copy(WELCOME)
-    for task, source in ON_THE_WORKERS.items():
-        replace_function(walter, f"my_{task}", source)
-    nbformat.write(walter, subs / "walter.ipynb")
-    for learner, kind in zip(ATTACKERS, KINDS):
-        nb = copy(GD)
-        for task, source in KINDS[kind].items():
-            replace_function(nb, f"my_{task}", source.replace("{marker!r}", repr(str(marker))))
-        nbformat.write(nb, subs / f"{learner}.ipynb")
-    ivy = copy(GD)
-    add_cell_after(ivy, "my_toy_mean", INSTALLATION.replace("{out!r}", repr(str(out))))
-    nbformat.write(ivy, subs / "ivy.ipynb")
-    olga = other_styles(solved(course, GD))
-    written(olga, JUSTIFIED, WRITTEN)
-    nbformat.write(olga, subs / "olga.ipynb")
+    tmp = tmp_path_factory.mktemp("class")
+    subs, out, marker, scratch = tmp / "submissions", tmp / "out", tmp / "pwned", tmp / "scratch"
+    want = write_class(subs, toy_course)
+    attackers = [] if UNSANDBOXED else write_attackers(subs, toy_course, out, marker)
+    scratch.mkdir()
     judge_py = Path(grading.__file__).with_name("judge.py")
-    before = judge_py.read_bytes()
-    rows = grade(subs, out, None, Limits(300, 60, 2), course, progress=False,
-                 seed=SEED, checks=(MODULE,))
+    judge_before = judge_py.read_bytes()
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    t0 = time.perf_counter()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(scratch))     # the private copies go here
+        rows = grade(subs, out, ["01", "00"], LIMITS, toy_course, seed=SEED, checks=(MODULE,))
+    print(f"graded {len(want) + len(attackers)} learners in {time.perf_counter() - t0:.0f} s "
+          f"(jobs={LIMITS.jobs})")
     book = (out / "gradebook.csv").read_text()
-    time.sleep(6)                        # ivy's late writer would have woken by now
-    return {"rows": {r.name: r for r in rows}, "out": out, "marker": marker, "book": book,
-            "judge": (judge_py, before)}
+    time.sleep(1)                   # ivy's writer, had it survived, would have written by now
+    return {"rows": rows, "by_name": {r.name: r for r in rows}, "out": out, "want": want,
+            "learners": sorted([*want, *attackers]), "before": before, "scratch": scratch,
+            "course": toy_course, "marker": marker, "book": book,
+            "judge": (judge_py, judge_before)}
+
+
+def test_the_gradebook_is_exact(graded):
+    tasks = [t for t, _ in tasks_of(NUMPY, graded["course"])] + \
+        [t for t, _ in tasks_of(WORKERS, graded["course"])]
+    with open(graded["out"] / "gradebook.csv", newline="") as f:
+        table = list(csv.reader(f))
+    notes = len(tasks) + 2
+    assert table[0][:notes + 2] == ["learner"] + tasks + ["total", "notes", "flags"]
+    want = graded["want"]
+    assert [row[0] for row in table[1:]] == graded["learners"]      # the attackers' too
+    sample = [row for row in table[1:] if row[0] in want]
+    expected = [[name] + [str(want[name]["points"][t]) if t in want[name]["points"] else ""
+                          for t in tasks] + [str(sum(want[name]["points"].values()))]
+                for name in sorted(want)]
+    assert [row[:notes] for row in sample] == expected
+    for row in sample:
+        for phrase in want[row[0]]["notes"]:
+            assert phrase in row[notes], f"{row[0]}'s notes lack {phrase!r}: {row[notes]!r}"
+    quiet = [row[0] for row in sample if not want[row[0]]["notes"] and row[notes]]
+    assert not quiet, f"notes where none were expected: {quiet}"
+    right = ("alice", "dave", "judy", "olga")         # right answers, in several styles
+    assert [row[notes + 1] for row in sample if row[0] in right] == ["", "", "", ""]
+
+
+def _the_browser_suites(p: psutil.Process) -> bool:
+    """A Chromium process of the browser suite, which may run in this xdist worker before the
+    grading fixture (its helpers can start late and end late); grading starts no browser."""
+    try:
+        return p.name().startswith(("chromium", "chrome")) or \
+            any("playwright" in part for part in p.cmdline())
+    except psutil.Error:
+        return True
+
+
+def test_no_process_is_left_behind(graded):
+    me = psutil.Process()
+    new = [p for p in me.children(recursive=True) if p.pid not in graded["before"]
+           and not _the_browser_suites(p)]
+    assert not new, f"processes left by grading: {[p.cmdline() for p in new]}"
+    scratch = str(graded["scratch"])
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if p.cmdline()[:2] == ["sleep", "600.5"] or \
+                    any(scratch in v for v in p.environ().values()):
+                left.append(p.cmdline())
+        except psutil.Error:
+            continue
+    assert not left, f"processes of the graded notebooks still run: {left}"
+    assert not list(graded["scratch"].iterdir()), "the private copies were not removed"
+
+
+def test_reasons_name_what_happened(graded):
+    gd = dict(tasks_of(NUMPY, graded["course"]))
+    bob = verdicts(graded, "bob")
+    first = next(iter(gd))
+    assert f"{gd[first]} is not defined" in bob[first].message
+    assert "rename" in bob[first].message
+    ring = [t for t, _ in tasks_of(WORKERS, graded["course"])]
+    assert "dist.all_reduce" in bob[ring[1]].message
+    assert "kernel died" in verdicts(graded, "erin")[ring[1]].message
+    frank = verdicts(graded, "frank")
+    assert all("not implemented yet" in v.message for v in frank.values()), frank
+    leo = verdicts(graded, "leo")
+    assert all("SIGSEGV" in v.message for v in leo.values())
+
+
+def test_feedback_pages_and_the_class_report(graded):
+    out = graded["out"]
+    pages = sorted(p.stem for p in (out / "feedback").glob("*.html"))
+    assert pages == graded["learners"]
+    bob = (out / "feedback" / "bob.html").read_text()
+    assert "✘ not passed" in bob and "✔ passed" in bob and "rename" in bob
+    report = (out / "report.html").read_text()
+    rows = graded["rows"]
+    for task in [t for t, _ in tasks_of(NUMPY, graded["course"])]:
+        mine = [v for r in rows for v in r.verdicts if v.task == task]
+        ok = sum(v.passed for v in mine)
+        assert re.search(rf"<td>{task}</td><td>1</td><td>{ok}/{len(mine)} ", report), task
+    assert "not implemented yet" in report          # a most frequent failure message
+
+
+def test_a_flood_of_output_is_truncated(graded):
+    executed = graded["out"] / "executed" / f"ivan--{NUMPY}.ipynb"
+    text = executed.read_text()
+    assert "output truncated" in text
+    assert executed.stat().st_size < 2 * MAX_OUTPUT     # ivan printed 3 MB
+
 
 
 def verdicts(graded, learner):
-    return {v.task: v for v in graded["rows"][learner].verdicts}
+    return {v.task: v for v in graded["by_name"][learner].verdicts}
 
 
+@needs_sandbox
 def test_forgeries_in_the_kernel_earn_nothing_and_are_flagged(graded):
-    mallory = graded["rows"]["mallory"]
+    mallory = graded["by_name"]["mallory"]
     assert mallory.total == 0
     assert all("not implemented yet" in v.message for v in mallory.verdicts), mallory.verdicts
     flags = " | ".join(mallory.flags)
     for attack, (_, flag) in IN_THE_KERNEL.items():
         assert flag in flags, f"{attack}: no flag naming {flag!r} in {flags}"
-    nick = graded["rows"]["nick"]
+    nick = graded["by_name"]["nick"]
     assert nick.total == 0 and all("kernel died" in v.message for v in nick.verdicts)
     assert any("os._exit" in f for f in nick.flags)
 
 
+@needs_sandbox
 def test_the_instructors_seed_never_reaches_the_kernel(graded):
     executed = (graded["out"] / "executed" / f"mallory--{GD}.ipynb").read_text()
     assert "DDL_LAB_PROGRESS" in executed          # the environment was printed …
     assert str(SEED) not in executed                # … without the seed
 
 
+@needs_sandbox
 def test_forgeries_at_call_time_earn_nothing(graded):
     trudy = verdicts(graded, "trudy")
-    assert graded["rows"]["trudy"].total == 0, trudy
+    assert graded["by_name"]["trudy"].total == 0, trudy
     assert not any(v.passed for v in trudy.values())
     for task in ("toy_pick", "toy_plan"):           # the kernel ended: the rest ends too
         assert "kernel ended" in trudy[task].message, trudy[task].message
-    flags = " | ".join(graded["rows"]["trudy"].flags)
+    flags = " | ".join(graded["by_name"]["trudy"].flags)
     for phrase in ("_record", "os.write", "os._exit"):
         assert phrase in flags, phrase
 
 
+@needs_sandbox
 def test_forgeries_on_the_workers_earn_nothing(graded):
     walter = verdicts(graded, "walter")
     for task in ON_THE_WORKERS:
         assert not walter[task].passed and walter[task].points == 0, walter[task].message
 
 
+@needs_sandbox
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_of_attack_earns_nothing(graded, kind):
     learner = ATTACKERS[list(KINDS).index(kind)]
     mine = verdicts(graded, learner)
-    assert graded["rows"][learner].total == 0, {t: v.message for t, v in mine.items()}
+    assert graded["by_name"][learner].total == 0, {t: v.message for t, v in mine.items()}
     assert not any(v.passed for v in mine.values())
     assert not graded["marker"].exists(), "learner code ran outside the sandbox"
 
 
+@needs_sandbox
 def test_the_installation_and_the_outputs_survive_the_class(graded):
     judge_py, before = graded["judge"]
     assert judge_py.read_bytes() == before
@@ -362,6 +220,7 @@ def test_the_installation_and_the_outputs_survive_the_class(graded):
                 for p in Path(folder).glob("zz_forged.pth")]
     executed = (graded["out"] / "executed" / f"ivy--{GD}.ipynb").read_text()
     assert "Error" in executed                   # each write was refused in the sandbox
+    assert "a writer waits for the gradebook" in executed       # and the writer started
     out = graded["out"]
     assert (out / "gradebook.csv").read_text() == graded["book"]
     with open(out / "gradebook.csv", newline="") as f:
@@ -374,11 +233,12 @@ def test_the_installation_and_the_outputs_survive_the_class(graded):
 
 
 def test_right_answers_under_the_seed_earn_full_marks_unflagged(graded):
-    olga = graded["rows"]["olga"]
+    olga = graded["by_name"]["olga"]
     assert all(v.passed for v in olga.verdicts), [v.message for v in olga.verdicts]
     assert not olga.flags and not olga.notes
 
 
+@needs_sandbox
 def test_justifications_beside_the_verdicts(graded):
     out = graded["out"]
     with open(out / "gradebook.csv", newline="") as f:

@@ -1,6 +1,6 @@
 """A toy course for the grading suites, written at test time: the grader's plumbing
 (gradebook, limits, kernel death, forgeries, tampering) is tested on checks that take
-milliseconds, while one real class (test_grade_class.py) grades the course's own checks
+milliseconds, while one real class (test_real_class.py) grades the course's own checks
 end to end.
 
 ``write_course(folder)`` writes ``folder/course`` (solutions/ and the exercises/ the
