@@ -6,6 +6,9 @@ PY     := $(VENV)/bin/python
 # The package itself accepts any torch >= 2.6 (see pyproject.toml and CONTRIBUTING.md).
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
+# xdist workers of the main phase: 3 on 2 cores keeps both cores busy while a test waits
+# (a kernel starting, a page loading, a timeout running out)
+WORKERS ?= 3
 # the repository the website's Binder / JupyterHub links open (make site REPO=https://github.com/o/r)
 REPO   ?=
 HUB    ?=
@@ -72,7 +75,7 @@ java: setup                     ## a Java 17+ runtime for PySpark (Debian's head
 # browser tests ran and saved into build/lessons/, then browsed — no lesson runs twice).
 test: setup engines | browser sandbox   ## the whole test suite: notebooks, browser, engines, site
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 2 --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --dist loadscope -m "not reliability and not site" $(PYTEST_ARGS)
 	$(PY) -m pytest -n 2 --dist loadscope -m "reliability or site" --timeout=300 \
 		tests/reliability tests/site
 

@@ -33,13 +33,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- xdist: who runs what
-# `make test` runs `pytest -n 2 --dist loadscope`: a module's tests stay on one worker, so its
-# module-scoped fixtures (a warm cluster, a graded class) are made once. Two kinds of module
-# hold one expensive, independent run per notebook instead, and group per notebook so that
-# both workers share them: the browser lessons and the solution notebooks. Groups go out
+# `make test` runs `pytest -n 3 --dist loadscope` (Makefile WORKERS): a module's tests stay on
+# one worker, so its module-scoped fixtures (a warm cluster, a graded class) are made once.
+# Two kinds of module hold one expensive, independent run per notebook instead, and group
+# per notebook so that the workers share them: the browser lessons and the solution notebooks. Groups go out
 # longest first (LONGEST_FIRST, measured with --durations on 2 cores; then every other
 # group, most tests first), so that no worker is left with a long group at the end while
-# the other idles. A group named nowhere (a new lesson) only loses its place in the queue.
+# the others idle. A group named nowhere (a new lesson) only loses its place in the queue.
 PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
 IN_BROWSER = "tests/browser/test_lessons_in_browser.py"

@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ddl_lab.tools import notebooks
-from ddl_lab.tools.grading import cli as grading
+from ddl_lab.tools import skip_iri_check
+
+skip_iri_check()            # before nbformat (ddl_lab.tools)
+
+from ddl_lab.tools import notebooks  # noqa: E402
+from ddl_lab.tools.grading import cli as grading  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,11 @@ runs in an OS sandbox (``sandbox.py``), and the verdicts are reached in a judge 
 that never runs learner code and reads only plain data from the sandbox (``judge.py``,
 ``link.py``, ``plain.py``). README, "Grading a class", says what is and is not protected.
 """
-from .grade import Limits, grade
-from .record import Learner
+from ddl_lab.tools import skip_iri_check
+
+skip_iri_check()            # before nbformat: every process of the grader imports it
+
+from .grade import Limits, grade  # noqa: E402
+from .record import Learner  # noqa: E402
 
 __all__ = ["grade", "Limits", "Learner"]

@@ -220,3 +220,19 @@ def test_a_change_to_the_installation_stops_the_grading(tmp_path):
     (tmp_path / "solutions" / "zz_forged.py").write_text("x = 1\n")
     with pytest.raises(InstallationChanged, match="while alice.ipynb was graded.*zz_forged.py"):
         installed.same_as_before("alice.ipynb")
+
+
+def test_the_graders_processes_leave_out_the_iri_parser_and_still_validate_notebooks():
+    """Each runner, judge and grading kernel imports nbformat: without jsonschema's optional
+    IRI check (``tools.skip_iri_check``) that costs 0.1 s, not a second; validation stays."""
+    probe = textwrap.dedent("""
+        import sys
+        import ddl_lab.tools.grading.handover
+        import nbformat
+        nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]))
+        print(sys.modules["rfc3987_syntax"], "jsonschema" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "True"]
