@@ -53,9 +53,16 @@ LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]"
                  "tests/tools/grading/test_nbgrader.py", "tests/tools/test_solution_notebooks.py")
 
 
+# Modules that start Spark run in one group: one JVM (the session fixture) for the test run.
+ONE_SPARK = ("tests/message_passing/test_spark_rdd.py", "tests/scaling_out/test_engines.py")
+
+
 def scope_of(nodeid: str) -> str:
-    """The group a test runs in: its module (or class), or its module and notebook."""
+    """The group a test runs in: its module (or class), its module and notebook, or the
+    group of the modules that start Spark."""
     module, _, rest = nodeid.partition("::")
+    if module in ONE_SPARK:
+        return ONE_SPARK[-1]
     if module in PER_NOTEBOOK and "[" in rest:
         return f"{module}::[{rest.split('[', 1)[1].split('-')[0].rstrip(']')}]"
     return nodeid.rsplit("::", 1)[0]

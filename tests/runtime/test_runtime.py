@@ -218,11 +218,18 @@ def test_a_result_that_cannot_travel_back_names_the_rank(cluster4):
 
 
 def test_an_interrupted_run_stops_the_workers_and_the_next_run_works(cluster4):
+    # Python's own Ctrl-C, as a kernel has it: a library an earlier test in this process used
+    # may have left a handler of its own (Spark's cancels its jobs first, over the JVM)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     old = cluster4.pids
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(RunInterrupted, match="the workers were stopped"):
-        cluster4.run(time.sleep, 30)
+    try:
+        with pytest.raises(RunInterrupted, match="the workers were stopped"):
+            cluster4.run(time.sleep, 30)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, before)
     assert _gone(old)
     assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
 
