@@ -62,9 +62,8 @@ sandbox:                        ## bubblewrap, the OS sandbox `ddl-lab grade` ru
 
 engines: $(VENV)/.engines java  ## Spark and Ray (lesson 04's RDD job, lesson 11's Options): optional
 
-# --no-compile: of Ray's and Spark's thousands of modules, those imported compile when first used
 $(VENV)/.engines: $(VENV)/.installed
-	$(PY) -m pip install -q --no-compile -e ".[engines]"
+	$(PY) -m pip install -q -e ".[engines]"
 	touch $@
 
 java: setup                     ## a Java 17+ runtime for PySpark (Debian's headless JRE when root)
