@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- xdist: who runs what
-# `make test` runs `pytest -n 3 --dist loadscope` (Makefile WORKERS): a module's tests stay on
+# `make test` runs `pytest -n 2 --dist loadscope` (Makefile WORKERS): a module's tests stay on
 # one worker, so its module-scoped fixtures (a warm cluster, a graded class) are made once.
 # Two kinds of module hold one expensive, independent run per notebook instead, and group
 # per notebook so that the workers share them: the browser lessons and the solution notebooks. Groups go out
