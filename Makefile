@@ -6,10 +6,9 @@ PY     := $(VENV)/bin/python
 # The package itself accepts any torch >= 2.6 (see pyproject.toml and CONTRIBUTING.md).
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
-# xdist workers of the main phase. WORKERS=3 keeps 2 cores busier while a test waits (main
-# phase 12-13 min instead of about 15), but after it the last phase's Ctrl-C test failed
-# twice (issue 33's closing note): 2 until that is understood
-WORKERS ?= 2
+# xdist workers of the main phase: 3 keep 2 cores busy while a test waits on a kernel, a page
+# or a timeout (the main phase is CPU-bound; the last phase times faults and keeps 2)
+WORKERS ?= 3
 # the repository the website's Binder / JupyterHub links open (make site REPO=https://github.com/o/r)
 REPO   ?=
 HUB    ?=

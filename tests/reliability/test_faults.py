@@ -195,7 +195,7 @@ def test_a_worker_out_of_memory_is_a_clear_error(cluster, leftovers):
 # ------------------------------------------------------------------ the notebook's kernel
 
 KERNEL = """
-    import sys, time
+    import signal, sys, time
     import numpy as np
     import torch, torch.distributed as dist
     from ddl_lab import Cluster, progress
@@ -209,6 +209,9 @@ KERNEL = """
             progress(i, 10**9)
 
     def main():
+        # as a Jupyter kernel does while it runs a cell: Ctrl-C raises KeyboardInterrupt, even
+        # where this process was started with SIGINT ignored (a job put in the background)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         c = Cluster(4, timeout=120)
         ps = ParameterServer(np.zeros(8), shards=2) if "--ps" in sys.argv else None
         said = []

@@ -218,8 +218,9 @@ def test_a_result_that_cannot_travel_back_names_the_rank(cluster4):
 
 
 def test_an_interrupted_run_stops_the_workers_and_the_next_run_works(cluster4):
-    # Python's own Ctrl-C, as a kernel has it: a library an earlier test in this process used
-    # may have left a handler of its own (Spark's cancels its jobs first, over the JVM)
+    # Python's own Ctrl-C, as a kernel has it while it runs a cell: this process may have
+    # started with SIGINT ignored (a job put in the background: `make test &`), or a library an
+    # earlier test used may have left a handler of its own (Spark's cancels its jobs first)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     old = cluster4.pids
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
