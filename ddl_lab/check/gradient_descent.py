@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
-from ._core import call_local, fail, judge, run_beside, task
+from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
 from ._trial import Trial
@@ -626,7 +626,7 @@ def _torch_adamw(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: di
 def _adam_mistake(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: dict,
                   mistake: str) -> list[list[np.ndarray]]:
     """In float64, the parameters after every step of AdamW as code making ``mistake``
-    computes them (the diagnosis's catalogue; lesson 01 §7 has the right rule)."""
+    computes them (the diagnosis's catalogue; lesson 01 §9 has the right rule)."""
     (b1, b2), lr, eps, wd = hp["betas"], hp["lr"], hp["eps"], hp["weight_decay"]
     theta = [a.astype(np.float64) for a in params]
     m = [np.zeros_like(a) for a in theta]
@@ -676,6 +676,10 @@ _ADAM_MISTAKES = {
 }
 
 
+_STATE_ELSEWHERE = ("earlier runs went further — does your function keep state outside `state` "
+                    "(a global)? Each run hands you a fresh, empty dict")
+
+
 def _adam_touches_optim() -> Callable[[], list[str]]:
     """A profile hook noting every call into torch.optim's code; returns ``stop()``, which
     removes it and gives the functions called."""
@@ -697,10 +701,11 @@ def _adam_touches_optim() -> Callable[[], list[str]]:
 
 
 def _adam_run(fn: Callable, name: str, params: list[np.ndarray], grads: list[list[np.ndarray]],
-              hp: dict) -> tuple[list[list[np.ndarray]], str | None]:
+              hp: dict, later: bool) -> tuple[list[list[np.ndarray]], str | None]:
     """Where the learner's code runs (``run_beside``): its steps from a fresh ``state`` on
     torch tensors of the case's dtype — the parameters after each (float64), and the fault
-    found on the way (torch.optim's code run, gradients changed, nothing returned)."""
+    found on the way (torch.optim's code run, gradients changed, nothing returned; a crash at
+    the first step of a ``later`` run, as state kept outside ``state`` gives)."""
     import torch
     ps, state, out = [torch.tensor(a) for a in params], {}, []
     args = (hp["lr"], tuple(hp["betas"]), hp["eps"], hp["weight_decay"])
@@ -711,6 +716,10 @@ def _adam_run(fn: Callable, name: str, params: list[np.ndarray], grads: list[lis
         stop = _adam_touches_optim()
         try:
             got = call_local(fn, ps, gt, state, *args)
+        except CheckFailed as e:
+            if k or not later:
+                raise
+            return out, f"{e} — {_STATE_ELSEWHERE}"
         finally:
             touched = stop()
         if touched:
@@ -772,10 +781,8 @@ def _adam_why(got: list[list[np.ndarray]], params: list[np.ndarray],
         return _ADAM_MISTAKES["t_zero"].replace("the step count starts at 0", "nan or inf "
                                                 "appeared: does the step count start at 0?")
     if len(got) == 1 and case.index > 0:
-        return ("the first step of this run is already wrong, though earlier runs may have "
-                "passed: does your function keep state outside `state` (a global)? Each run "
-                "hands you a fresh, empty dict")
-    return ("compare each line of your step with lesson 01 §7: the decay of θ, the two moments, "
+        return f"the first step of this run is already wrong: {_STATE_ELSEWHERE}"
+    return ("compare each line of your step with lesson 01 §9: the decay of θ, the two moments, "
             "their bias corrections, and ε added to √v̂")
 
 
@@ -789,7 +796,8 @@ def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
                   name="my_adamw_step")
     for case in trial:
         params, grads = _adam_inputs(case)
-        got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params)
+        got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params,
+                                case.index > 0)
         fault = fault or _adam_fault(got, params, grads, case.params, case, trial.name)
         trial.judge(fault and f"{fault} [{case}]")
     trial.passed(f"equal to torch.optim.AdamW step for step on {len(trial)} runs of 3 to 7 "

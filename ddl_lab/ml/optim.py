@@ -7,10 +7,10 @@ The three code fragments of Jamshidi's lecture, made real on numpy::
     minibatch_gd(theta, X, y, grad, lr, epochs, rng)   # one mini-batch per step
 
 and the update rules as small objects with ``step(theta, grad) -> theta``: ``GD``
-(θ ← θ − γ g), ``Momentum``, ``Adagrad`` and ``AdamW`` (lesson 01 §7, lesson 10 §1), each with the semantics of its
-``torch.optim`` twin (tests/ml/test_optim.py runs both on one problem). The rules work
-on numpy arrays and on torch tensors alike; ``TorchOptimizer`` drives a torch model
-with one. A learning rate is a number or a schedule ``lr(t)`` of the update count t.
+(θ ← θ − γ g), ``Momentum``, ``Adagrad`` and ``AdamW`` (lesson 01 §9, lesson 10 §1), each
+with the semantics of its ``torch.optim`` twin (tests/ml/test_optim.py runs both on one
+problem). The rules work on numpy arrays and on torch tensors alike; ``TorchOptimizer``
+drives a torch model with one. A learning rate is a number or a schedule ``lr(t)`` of the update count t.
 """
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ class Adagrad(Rule):
 
 class AdamW(Rule):
     """Adam's two moments with decoupled weight decay (torch's AdamW; Loshchilov & Hutter
-    2019): one tensor's state, ``m`` and ``v`` and the count ``t`` (lesson 01 §7). Lesson
+    2019): one tensor's state, ``m`` and ``v`` and the count ``t`` (lesson 01 §9). Lesson
     10 §1 counts its bytes: two values per parameter."""
 
     def __init__(self, lr: float | Schedule, betas: tuple[float, float] = (0.9, 0.999),
