@@ -680,17 +680,22 @@ _STATE_ELSEWHERE = ("earlier runs went further — does your function keep state
                     "(a global)? Each run hands you a fresh, empty dict")
 
 
+_TORCH_ADAM = ("adam.py", "adamw.py", "_functional.py")    # torch.optim's Adam(W) code
+
+
 def _adam_touches_optim() -> Callable[[], list[str]]:
-    """A profile hook noting every call into torch.optim's code; returns ``stop()``, which
-    removes it and gives the functions called."""
+    """A profile hook noting every call into torch.optim's Adam and AdamW (not its
+    ``Optimizer`` base class, which a hand-written optimizer may subclass); returns
+    ``stop()``, which removes it and gives the functions called."""
     import os
     import sys
 
     import torch.optim
     where, seen, before = os.path.dirname(torch.optim.__file__) + os.sep, [], sys.getprofile()
+    adam = tuple(where + f for f in _TORCH_ADAM)
 
     def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(where) and len(seen) < 5:
+        if event == "call" and frame.f_code.co_filename in adam and len(seen) < 5:
             seen.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
     sys.setprofile(hook)
 
@@ -723,7 +728,7 @@ def _adam_run(fn: Callable, name: str, params: list[np.ndarray], grads: list[lis
         finally:
             touched = stop()
         if touched:
-            return out, (f"{name} ran torch.optim's code ({', '.join(touched)}): the task is "
+            return out, (f"{name} ran torch.optim's Adam code ({', '.join(touched)}): the task is "
                          "to write the AdamW step yourself, so check.adamw_step does not "
                          "accept torch.optim.AdamW or Adam doing it.")
         if fault := inputs.changed(name):

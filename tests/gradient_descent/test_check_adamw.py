@@ -1,6 +1,6 @@
 """Lesson 01, task 7 (``check.adamw_step``): AdamW by hand against ``torch.optim.AdamW``.
 Right answers in several styles pass (the solution's functional step, a class kept in
-``state``, tensors updated in place, numpy in float64); each mistake learners write fails
+``state``, tensors updated in place, numpy in float64, a torch.optim.Optimizer subclass); each mistake learners write fails
 with its named message; a function that runs torch.optim's own Adam(W) is refused; the
 verdict is the same on every run."""
 import numpy as np
@@ -78,6 +78,36 @@ def adamw_in_place(params, grads, state, lr, betas, eps, weight_decay):
     return params
 
 
+class HandOptimizer(torch.optim.Optimizer):
+    """A learner's own ``torch.optim.Optimizer`` subclass: the base class is not Adam."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "wd": weight_decay})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            (b1, b2), lr = group["betas"], group["lr"]
+            for p in group["params"]:
+                s = self.state[p]
+                s["t"] = s.get("t", 0) + 1
+                s["m"] = b1 * s.get("m", 0) + (1 - b1) * p.grad
+                s["v"] = b2 * s.get("v", 0) + (1 - b2) * p.grad ** 2
+                p.mul_(1 - lr * group["wd"])
+                p.sub_(lr * s["m"] / (1 - b1 ** s["t"]) /
+                       ((s["v"] / (1 - b2 ** s["t"])).sqrt() + group["eps"]))
+
+
+def adamw_subclass(params, grads, state, lr, betas, eps, weight_decay):
+    if "opt" not in state:
+        state["mine"] = [p.clone() for p in params]
+        state["opt"] = HandOptimizer(state["mine"], lr, betas, eps, weight_decay)
+    for p, g in zip(state["mine"], grads):
+        p.grad = g.clone()
+    state["opt"].step()
+    return [p.clone() for p in state["mine"]]
+
+
 def adamw_numpy(params, grads, state, lr, betas, eps, weight_decay):
     theta = [p.numpy().astype(np.float64) for p in params]
     g = [x.numpy().astype(np.float64) for x in grads]
@@ -88,7 +118,8 @@ def adamw_numpy(params, grads, state, lr, betas, eps, weight_decay):
             (np.sqrt(b / (1 - betas[1] ** t)) + eps) for th, a, b in zip(theta, m, v)]
 
 
-@pytest.mark.parametrize("right", [adamw_class, adamw_in_place, adamw_numpy, _adamw()])
+@pytest.mark.parametrize("right", [adamw_class, adamw_in_place, adamw_numpy, adamw_subclass,
+                                   _adamw()])
 def test_adamw_right_answers_pass(right, solution, capsys):
     check.adamw_step(solution(NB, "my_adamw_step"))
     check.adamw_step(right)
@@ -122,7 +153,7 @@ def test_adamw_a_function_running_torch_optim_is_refused():
             p.grad = g.clone()
         state["opt"].step()
         return [p.detach().clone() for p in state["ps"]]
-    with pytest.raises(CheckFailed, match="ran torch.optim's code"):
+    with pytest.raises(CheckFailed, match="ran torch.optim's Adam code"):
         check.adamw_step(through_torch)
 
 
