@@ -10,7 +10,7 @@ not listed here, or is listed under another lesson, fails ``tests/tools/test_tas
 from ._core import CheckFailed
 from .welcome import rank, sum_of_ranks, darts_per_rank, pi_plan
 from .gradient_descent import (batch_gradient, minibatch_sgd_epoch, adagrad_step,
-                               learning_rate, best_step, sgd_plan)
+                               learning_rate, best_step, sgd_plan, adamw_step)
 from .parallel_models import threaded_sum, next_chunk, amdahl_bound, dynamic_chunk
 from .hogwild import hogwild_update, hogwild_worker, expected_overlap, hogwild_plan
 from .message_passing import (gather, scatter, parallel_gradient, pagerank_compute,
@@ -31,7 +31,7 @@ __all__ = [
     "CheckFailed",
     "rank", "sum_of_ranks", "darts_per_rank", "pi_plan",
     "batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate", "best_step",
-    "sgd_plan",
+    "sgd_plan", "adamw_step",
     "threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk",
     "hogwild_update", "hogwild_worker", "expected_overlap", "hogwild_plan",
     "gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",

@@ -1,6 +1,6 @@
 """Checks for lesson 01 (gradient descent): the batch gradient, the mini-batch SGD epoch,
-Adagrad, a learning rate that converges, the best fixed step (reasoning) and a mini-batch
-SGD plan within budgets (design), on seeded cases in this process."""
+Adagrad, a learning rate that converges, the best fixed step (reasoning), a mini-batch
+SGD plan within budgets (design) and AdamW by hand, on seeded cases in this process."""
 from __future__ import annotations
 
 import functools
@@ -11,13 +11,13 @@ import numpy as np
 
 from . import _answers as answers
 from ._answers import answer_rtol, two_numbers
-from ._core import fail, judge, task
+from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
 from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
-           "best_step", "sgd_plan"]
+           "best_step", "sgd_plan", "adamw_step"]
 
 
 def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -568,3 +568,243 @@ def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,
     reach = f"{exact:.2g}" if exact > 1e-9 else "≈ 0"
     return (f"noise: exact gradients at this γ would reach {reach}; the rest is the noise "
             f"of batches of {batch}, which grows with γ/batch — a larger batch or a smaller γ")
+
+
+# ------------------------------------------------------------------ task 7: AdamW by hand
+
+_ADAM_FIXED = [      # cases the prompt never shows: each separates some of the named mistakes
+    {"shapes": [[4], [3, 2]], "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
+     "weight_decay": 0.0, "steps": 4, "dtype": "float64", "gscale": 1.0},
+    {"shapes": [[5]], "lr": 0.1, "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.5,
+     "steps": 5, "dtype": "float64", "gscale": 1.0},
+    {"shapes": [[2, 3], [3]], "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-2,
+     "weight_decay": 0.1, "steps": 6, "dtype": "float32", "gscale": 1e-2},
+    {"shapes": [[6]], "lr": 0.003, "betas": [0.5, 0.9], "eps": 1e-6, "weight_decay": 0.02,
+     "steps": 3, "dtype": "float32", "gscale": 10.0},
+]
+_ADAM_TOL = {"float64": 1e-9, "float32": 4e-6}   # × (|θ| + lr·steps): rounding, not a mistake
+
+
+def _adam_case(rng: np.random.Generator) -> dict[str, Any]:
+    return {"shapes": [[int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 3)))]
+                       for _ in range(int(rng.integers(1, 4)))],
+            "lr": float(10 ** rng.uniform(-3, -1)),
+            "betas": [float(rng.uniform(0.5, 0.95)), float(1 - 10 ** rng.uniform(-4, -1))],
+            "eps": float(10.0 ** rng.integers(-8, -1)),
+            "weight_decay": float(rng.choice([0.0, 10 ** rng.uniform(-2, 0)])),
+            "steps": int(rng.integers(3, 8)), "dtype": str(rng.choice(["float64", "float32"])),
+            "gscale": float(10 ** rng.uniform(-2, 1))}
+
+
+def _adam_inputs(case: Case) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """The starting parameters and the gradients of every step, in the case's dtype; the
+    first coordinate's gradient is 0 at the first step (0/(0 + ε) must stay 0)."""
+    p, rng = case.params, case.rng
+    params = [(rng.normal(size=s) * 2).astype(p["dtype"]) for s in p["shapes"]]
+    grads = [[(rng.normal(size=s) * p["gscale"]).astype(p["dtype"]) for s in p["shapes"]]
+             for _ in range(p["steps"])]
+    grads[0][0].reshape(-1)[0] = 0.0
+    return params, grads
+
+
+def _torch_adamw(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: dict
+                 ) -> list[list[np.ndarray]]:
+    """The truth: ``torch.optim.AdamW`` step by step, in the case's dtype."""
+    import torch
+    ps = [torch.tensor(a).requires_grad_(True) for a in params]
+    opt = torch.optim.AdamW(ps, lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"],
+                            weight_decay=hp["weight_decay"], foreach=False)
+    out = []
+    for gs in grads:
+        for p, g in zip(ps, gs):
+            p.grad = torch.tensor(g)
+        opt.step()
+        out.append([p.detach().numpy().astype(np.float64) for p in ps])
+    return out
+
+
+def _adam_mistake(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: dict,
+                  mistake: str) -> list[list[np.ndarray]]:
+    """In float64, the parameters after every step of AdamW as code making ``mistake``
+    computes them (the diagnosis's catalogue; lesson 01 §9 has the right rule)."""
+    (b1, b2), lr, eps, wd = hp["betas"], hp["lr"], hp["eps"], hp["weight_decay"]
+    theta = [a.astype(np.float64) for a in params]
+    m = [np.zeros_like(a) for a in theta]
+    v = [np.zeros_like(a) for a in theta]
+    out = []
+    with np.errstate(all="ignore"):
+        for k, gs in enumerate(grads):
+            t = {"t_plus": k + 2, "t_zero": k, "first_bias": 1, "no_state": 1}.get(mistake, k + 1)
+            if mistake == "no_state":
+                m, v = [np.zeros_like(a) for a in theta], [np.zeros_like(a) for a in theta]
+            new = []
+            for i, (th, g) in enumerate(zip(theta, gs)):
+                g = g + wd * th if mistake == "l2" else g.astype(np.float64)
+                m[i] = b1 * m[i] + (1 - b1) * g
+                v[i] = b2 * v[i] + (1 - b2) * g * g
+                mh, vh = (m[i], v[i]) if mistake == "no_bias" else \
+                    (m[i] / (1 - b1 ** t), v[i] / (1 - b2 ** t))
+                step = mh / (np.sqrt(vh + eps) if mistake == "eps_inside" else np.sqrt(vh) + eps)
+                decay = {"l2": 1.0, "no_lr": 1 - wd}.get(mistake, 1 - lr * wd)
+                th = th - lr * step if mistake == "after" else th * decay - lr * step
+                new.append(th * (1 - lr * wd) if mistake == "after" else th)
+            theta = new
+            out.append(theta)
+    return out
+
+
+_ADAM_MISTAKES = {
+    "no_bias": "no bias correction: m and v start at 0, so in the first steps they are far "
+               "too small — divide them by 1 − β₁ᵗ and 1 − β₂ᵗ",
+    "l2": "that is Adam with an L2 penalty, not AdamW: the weight decay was added to the "
+          "gradient (g + λθ), so it went through the moments and was divided by √v̂. AdamW "
+          "decouples it: θ shrinks by lr·λ·θ outside the moments",
+    "after": "the weight decay was applied after the Adam update, to the new θ; AdamW shrinks "
+             "the parameters the step started from, θ_{t−1}, by lr·λ",
+    "no_lr": "the decay was scaled by λ alone, θ·(1 − λ): torch's AdamW multiplies θ by "
+             "1 − lr·λ",
+    "eps_inside": "ε was added inside the square root, √(v̂ + ε); AdamW adds it to √v̂",
+    "t_plus": "the step count is off by one: your first step used t = 2 in the bias "
+              "correction; t is 1 at the first step",
+    "t_zero": "the step count starts at 0: at the first step 1 − βᵗ = 0 and the bias "
+              "correction divides by zero; t is 1 at the first step",
+    "first_bias": "the bias correction of the first step was used at every step (t stuck "
+                  "at 1): count the steps in your state",
+    "no_state": "every step behaved like the first: the moments were not kept between calls "
+                "— keep m, v and the step count in `state`, the dict handed back to you at "
+                "every step",
+}
+
+
+_STATE_ELSEWHERE = ("earlier runs went further — does your function keep state outside `state` "
+                    "(a global)? Each run hands you a fresh, empty dict")
+
+
+_TORCH_ADAM = ("adam.py", "adamw.py", "_functional.py")    # torch.optim's Adam(W) code
+
+
+def _adam_touches_optim() -> Callable[[], list[str]]:
+    """A profile hook noting every call into torch.optim's Adam and AdamW (not its
+    ``Optimizer`` base class, which a hand-written optimizer may subclass); returns
+    ``stop()``, which removes it and gives the functions called."""
+    import os
+    import sys
+
+    import torch.optim
+    where, seen, before = os.path.dirname(torch.optim.__file__) + os.sep, [], sys.getprofile()
+    adam = tuple(where + f for f in _TORCH_ADAM)
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename in adam and len(seen) < 5:
+            seen.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
+    sys.setprofile(hook)
+
+    def stop() -> list[str]:
+        sys.setprofile(before)
+        return seen
+    return stop
+
+
+def _adam_run(fn: Callable, name: str, params: list[np.ndarray], grads: list[list[np.ndarray]],
+              hp: dict, later: bool) -> tuple[list[list[np.ndarray]], str | None]:
+    """Where the learner's code runs (``run_beside``): its steps from a fresh ``state`` on
+    torch tensors of the case's dtype — the parameters after each (float64), and the fault
+    found on the way (torch.optim's code run, gradients changed, nothing returned; a crash at
+    the first step of a ``later`` run, as state kept outside ``state`` gives)."""
+    import torch
+    ps, state, out = [torch.tensor(a) for a in params], {}, []
+    args = (hp["lr"], tuple(hp["betas"]), hp["eps"], hp["weight_decay"])
+    for k, gs in enumerate(grads):
+        gt = [torch.tensor(g) for g in gs]
+        inputs = Snapshot(**{f"grads[{i}]": g for i, g in enumerate(gt)})
+        before = [p.clone() for p in ps]
+        stop = _adam_touches_optim()
+        try:
+            got = call_local(fn, ps, gt, state, *args)
+        except CheckFailed as e:
+            if k or not later:
+                raise
+            return out, f"{e} — {_STATE_ELSEWHERE}"
+        finally:
+            touched = stop()
+        if touched:
+            return out, (f"{name} ran torch.optim's Adam code ({', '.join(touched)}): the task is "
+                         "to write the AdamW step yourself, so check.adamw_step does not "
+                         "accept torch.optim.AdamW or Adam doing it.")
+        if fault := inputs.changed(name):
+            return out, fault.replace("compute into a new array", "torch's AdamW leaves p.grad "
+                                      "as it was; compute into new tensors").replace(
+                                          ".copy()", ".clone()")
+        if got is None and all(torch.equal(a, b) for a, b in zip(ps, before)):
+            return out, (f"{name} returned None and left the parameters as they were: return "
+                         "the list of updated parameters (or update the tensors in place)")
+        got = ps if got is None else got
+        arrays = [as_array(g) for g in got] if isinstance(got, (list, tuple)) else None
+        if arrays is None or len(arrays) != len(ps) or any(
+                a is None or a.shape != tuple(p.shape) for a, p in zip(arrays, ps)):
+            return out, (f"{name} returned {describe_value(got)} at step {k + 1}; expected a "
+                         f"list of {len(ps)} tensors shaped like the parameters "
+                         f"{[tuple(p.shape) for p in ps]}")
+        out.append([a.astype(np.float64) for a in arrays])
+        ps = [torch.tensor(a, dtype=p.dtype) for a, p in zip(arrays, ps)]
+    return out, None
+
+
+def _adam_fault(got: list[list[np.ndarray]], params: list[np.ndarray],
+                grads: list[list[np.ndarray]], hp: dict, case: Case, name: str) -> str | None:
+    """The first step where the learner's parameters leave torch's, worded; or None."""
+    want = _torch_adamw(params, grads, hp)
+    tol = _ADAM_TOL[hp["dtype"]]
+    for k, (g_k, w_k) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(g_k, w_k)):
+            bad = ~(np.abs(g - w) <= tol * (np.abs(w) + hp["lr"] * (k + 1)))
+            if not bad.any():
+                continue
+            j = int(np.flatnonzero(bad.reshape(-1))[0])
+            a, b = float(g.reshape(-1)[j]), float(w.reshape(-1)[j])
+            digits = next((d for d in range(8, 18) if f"{a:.{d}g}" != f"{b:.{d}g}"), 17)
+            what = (f"after step {k + 1} of {len(want)}, parameter {i} element {j} is "
+                    f"{a:.{digits}g}; torch.optim.AdamW gives {b:.{digits}g}")
+            return f"{name}: {what} — {_adam_why(got[:k + 1], params, grads, hp, case)}"
+    return None
+
+
+def _adam_why(got: list[list[np.ndarray]], params: list[np.ndarray],
+              grads: list[list[np.ndarray]], hp: dict, case: Case) -> str:
+    """The named mistake whose steps give the learner's (up to the first wrong one)."""
+    tol = _ADAM_TOL[hp["dtype"]]
+
+    def near(a: list[list[np.ndarray]], b: list[list[np.ndarray]], rtol: float) -> bool:
+        return all(np.allclose(x, y, rtol=rtol, atol=rtol * hp["lr"], equal_nan=True)
+                   for a_k, b_k in zip(a, b) for x, y in zip(a_k, b_k))
+    right = _adam_mistake(params, grads, hp, "")[:len(got)]
+    for mistake, message in _ADAM_MISTAKES.items():      # one that differs from the right one
+        theirs = _adam_mistake(params, grads, hp, mistake)[:len(got)]
+        if near(got, theirs, 100 * tol) and not near(theirs, right, tol):
+            return message
+    if not all(np.isfinite(g).all() for g in got[-1]):
+        return _ADAM_MISTAKES["t_zero"].replace("the step count starts at 0", "nan or inf "
+                                                "appeared: does the step count start at 0?")
+    if len(got) == 1 and case.index > 0:
+        return f"the first step of this run is already wrong: {_STATE_ELSEWHERE}"
+    return ("compare each line of your step with lesson 01 §9: the decay of θ, the two moments, "
+            "their bias corrections, and ε added to √v̂")
+
+
+@task("gradient_descent", refuses=("ddl_lab.ml", "AdamW"))
+def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
+    """Lesson 01, task 7: ``my_adamw_step(params, grads, state, lr, betas, eps,
+    weight_decay)`` — ``params`` and ``grads`` lists of torch tensors, ``state`` a dict the
+    caller hands back at every step (empty at the first) — returns the parameters after one
+    step of ``torch.optim.AdamW``, step for step, leaving ``grads`` unchanged."""
+    trial = Trial("adamw_step", my_adamw_step, seed, _ADAM_FIXED, draws=4, draw=_adam_case,
+                  name="my_adamw_step")
+    for case in trial:
+        params, grads = _adam_inputs(case)
+        got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params,
+                                case.index > 0)
+        fault = fault or _adam_fault(got, params, grads, case.params, case, trial.name)
+        trial.judge(fault and f"{fault} [{case}]")
+    trial.passed(f"equal to torch.optim.AdamW step for step on {len(trial)} runs of 3 to 7 "
+                 "steps (one to three tensors, float64 and float32, weight decay 0 and > 0, "
+                 "ε from 10⁻⁸ to 10⁻²)")

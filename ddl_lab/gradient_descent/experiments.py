@@ -1,6 +1,6 @@
 """Lesson 01's experiments: the three fragments side by side, the cost of a full
-gradient, learning-rate and batch-size sweeps, Adagrad on sparse features, and non-convex
-paths. The optimisers themselves are in ``ddl_lab.ml.optim``; the pictures in ``plots.py``.
+gradient, learning-rate and batch-size sweeps, Adagrad on sparse features, non-convex
+paths, and Adam's moments. The optimisers themselves are in ``ddl_lab.ml.optim``; the pictures in ``plots.py``.
 """
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ddl_lab.ml.optim import (GD, Adagrad, GradFn, ReduceOnPlateau, Rule, batch_gd,
+from ddl_lab.ml.optim import (GD, Adagrad, AdamW, GradFn, ReduceOnPlateau, Rule, batch_gd,
                               check_data, minibatch_sgd_epoch)
 
 if TYPE_CHECKING:
     from ddl_lab.ml.training import History
 
 __all__ = ["record_run", "time_it", "gradient_cost", "epoch_time", "gd_path", "lr_regime",
-           "batch_size_sweep", "adagrad_vs_sgd"]
+           "batch_size_sweep", "adagrad_vs_sgd", "adam_trace"]
 
 
 def record_run(X: np.ndarray, y: np.ndarray, grad: GradFn, loss: Callable, lr: float | Rule,
@@ -160,3 +160,28 @@ def adagrad_vs_sgd(train, test, lrs: list[float], epochs: int = 3, batch_size: i
                         "G": getattr(rule, "G", None)}
         results[name] = best
     return results
+
+
+def adam_trace(X: np.ndarray, y: np.ndarray, grad: GradFn, rule: AdamW, epochs: int,
+               batch_size: int, coord: int = 0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Mini-batch training with ``rule`` (lesson 01 §9), recording after every update the
+    mini-batch gradient of coordinate ``coord``, its first moment m and the bias-corrected
+    m̂, and every coordinate's √v̂ (the denominators Adam divides by); and the final θ."""
+    rec: dict[str, list] = {"g": [], "m": [], "m_hat": [], "sqrt_v_hat": []}
+    b1, b2 = rule.betas
+
+    def watched(theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
+        g = grad(theta, Xb, yb)
+        rec["g"].append(float(g[coord]))
+        return g
+
+    def record(theta: np.ndarray) -> None:
+        rec["m"].append(float(rule.m[coord]))
+        rec["m_hat"].append(float(rule.m[coord]) / (1 - b1 ** rule.t))
+        rec["sqrt_v_hat"].append(np.sqrt(rule.v / (1 - b2 ** rule.t)))
+
+    theta, rng = np.zeros(X.shape[1]), np.random.default_rng(seed)
+    for _ in range(epochs):
+        theta = minibatch_sgd_epoch(theta, X.astype(np.float64), y.astype(np.float64), watched,
+                                    rule, batch_size, rng, record)
+    return {**{k: np.array(v) for k, v in rec.items()}, "theta": theta}

@@ -1,5 +1,6 @@
 """Lesson 01's pictures: paths of θ on the contours of J, the learning rate's regimes, the
-cost of a full gradient, batch sizes, Adagrad on sparse features, and non-convex fits.
+cost of a full gradient, batch sizes, Adagrad on sparse features, non-convex fits, and
+Adam's moments.
 
 ``plot_x(data, ax=None) -> Axes`` draws one panel; ``figure_x(data) -> Figure`` several.
 """
@@ -17,7 +18,7 @@ from ddl_lab.ml.models import linreg_grad, linreg_loss, wave_loss
 from ddl_lab.ml.optim import lipschitz
 
 __all__ = ["plot_paths", "figure_learning_rate", "plot_gradient_cost", "plot_batch_sizes",
-           "figure_adagrad", "plot_wave_fits"]
+           "figure_adagrad", "plot_wave_fits", "figure_adam"]
 
 
 def plot_paths(loss: Callable, X: np.ndarray, y: np.ndarray, paths: dict[str, np.ndarray],
@@ -154,3 +155,31 @@ def plot_wave_fits(ds, thetas: dict[str, np.ndarray], ax: Axes | None = None) ->
     ax.set_ylabel("y")
     ax.legend(fontsize=8)
     return ax
+
+
+def figure_adam(curves: dict[str, list], j_star: float, trace: dict[str, np.ndarray],
+                scales: np.ndarray, coord: int = 0, first: int = 60) -> Figure:
+    """Three panels (lesson 01 §9): J − J* per update for each rule in ``curves``; one
+    coordinate's mini-batch gradient, its moment m and the bias-corrected m̂ over the
+    ``first`` updates; each coordinate's √v̂ (mean of the last third) against its feature's
+    scale."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    for name, loss in curves.items():
+        axes[0].semilogy(np.maximum(np.asarray(loss) - j_star, 1e-12), label=name, lw=1)
+    axes[0].set_xlabel("update")
+    axes[0].set_ylabel("J − J*")
+    axes[0].legend(fontsize=8)
+    t = np.arange(1, first + 1)
+    axes[1].plot(t, trace["g"][:first], ".", color="0.6", label="mini-batch gradient g")
+    axes[1].plot(t, trace["m"][:first], label="first moment m (starts at 0)")
+    axes[1].plot(t, trace["m_hat"][:first], label="m̂ = m/(1 − β₁ᵗ)")
+    axes[1].set_xlabel("update t")
+    axes[1].set_ylabel(f"coordinate {coord}")
+    axes[1].legend(fontsize=8)
+    last = trace["sqrt_v_hat"][-max(1, len(trace["sqrt_v_hat"]) // 3):]
+    axes[2].plot(scales, last.mean(axis=0), "o")
+    axes[2].set_xlabel("scale of the feature (its standard deviation)")
+    axes[2].set_ylabel("√v̂, last third of the run")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    return fig

@@ -7,10 +7,10 @@ The three code fragments of Jamshidi's lecture, made real on numpy::
     minibatch_gd(theta, X, y, grad, lr, epochs, rng)   # one mini-batch per step
 
 and the update rules as small objects with ``step(theta, grad) -> theta``: ``GD``
-(θ ← θ − γ g), ``Momentum`` and ``Adagrad``, each with the semantics of its
-``torch.optim`` twin (tests/ml/test_optim.py runs both on one problem). The rules work
-on numpy arrays and on torch tensors alike; ``TorchOptimizer`` drives a torch model
-with one. A learning rate is a number or a schedule ``lr(t)`` of the update count t.
+(θ ← θ − γ g), ``Momentum``, ``Adagrad`` and ``AdamW`` (lesson 01 §9, lesson 10 §1), each
+with the semantics of its ``torch.optim`` twin (tests/ml/test_optim.py runs both on one
+problem). The rules work on numpy arrays and on torch tensors alike; ``TorchOptimizer``
+drives a torch model with one. A learning rate is a number or a schedule ``lr(t)`` of the update count t.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 __all__ = ["GradFn", "Record", "Schedule", "check_data", "get_batches", "minibatch_sgd_epoch",
-           "batch_gd", "sgd", "minibatch_gd", "Rule", "GD", "Momentum", "Adagrad", "step_decay",
-           "exponential_decay", "inverse_time", "ReduceOnPlateau", "TorchOptimizer",
+           "batch_gd", "sgd", "minibatch_gd", "Rule", "GD", "Momentum", "Adagrad", "AdamW",
+           "step_decay", "exponential_decay", "inverse_time", "ReduceOnPlateau", "TorchOptimizer",
            "lipschitz"]
 
 GradFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -157,6 +157,35 @@ class Adagrad(Rule):
     def _update(self, theta, grad, lr):
         self.G = grad * grad if self.G is None else self.G + grad * grad
         return theta - lr * grad / (_sqrt(self.G) + self.eps)
+
+
+class AdamW(Rule):
+    """Adam's two moments with decoupled weight decay (torch's AdamW; Loshchilov & Hutter
+    2019): one tensor's state, ``m`` and ``v`` and the count ``t`` (lesson 01 §9). Lesson
+    10 §1 counts its bytes: two values per parameter."""
+
+    def __init__(self, lr: float | Schedule, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2):
+        super().__init__(lr)
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must lie in [0, 1), got {betas!r}")
+        _positive("eps", eps)
+        self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
+        self.m = self.v = None
+
+    def _update(self, theta, grad, lr):
+        b1, b2 = self.betas
+        count = self.t + 1                            # Rule.step counts after the update
+        fresh = grad * 0.0
+        self.m = b1 * (fresh if self.m is None else self.m) + (1 - b1) * grad
+        self.v = b2 * (fresh if self.v is None else self.v) + (1 - b2) * grad * grad
+        shrunk = theta * (1 - lr * self.weight_decay)
+        scale = lr / (1 - b1 ** count)
+        return shrunk - scale * self.m / (_sqrt(self.v) / (1 - b2 ** count) ** 0.5 + self.eps)
+
+    def state_bytes(self) -> int:
+        """Bytes of the moments this rule keeps (0 before its first step)."""
+        return sum(int(x.nbytes) for x in (self.m, self.v) if x is not None)
 
 
 class TorchOptimizer:

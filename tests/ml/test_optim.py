@@ -44,7 +44,9 @@ def _our_trajectory(X, y, rule, steps=STEPS):
     (lambda: optim.GD(0.3), lambda p: torch.optim.SGD(p, lr=0.3)),
     (lambda: optim.Momentum(0.1, 0.9), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
     (lambda: optim.Adagrad(0.5), lambda p: torch.optim.Adagrad(p, lr=0.5, eps=1e-10)),
-], ids=["gd", "momentum", "adagrad"])
+    (lambda: optim.AdamW(0.05, (0.8, 0.99), 1e-3, 0.2),
+     lambda p: torch.optim.AdamW(p, lr=0.05, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.2)),
+], ids=["gd", "momentum", "adagrad", "adamw"])
 def test_rule_matches_torch(problem, ours, theirs):
     X, y = problem
     want = _torch_trajectory(X, y, theirs)
