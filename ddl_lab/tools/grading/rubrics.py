@@ -11,6 +11,7 @@ a justification.
 from __future__ import annotations
 
 import html
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,9 @@ class Rubric:
 
     def markdown(self, level: int = 3) -> str:
         """The rubric as Markdown, under a heading of ``level``."""
-        lines = [f"{'#' * level} {self.exercise} · {self.task} ({self.points:g} points)", "",
-                 f"**Full marks ({self.points:g}).** {_one_line(self.full)}", ""]
-        lines += [f"**{p:g} point{'s' if p != 1 else ''}.** {_one_line(says)}\n"
+        lines = [f"{'#' * level} {self.exercise} · {_md(self.task)} ({self.points:g} points)",
+                 "", f"**Full marks ({self.points:g}).** {_md(self.full)}", ""]
+        lines += [f"**{p:g} point{'s' if p != 1 else ''}.** {_md(says)}\n"
                   for p, says in self.partial]
         return "\n".join(lines).rstrip() + "\n"
 
@@ -49,6 +50,11 @@ class Rubric:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _md(text: str) -> str:
+    """``text`` on one line, its Markdown characters escaped (``J*``, ``max_steps``)."""
+    return re.sub(r"([\\`*_<>\[\]#|$])", r"\\\1", _one_line(text))
 
 
 def load(course: Path) -> dict[tuple[str, str], Rubric]:

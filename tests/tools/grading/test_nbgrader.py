@@ -1,6 +1,8 @@
 """nbgrader, for real: ``ddl-lab nbgrader-export`` gives a course folder from which
 ``nbgrader generate_assignment`` makes the notebooks of exercises/, and ``nbgrader autograde``
-scores submissions as ``ddl-lab grade`` does.
+scores submissions as ``ddl-lab grade`` does, leaving each justification to be marked by
+hand (worth its rubric's points); the manual scores a grader gives in nbgrader's gradebook
+fold into ``ddl-lab grade``'s totals (``--marks gradebook.db``).
 
 nbgrader (the ``instructor`` extra of pyproject.toml) is installed on first use into
 build/nbgrader-env, a virtual environment beside the course's that sees the course's
@@ -20,7 +22,10 @@ import nbformat
 import pytest
 
 from ddl_lab.__main__ import main
-from ddl_lab.tools.grading import Limits, grade
+from ddl_lab.tools.grading import Limits, grade, rubrics
+from ddl_lab.tools.grading.discover import course_exercises
+from ddl_lab.tools.grading.marks import attach, fold, read_marks
+from ddl_lab.tools.grading.record import Learner, Verdict
 from ddl_lab.tools.notebooks import exercise_pairs, make_exercise
 
 from .sample_class import (GD, ROOT, defining_cell, exercise, replace_function, solved,
@@ -32,7 +37,7 @@ SCORES = """
 import json, sys
 from nbgrader.api import Gradebook
 with Gradebook("sqlite:///gradebook.db") as gb:
-    out = {s: {g.name: [g.score, g.max_score] for g in
+    out = {s: {g.name: [g.score, g.max_score, g.needs_manual_grade] for g in
                gb.find_submission_notebook(sys.argv[1], sys.argv[1], s).grades}
            for s in sys.argv[2:]}
 print(json.dumps(out))
@@ -132,8 +137,55 @@ def test_nbgrader_makes_the_exercises_and_scores_as_ddl_lab_grade(tmp_path):
 
     rows = grade(tmp_path / "handed_in", tmp_path / "out", [GD], Limits(300, 120, 2),
                  progress=False)
+    by_hand = {f"justify-{t}": p.points for (s, t), p in rubrics.load(ROOT).items() if s == GD}
+    assert by_hand
     for row in rows:
         ours = {v.task: v.points for v in row.verdicts}
-        theirs = {task: score for task, (score, _) in by_nbgrader[row.name].items()}
+        theirs = {task: score for task, (score, _, _) in by_nbgrader[row.name].items()
+                  if task not in by_hand}
         expected = learners[row.name][1]
         assert ours == theirs == expected and len(ours) == len(tasks_of(GD)), row.name
+        # each justification waits for a grader, worth its rubric's points in both
+        assert {t: (most, manual) for t, (_, most, manual) in by_nbgrader[row.name].items()
+                if t in by_hand} == {t: (p, True) for t, p in by_hand.items()}
+        assert {v.task: v.mark_max for v in row.verdicts if v.mark_max} == \
+            {t.removeprefix("justify-"): p for t, p in by_hand.items()}
+
+
+MARK = """
+import sys
+from nbgrader.api import Gradebook
+assignment, task = sys.argv[1:3]
+with Gradebook("sqlite:///gradebook.db") as gb:
+    for student in ("alice", "bob"):
+        gb.add_student(student)
+        gb.add_submission(assignment, student)
+    grade = gb.find_grade(f"justify-{task}", assignment, assignment, "alice")
+    grade.manual_score = 2.5
+    gb.find_comment(f"justify-{task}", assignment, assignment, "alice").manual_comment = "γ?"
+    gb.db.commit()
+"""
+
+
+def test_a_graders_scores_in_nbgraders_gradebook_fold_into_the_totals(tmp_path):
+    """Marked in nbgrader (its own API writes the gradebook, as formgrader does): alice's
+    justification is marked, bob's not yet; ``--marks gradebook.db`` reads exactly that."""
+    bin_ = nbgrader_env()
+    course = tmp_path / "course"
+    assert main(["nbgrader-export", str(course), "--exercise", GD]) == 0
+    made = nbgrader(bin_, course, "generate_assignment", GD, "--force")
+    assert made.returncode == 0, made.stderr[-2000:]
+    task = next(t for s, t in rubrics.load(ROOT) if s == GD)
+    marked = subprocess.run([str(bin_ / "python"), "-c", MARK, GD, task], cwd=course,
+                            capture_output=True, text=True)
+    assert marked.returncode == 0, marked.stderr[-2000:]
+    marks = read_marks(course / "gradebook.db")
+    assert [(m.learner, m.exercise, m.task, m.points, m.comment) for m in marks] == \
+        [("alice", GD, task, 2.5, "γ?")]
+    ex = course_exercises(ROOT)[GD]
+    rows = [Learner(name, [Verdict(GD, t, 1.0, 1.0, True, "", "text" if t == task else None)
+                           for t in ex.tasks]) for name in ("alice", "bob")]
+    found = rubrics.load(ROOT)
+    attach(rows, found)
+    fold(rows, found, marks)
+    assert [(r.auto, r.manual) for r in rows] == [(len(ex.tasks), 2.5), (len(ex.tasks), 0)]
