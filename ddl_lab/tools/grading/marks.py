@@ -5,7 +5,8 @@ from a CSV — columns ``learner, exercise, task, points`` and optionally ``comm
 columns are ignored and a row without points is still unmarked, so the ``unmarked.csv``
 that ``ddl-lab grade`` writes can be filled in and passed back — or from nbgrader's
 ``gradebook.db`` (the manual scores and comments of the ``justify-<task>`` cells that
-``ddl-lab nbgrader-export`` makes, the student's id being the learner). ``fold`` checks
+``ddl-lab nbgrader-export`` makes, the student's id being the learner). A justification
+left unwritten is marked 0 by itself, as in nbgrader. ``fold`` checks
 every mark (the learner, the exercise and the task exist and were graded; the points lie
 within the rubric's) and adds it to the learner's verdict: the auto-graded points stay as
 they are, the total becomes auto + manual.
@@ -21,6 +22,7 @@ from .record import Learner, Verdict
 from .rubrics import Rubric
 
 COLUMNS = ("learner", "exercise", "task", "points", "comment")
+NOT_WRITTEN = "not written"
 PREFIX = "justify-"          # nbgrader's grade_id of a justification cell: justify-<task>
 DB_MARKS = """
 SELECT student.id, assignment.name, cell.name, grade.manual_score, comment.manual_comment
@@ -102,11 +104,14 @@ def _from_gradebook(path: Path) -> list[Mark]:
 
 def attach(rows: list[Learner], rubrics: dict[tuple[str, str], Rubric]) -> None:
     """Give every verdict of a justified task its rubric's points as the most it can be
-    marked (``mark_max``)."""
+    marked (``mark_max``); a justification left unwritten is marked 0 at once, as nbgrader
+    does an answer cell left as released (a mark given for it later replaces that 0)."""
     for row in rows:
         for v in row.verdicts:
             r = rubrics.get((v.exercise, v.task))
             v.mark_max = None if r is None else r.points
+            if r is not None and v.justification == "" and v.mark is None:
+                v.mark, v.mark_comment = 0.0, NOT_WRITTEN
 
 
 def _exercise(name: str, stems: set[str]) -> str | None:
@@ -189,6 +194,6 @@ def write_unmarked(path: Path, rows: list[Learner]) -> int:
         w = csv.writer(f, lineterminator="\n")
         w.writerow([*COLUMNS, "max_points", "justification"])
         for learner, v in todo:
-            text = "(not written)" if not v.justification else v.justification
+            text = v.justification or "(not read: the notebook could not be graded)"
             w.writerow([learner, v.exercise, v.task, "", "", f"{v.mark_max:g}", text])
     return len(todo)

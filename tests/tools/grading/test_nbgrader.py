@@ -29,7 +29,7 @@ from ddl_lab.tools.grading.record import Learner, Verdict
 from ddl_lab.tools.notebooks import exercise_pairs, make_exercise
 
 from .sample_class import (GD, ROOT, defining_cell, exercise, replace_function, solved,
-                           tasks_of)
+                           tasks_of, written)
 
 pytestmark = pytest.mark.slow
 ENV = ROOT / "build" / "nbgrader-env"
@@ -75,21 +75,23 @@ def nbgrader(bin_: Path, course: Path, *args: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=300)
 
 
+REASONS = "b from the two budgets, γ from the flattest curvature and the steps."
 ADAGRAD_FORGETS_HISTORY = '''def {}(theta, g, G, lr, eps):
     G = g * g                       # forgot to accumulate: G + g²
     return theta - lr * g / (np.sqrt(G) + eps), G'''
 
 
 def three_learners() -> dict[str, tuple[nbformat.NotebookNode, dict[str, int]]]:
-    """Exercise 01 as three learners hand it in, and the points each must get: all right;
-    a renamed function and a wrong Adagrad; the untouched stubs."""
+    """Exercise 01 as three learners hand it in, and the points each must get: all right,
+    the plan justified; a renamed function and a wrong Adagrad; the untouched stubs."""
     gd = tasks_of(GD)
     bob = solved(GD)
     first = gd[0][1]
     defining_cell(bob, first).source = defining_cell(bob, first).source.replace(
         f"def {first}(", "def renamed_by_bob(")
     replace_function(bob, gd[2][1], ADAGRAD_FORGETS_HISTORY.format(gd[2][1]))
-    return {"alice": (solved(GD), {t: 1 for t, _ in gd}),
+    alice = written(solved(GD), next(t for s, t in rubrics.load(ROOT) if s == GD), REASONS)
+    return {"alice": (alice, {t: 1 for t, _ in gd}),
             "bob": (bob, {**{t: 1 for t, _ in gd}, gd[0][0]: 0, gd[2][0]: 0}),
             "carol": (exercise(GD), {t: 0 for t, _ in gd})}
 
@@ -145,11 +147,12 @@ def test_nbgrader_makes_the_exercises_and_scores_as_ddl_lab_grade(tmp_path):
                   if task not in by_hand}
         expected = learners[row.name][1]
         assert ours == theirs == expected and len(ours) == len(tasks_of(GD)), row.name
-        # each justification waits for a grader, worth its rubric's points in both
+        # a justification written waits for a grader, worth its rubric's points in both; one
+        # left as released is marked 0 at once, by both
         assert {t: (most, manual) for t, (_, most, manual) in by_nbgrader[row.name].items()
-                if t in by_hand} == {t: (p, True) for t, p in by_hand.items()}
-        assert {v.task: v.mark_max for v in row.verdicts if v.mark_max} == \
-            {t.removeprefix("justify-"): p for t, p in by_hand.items()}
+                if t in by_hand} == {t: (p, row.name == "alice") for t, p in by_hand.items()}
+        assert {f"justify-{v.task}": (v.mark_max, v.mark) for v in row.verdicts if v.mark_max} \
+            == {t: (p, None if row.name == "alice" else 0) for t, p in by_hand.items()}
 
 
 MARK = """

@@ -56,8 +56,9 @@ def test_a_rubric_without_two_partial_answers_within_its_points_is_refused(tmp_p
 
 
 def made_up_class(course) -> tuple[list[Learner], list, dict]:
-    """alice and bob handed in the toy exercise 01 (alice justified her plan, bob wrote
-    nothing), carol only exercise 00: as ``grade`` returns them, before any mark."""
+    """alice, bob and dan handed in the toy exercise 01 (alice and bob justified their plan,
+    dan wrote nothing), carol only exercise 00: as ``grade`` returns them, before any mark
+    (dan's unwritten justification is marked 0 at once)."""
     exercises = course_exercises(course)
     columns = [exercises[NUMPY], exercises[WORKERS]]
 
@@ -67,8 +68,9 @@ def made_up_class(course) -> tuple[list[Learner], list, dict]:
                         justification if t == JUSTIFIED and stem == NUMPY else None)
                 for c in ex.checks for t in c.tasks]
     rows = [Learner("alice", verdicts(NUMPY, True, TEXT)),
-            Learner("bob", verdicts(NUMPY, False, "")),
-            Learner("carol", verdicts(WORKERS, True))]
+            Learner("bob", verdicts(NUMPY, False, "Because it fits.")),
+            Learner("carol", verdicts(WORKERS, True)),
+            Learner("dan", verdicts(NUMPY, True, ""))]
     found = rubrics.load(course)
     attach(rows, found)
     return rows, columns, found
@@ -102,6 +104,8 @@ def test_marks_fold_into_the_totals_and_every_report(tmp_path, toy_course):
     assert book["alice"][f"justification: {JUSTIFIED}"] == TEXT
     assert book["alice"][f"mark: {JUSTIFIED}"] == "1.5"
     assert book["bob"][f"mark: {JUSTIFIED}"] == "" and book["bob"]["manual"] == "0"
+    assert book["dan"][f"mark: {JUSTIFIED}"] == "0"                      # not written
+    assert book["dan"][f"justification: {JUSTIFIED}"] == "(not written)"
     results = {r["learner"]: r for r in json.loads((out / "results.json").read_text())["learners"]}
     assert (results["alice"]["total"], results["alice"]["max"]) == (alice.total, most)
     mark = next(v for v in results["alice"]["verdicts"] if v["task"] == JUSTIFIED)
@@ -112,12 +116,13 @@ def test_marks_fold_into_the_totals_and_every_report(tmp_path, toy_course):
     assert "nearest its square root" in page                                 # the rubric
     assert f"Total: {alice.total:g} / {most:g}" in page
     assert "not marked yet (of 2)" in (out / "feedback" / "bob.html").read_text()
+    assert "0 / 2<br><i>not written</i>" in (out / "feedback" / "dan.html").read_text()
     assert "nearest its square root" in (out / "report.html").read_text()
     with open(out / "unmarked.csv", newline="") as f:
         todo = list(csv.DictReader(f))
     assert [(r["learner"], r["exercise"], r["task"], r["points"], r["max_points"],
              r["justification"]) for r in todo] == [
-        ("bob", NUMPY, JUSTIFIED, "", "2", "(not written)")]
+        ("bob", NUMPY, JUSTIFIED, "", "2", "Because it fits.")]
 
 
 def test_marks_that_fit_nobody_are_named_with_what_to_do(tmp_path, toy_course):
@@ -136,7 +141,7 @@ def test_marks_that_fit_nobody_are_named_with_what_to_do(tmp_path, toy_course):
     said = str(e.value)
     assert said.startswith("6 mark(s) cannot be folded in")
     for line, what in [(2, "whose rubric gives 0 to 2: give a mark within it"),
-                       (3, "no learner 'zoe' was graded (graded: alice, bob, carol); use the "
+                       (3, "no learner 'zoe' was graded (graded: alice, bob, carol, dan); use the "
                            "name of their notebook or folder"),
                        (4, f"{NUMPY} asks no justification of 'toy_mean' (it asks for "
                            f"{JUSTIFIED})"),
@@ -144,7 +149,8 @@ def test_marks_that_fit_nobody_are_named_with_what_to_do(tmp_path, toy_course):
                        (6, "no exercise '07'"),
                        (8, "bob's toy_plan is marked twice (also at m.csv, line 7)")]:
         assert f"m.csv, line {line}: " in said and what in said, (line, said)
-    assert all(v.mark is None for r in rows for v in r.verdicts)     # nothing folded in
+    assert [(r.name, v.mark) for r in rows for v in r.verdicts if v.mark_max] == \
+        [("alice", None), ("bob", None), ("dan", 0)]                  # nothing folded in
     (tmp_path / "bad.csv").write_text("learner,task,points\nalice,toy_plan,x\n")
     with pytest.raises(MarksError, match="no column exercise"):
         read_marks(tmp_path / "bad.csv")
@@ -164,22 +170,26 @@ def test_the_command_folds_the_filled_in_unmarked_list_without_grading_again(
         w = csv.DictWriter(g, fieldnames=list(table[0]))
         w.writeheader()
         for r in table:
-            w.writerow({**r, "points": "2" if r["learner"] == "alice" else "0"})
+            w.writerow({**r, "points": "2" if r["learner"] == "alice" else ""})
     args = ["grade", str(tmp_path / "subs"), "--out", str(out), "--course", str(toy_course),
             "--marks", str(filled), "--fold-only"]
     assert main(args) == 0
-    assert "folded the marks" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "folded the marks" in said
+    assert f"1 justification(s) to mark: fill in points (and a comment) in {out}" in said
     results = json.loads((out / "results.json").read_text())
     assert results["seed"] == 7 and results["exercises"] == [NUMPY, WORKERS]
     totals = {r["learner"]: (r["auto"], r["manual"]) for r in results["learners"]}
     assert totals["alice"] == (rows[0].auto, 2) and totals["bob"] == (0, 0)
-    assert (out / "unmarked.csv").read_text().count("\n") == 1       # the header alone
+    assert (out / "unmarked.csv").read_text().count("\nbob,") == 1   # bob's, still to mark
     # a later file changes one mark and keeps the others
     assert main(args[:-3] + ["--marks", str(write_marks(tmp_path / "b.csv", [
         ["bob", NUMPY, JUSTIFIED, "0.5", "late"]])), "--fold-only"]) == 0
     again = {r["learner"]: r["manual"] for r in
              json.loads((out / "results.json").read_text())["learners"]}
-    assert again == {"alice": 2, "bob": 0.5, "carol": 0}
+    assert again == {"alice": 2, "bob": 0.5, "carol": 0, "dan": 0}
+    assert "to mark" not in capsys.readouterr().out
+    assert (out / "unmarked.csv").read_text().count("\n") == 1       # the header alone
     assert main(args[:-3] + ["--marks", str(write_marks(tmp_path / "c.csv", [
         ["bob", NUMPY, JUSTIFIED, "3", ""]])), "--fold-only"]) == 2
     assert "rubric gives 0 to 2" in capsys.readouterr().err
