@@ -75,9 +75,9 @@ def test_a_check_called_by_another_records_the_outer_one(record):
 
 
 def test_a_declared_refusal_runs_before_the_check():
-    from ddl_lab.welcome import sum_of_ranks
+    from ddl_lab.data_parallel.engine import average_params
     with pytest.raises(check.CheckFailed, match="package's own implementation"):
-        check.sum_of_ranks(sum_of_ranks)
+        check.local_sgd(average_params)
 
 
 def test_a_check_that_rewords_a_failure_records_it_once(record):
