@@ -100,11 +100,9 @@ HEADING = re.compile(r"^## Task (\d+) · (.+?)  \((.+?) · difficulty [★☆]{3
 # Exercises still over the rule (issue 35, item 2). 01 and 10 are reworked on other
 # branches: 01 has two warm-ups of six (the batch gradient, the Adagrad update) and gains
 # AdamW; 10's headings carry no kind yet and it has one warm-up of three (its cells are being
-# reworked for the check defects). 08's Strom threshold and 1-bit EF step are both the
-# lesson's update written out: one of them is to become a real task. Each xfail is strict:
-# it fails once the exercise keeps the rule, and then comes off this list.
+# reworked for the check defects). Each xfail is strict: it fails once the exercise keeps the
+# rule, and then comes off this list.
 NOT_YET = {"01_gradient_descent": "two warm-ups of six",
-           "08_compression": "two warm-ups of seven",
            "10_memory": "headings without a kind; one warm-up of three"}
 
 
