@@ -290,6 +290,22 @@ def most_sharded_that_fits(params, ranks, batch, act, act_recompute, budget, max
     raise ValueError("nothing fits")
 
 
+def stage3_sends_like_the_others(params, ranks, batch, act, act_recompute, budget, max_sent):
+    """The right planner with one wrong cost: stage 3 sends 2(n−1)/n·Ψ, like stages 0–2."""
+    per = math.ceil(batch / ranks)
+    for recompute in (False, True):
+        for precision in ("fp32", "bf16"):
+            for stage in range(4):
+                e = 2 if precision == "bf16" else 4
+                kept = params * (e / (ranks if stage == 3 else 1)
+                                 + e / (ranks if stage >= 2 else 1)
+                                 + (8 + (4 if e == 2 else 0)) / (ranks if stage else 1)) \
+                    + per * (act_recompute if recompute else act) * e / 4
+                if kept <= budget and 2 * (ranks - 1) / ranks * params * e <= max_sent:
+                    return {"stage": stage, "precision": precision, "recompute": recompute}
+    raise ValueError("nothing fits")
+
+
 def test_right_memory_plans_pass(solution, capsys):
     check.memory_plan(solution(STEM, "my_memory_plan"))
     check.memory_plan(most_sharded_that_fits)
@@ -303,6 +319,8 @@ def test_right_memory_plans_pass(solution, capsys):
      r"over the budget .*stage 1 would divide the optimizer state"),
     (lambda *a: {"stage": 3, "precision": "fp32", "recompute": True},
      r"sends .* a step .*over .*stage 3 3\(n−1\)/n·Ψ"),
+    (stage3_sends_like_the_others, r"chose stage 3, fp32, recompute=False: a rank sends .* a "
+                                   r"step .*over"),
     (lambda *a: {"stage": 4, "precision": "fp32", "recompute": False}, "ZeRO's stages are"),
     (lambda *a: {"stage": 1, "precision": "fp8", "recompute": False}, "choose 'fp32' or 'bf16'"),
     (lambda *a: {"stage": 1, "precision": "bf16", "recompute": "yes"}, "say True or False"),
