@@ -1,5 +1,6 @@
 """The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"): dtype-fair comparison
-(``differs``), named mistakes (``explain``, ``factor_of``), answers in the learner's terms
+(``differs``; ``apart`` prints expected and got with the digits that tell them apart), named
+mistakes (``explain``, ``factor_of``), answers in the learner's terms
 (``describe_value``, ``returned_none``, ``Snapshot``), seeded cases (``Cases``), the refusal
 of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
 from __future__ import annotations

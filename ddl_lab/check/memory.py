@@ -299,7 +299,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     optimizer)`` returns the bytes one rank keeps for parameters, gradients and optimizer
     state under ZeRO ``stage`` (0: data parallelism), in 'fp32' or mixed 'bf16'/'fp16'
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
-    'sgd', 'momentum' or 'adam'."""
+    'sgd', 'momentum' or 'adam'. A shard may be exact (P/n) or padded to ⌈P/n⌉ whole
+    parameters; fp16 is asked at stages 1 and 2, where it gives other bytes than fp32."""
     trial = Trial("zero_bytes", my_zero_bytes, seed, [
         *({"params": 7_500_000_000, "ranks": 64, "stage": stage, "precision": "bf16",
            "optimizer": "adam"} for stage in range(4)),
