@@ -17,6 +17,7 @@ from ddl_lab.runtime.costs import sent_bytes
 from . import _answers as answers
 from ._core import fail, judge, on_workers, task
 from ._diagnose import Case, apart, differs, explain, returned_none, same, tolerance
+from ._held import held_bytes
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -55,62 +56,6 @@ def _data(length: int, n: int, dtype: str, seed: int) -> tuple[Any, list[list[An
     return param, grads
 
 
-def _held(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, list[tuple]]:
-    """Bytes of the distinct tensor storages and arrays reachable from ``roots`` (named
-    objects: the learner's ``state``, its function's closure and defaults), except those in
-    ``exclude``; and what holds them, as (bytes, elements, where, in an optimizer's state),
-    largest first. Followed: dicts, lists, tuples, sets, optimizers (state and parameters),
-    tensors' ``.grad``, modules and any object's attributes (``__dict__``, ``__slots__``),
-    functions' closures — not modules, classes or a function's globals."""
-    import types
-
-    import torch
-    seen, seen_ids, total, held = set(exclude), set(), 0, []
-    stack = [(x, where, False) for where, x in roots]
-    while stack:
-        x, where, in_opt = stack.pop()
-        if isinstance(x, (torch.Tensor, np.ndarray)):
-            base = x
-            while isinstance(base, np.ndarray) and isinstance(base.base, np.ndarray):
-                base = base.base
-            key, size = ((x.untyped_storage().data_ptr(), x.untyped_storage().nbytes())
-                         if isinstance(x, torch.Tensor) else (("numpy", id(base)), base.nbytes))
-            if key not in seen and x.size and size:
-                seen.add(key)
-                total += size
-                held.append((size, int(np.prod(x.shape)), where, in_opt))
-            if isinstance(x, torch.Tensor) and x.grad is not None:
-                stack.append((x.grad, f"{where}.grad", in_opt))
-            continue
-        if id(x) in seen_ids or isinstance(x, (str, bytes, int, float, complex, bool,
-                                               type, types.ModuleType)) or x is None:
-            continue
-        seen_ids.add(id(x))
-        if isinstance(x, dict):
-            stack.extend((v, f"{where}[{k!r}]", in_opt) for k, v in x.items())
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            stack.extend((v, f"{where}[{i}]", in_opt) for i, v in enumerate(x))
-        elif isinstance(x, torch.optim.Optimizer):
-            stack.extend((v, f"{where}.state[…]", True) for v in x.state.values())
-            stack.extend((p, f"{where}'s parameters", in_opt)
-                         for group in x.param_groups for p in group["params"])
-        elif isinstance(x, (types.FunctionType, types.MethodType, functools.partial)):
-            fn = getattr(x, "__func__", x)
-            inside = [getattr(x, "__self__", None), getattr(x, "args", None),
-                      getattr(x, "keywords", None), getattr(fn, "__defaults__", None),
-                      getattr(fn, "__kwdefaults__", None), getattr(fn, "__dict__", None)]
-            inside += [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
-                       if c.cell_contents is not c]
-            stack.extend((v, where, in_opt) for v in inside if v is not None)
-        else:
-            attrs = dict(getattr(x, "__dict__", {}))
-            for slot in getattr(type(x), "__slots__", ()):
-                if isinstance(slot, str) and hasattr(x, slot):
-                    attrs[slot] = getattr(x, slot)
-            stack.extend((v, f"{where}.{k}", in_opt) for k, v in attrs.items())
-    return total, sorted(held, key=lambda h: -h[0])
-
-
 def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
               seed: int) -> dict:
     """Worker: three steps of ``fn`` on this rank; its parameters, what it kept and sent."""
@@ -133,7 +78,7 @@ def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
             grad = grads[step][rank].clone()
             fn(param, grad, state, make)
     mine = {t.untyped_storage().data_ptr() for t in (param, grad)}   # the caller's tensors
-    kept, held = _held([("state", state), (getattr(fn, "__name__", "your function"), fn)],
+    kept, held = held_bytes([("state", state), (getattr(fn, "__name__", "your function"), fn)],
                        mine)
     return {"param": param.double().numpy().copy(), "sent": tap.sent / STEPS,
             "used": sorted(used), "kept": kept, "held": held[:4]}
@@ -252,7 +197,7 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
 
 
 def _kept_hint(held: list[tuple], length: int, n: int) -> str:
-    """What the largest things a rank keeps are, in words (``_held``'s list)."""
+    """What the largest things a rank keeps are, in words (``held_bytes``' list)."""
     chunk = math.ceil(length / n)
     big = [h for h in held if h[1] > chunk + 1]
     if any(in_opt and numel >= length for _, numel, _, in_opt in big):

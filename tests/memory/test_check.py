@@ -200,6 +200,22 @@ def test_a_padded_gradient_is_not_called_optimizer_state():
     assert "optimizer state of the whole vector" not in str(e.value)
 
 
+def test_held_bytes_finds_state_wherever_it_is_kept():
+    """Objects with slots or a __dict__, closures and numpy views count; a storage counts once;
+    the caller's own tensors do not."""
+    from ddl_lab.check._held import held_bytes
+    big, mine, arr = torch.zeros(100), torch.zeros(50), np.zeros(10)
+
+    def step():
+        return big
+    keeper = _Keeper({"a": big[:10], "view": arr[2:], "arr": arr, "own": mine})
+    total, held = held_bytes([("state", {"k": keeper}), ("step", step)],
+                             {mine.untyped_storage().data_ptr()})
+    assert total == 400 + 80 and len(held) == 2
+    assert held_bytes([("step", step)], set())[0] == 400
+    assert held_bytes([("state", {"k": keeper})], set())[1][0][2] == "state['k'].opt['a']"
+
+
 def test_expected_and_got_never_print_alike():
     """A message prints more digits until got and expected differ (diagnose.apart), in
     every message built on ``differs``; zero2_step's summed gradient under Adam is one."""
