@@ -110,12 +110,17 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
              f"per rank.{hint}")
     if not all(isinstance(g, dict) and g.get("from rank") == w["from rank"]
                and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)):
-        if sorted(map(str, senders)) == sorted(map(str, range(n))):
+        if sorted(map(str, senders)) == sorted(map(str, range(n))) and \
+                list(map(str, senders)) != list(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
                  "any order (here the ANY_SOURCE receives got the latest rank first): receive "
                  "from each rank in turn (source=r), so that index r holds rank r's value.")
-        fail(f"the root returned {res!r:.200}; expected {want!r:.200}.")
+        i = next(i for i, (g, w) in enumerate(zip(res, want)) if not (
+            isinstance(g, dict) and g.get("from rank") == w["from rank"]
+            and np.array_equal(g.get("data"), w["data"])))
+        fail(f"the root's list at index {i} holds {res[i]!r:.200}; "
+             f"expected rank {i}'s value {want[i]!r:.200}, as rank {i} sent it.")
     for r, v in enumerate(got):
         if r != root and v is not None:
             fail(f"rank {r} returned {v!r:.60}; only the root returns the list, every other "
