@@ -78,8 +78,8 @@ def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
             grad = grads[step][rank].clone()
             fn(param, grad, state, make)
     mine = {t.untyped_storage().data_ptr() for t in (param, grad)}   # the caller's tensors
-    kept, held = held_bytes([("state", state), (getattr(fn, "__name__", "your function"), fn)],
-                       mine)
+    roots = [("state", state), (getattr(fn, "__name__", "your function"), fn)]
+    kept, held = held_bytes(roots, mine)
     return {"param": param.double().numpy().copy(), "sent": tap.sent / STEPS,
             "used": sorted(used), "kept": kept, "held": held[:4]}
 
