@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, passed, run_beside, stub_message, task
-from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
+from ._diagnose import (Case, Snapshot, adagrad, apart, as_array, describe_value, differs,
                         returned_none, same, tolerance)
 from ._trial import Trial
 
@@ -179,7 +179,8 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
                      if all(same(wrong(p["lr"], p["tau"]),
                                  call_local(my_staleness_lr, p["lr"], p["tau"]))
                             for p in params)), "")
-        fail(f"{call} returned {answers.scalar(got):.6g}, expected {want:.6g} ({case})"
+        shown, wanted = apart(answers.scalar(got), want)
+        fail(f"{call} returned {shown}, expected {wanted} ({case})"
              + (f". Hint: {hint}." if hint else "."))
     lr, rtol = trial.cases[-1].params["lr"], tolerance(*returned)
     got, want, used, rates = real(_rates_on_a_shard, my_staleness_lr, lr)
