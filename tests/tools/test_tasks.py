@@ -97,13 +97,10 @@ def test_a_check_that_rewords_a_failure_records_it_once(record):
 
 KINDS = ("warm-up", "implementation", "reasoning", "design")
 HEADING = re.compile(r"^## Task (\d+) · (.+?)  \((.+?) · difficulty [★☆]{3} · ~\d+ min\)\s*$")
-# Exercises still over the rule (issue 35, item 2). 01 and 10 are reworked on other
-# branches: 01 has two warm-ups of six (the batch gradient, the Adagrad update) and gains
-# AdamW; 10's headings carry no kind yet and it has one warm-up of three (its cells are being
-# reworked for the check defects). Each xfail is strict: it fails once the exercise keeps the
-# rule, and then comes off this list.
-NOT_YET = {"01_gradient_descent": "two warm-ups of six",
-           "10_memory": "headings without a kind; one warm-up of three"}
+# Exercises still over the rule (issue 35, item 2), each a strict xfail: it fails once the
+# exercise keeps the rule, and then comes off this list. 01 has two warm-ups of seven (the
+# batch gradient, the Adagrad update), merged into one task on another branch.
+NOT_YET = {"01_gradient_descent": "two warm-ups of seven"}
 
 
 def kinds(path) -> list[tuple[str, str]]:
