@@ -1,0 +1,105 @@
+"""Sequence parallelism (lesson 12, transformers; Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", section 4.2.2).
+
+Plain tensor parallelism leaves the LayerNorms, the dropouts and the residual stream
+replicated: every rank computes and *stores* them over the whole sequence. Sequence
+parallelism shards those regions along the sequence instead. Megatron's g (an allreduce
+after the row-parallel layer) becomes a reduce-scatter to sequence shards, and its f (the
+identity before the column-parallel layer) an all-gather of the shards:
+
+    x_r (b, s/n, h) ─ LayerNorm ─ all-gather ─ column ∥ … row ∥ ─ reduce-scatter ─ + x_r
+
+An allreduce *is* a reduce-scatter then an all-gather, so the bytes on the wire are the
+same as plain tensor parallelism's (ring model: 2(n−1)/n · bsh per allreduce, (n−1)/n ·
+bsh for each half); what changes is the memory the LayerNorm and dropout regions keep, cut
+n-fold (``norm_bytes``). One thing is new: a replicated parameter used in those regions (a
+LayerNorm's weight and bias, the row-parallel biases, the position table) now sees only
+this rank's tokens, so its gradient is summed over ranks, one allreduce of parameter size
+in backward, as Megatron-LM does (``tensor.tp_bytes`` counts it). ``gather_sequence`` and
+``scatter_sequence`` are the two operators as autograd functions, each the other's
+backward (dimension 1 is the sequence).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ddl_lab.ml.gpt import GPTConfig
+from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
+
+__all__ = ["gather_sequence", "scatter_sequence", "sequence_slice", "norm_bytes"]
+
+
+def _gather(x: torch.Tensor) -> torch.Tensor:
+    """The whole sequence from every rank's (b, s/n, …) shard: (b, s, …)."""
+    n = dist.get_world_size()
+    part = x.transpose(0, 1).contiguous()                     # the sequence first
+    whole = part.new_empty((n * part.shape[0], *part.shape[1:]))
+    all_gather_single(whole, part)
+    return whole.transpose(0, 1)
+
+
+def _scatter(x: torch.Tensor) -> torch.Tensor:
+    """This rank's (b, s/n, …) shard of the sum over ranks of (b, s, …)."""
+    n = dist.get_world_size()
+    whole = x.transpose(0, 1).contiguous()
+    part = whole.new_empty((whole.shape[0] // n, *whole.shape[1:]))
+    reduce_scatter_single(part, whole)
+    return part.transpose(0, 1)
+
+
+class _GatherSequence(torch.autograd.Function):
+    """Forward all-gather along the sequence; backward reduce-scatter (Korthikanti's g)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _gather(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return _scatter(grad)
+
+
+class _ScatterSequence(torch.autograd.Function):
+    """Forward reduce-scatter to sequence shards; backward all-gather (Korthikanti's ḡ)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _scatter(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return _gather(grad)
+
+
+def gather_sequence(x: torch.Tensor) -> torch.Tensor:
+    """(b, s/n, …) shards → the whole (b, s, …) on every rank; backward, the gradient summed
+    over ranks and cut back to this rank's shard."""
+    return _GatherSequence.apply(x)
+
+
+def scatter_sequence(x: torch.Tensor) -> torch.Tensor:
+    """(b, s, …) partial sums → this rank's (b, s/n, …) shard of their sum; backward, the
+    shards' gradients gathered."""
+    return _ScatterSequence.apply(x)
+
+
+def sequence_slice(s: int, rank: int, n: int) -> slice:
+    """The positions rank ``rank`` holds in the sequence-parallel regions (s divides by n)."""
+    if s % n:
+        raise ValueError(f"sequence parallelism shards the sequence of {s} tokens over {n} "
+                         f"ranks: s must divide by n")
+    return slice(rank * s // n, (rank + 1) * s // n)
+
+
+def norm_bytes(cfg: GPTConfig, b: int, n: int, dtype: torch.dtype = torch.float32,
+               sequence: bool = False, s: int | None = None) -> int:
+    """Bytes the LayerNorm regions keep for backward on one rank: each of the 2L + 1
+    LayerNorms (``ln1``, ``ln2`` of every block, ``ln_f``) its input (b, s, h) and its
+    mean and 1/σ per token; sequence parallelism keeps s/n of the tokens. The rest of what a
+    rank keeps is the same with and without it (the gathered input of each column-parallel
+    layer is as large as plain TP's replicated one)."""
+    s = cfg.seq if s is None else s
+    tokens = b * (s // n if sequence else s)
+    return (2 * cfg.layers + 1) * tokens * (cfg.hidden + 2) * \
+        torch.empty((), dtype=dtype).element_size()
