@@ -213,10 +213,11 @@ def unshard(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
 
 
 def differences(runs: list[dict[str, Any]], reference: dict[str, Any], rtol: float = 1e-4,
-                atol: float = 1e-6) -> list[str]:
+                atol: float = 1e-6, sharded: bool = True) -> list[str]:
     """Where the ranks' ``runs`` (``tp_step``'s) differ from ``reference`` (``one_process``)
     beyond the tolerance: the loss on any rank, each gradient made whole (a replicated one
-    on every rank), a parameter missing on either side. Empty when they agree."""
+    on every rank; ``sharded=False``: every rank's gradients are whole already), a parameter
+    missing on either side. Empty when they agree."""
     out = [f"rank {r}: loss {run['loss']!r}, one process {reference['loss']!r}"
            for r, run in enumerate(runs)
            if abs(run["loss"] - reference["loss"]) > atol + rtol * abs(reference["loss"])]
@@ -224,7 +225,7 @@ def differences(runs: list[dict[str, Any]], reference: dict[str, Any], rtol: flo
     out += [f"{name}: on one side only" for name in sorted(names ^ set(runs[0]["grads"]))]
     for name in sorted(names & set(runs[0]["grads"])):
         want, pieces = reference["grads"][name], [run["grads"][name] for run in runs]
-        got = {"whole": unshard(name, pieces)} if split_of(name) is not None else \
+        got = {"whole": unshard(name, pieces)} if sharded and split_of(name) is not None else \
             {f"rank {r}": p for r, p in enumerate(pieces)}
         for where, g in got.items():
             if g.shape != want.shape:

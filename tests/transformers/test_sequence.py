@@ -3,7 +3,6 @@ process; the same activation bytes as plain tensor parallelism, plus the allredu
 gradients of the parameters used on sequence shards (counted, and by the formula); less
 activation memory per rank — exactly the LayerNorm regions' n-fold cut."""
 import pytest
-import torch
 
 from ddl_lab.ml.gpt import GPTConfig
 from ddl_lab.runtime import shared_cluster

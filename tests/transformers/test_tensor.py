@@ -70,7 +70,7 @@ def test_vocab_parallel_cross_entropy_and_its_gradient(clusters):
             assert torch.allclose(torch.cat([o["grad"] for o in out], -1), whole.grad)
     assert [V.vocab_range(11, r, 4) for r in range(4)] == [(0, 3), (3, 6), (6, 9), (9, 11)]
     emb = V.VocabParallelEmbedding(torch.nn.Embedding(11, 3), 1, 4)
-    got = emb.partial(torch.tensor([[2, 3, 5, 6]]))
+    got = emb.partial(torch.tensor([[2, 3, 4, 6]]))
     assert (got[0, 0] == 0).all() and (got[0, 3] == 0).all()
     assert torch.equal(got[0, 1:3], emb.weight[:2].detach())
 
@@ -89,5 +89,4 @@ def test_torch_parallelize_module_gives_the_same_loss_and_gradients(clusters):
         hand = clusters[2].run(T.tp_step, CFG, 3, seed=5, sequence=sequence)
         assert lib[0]["loss"] == pytest.approx(hand[0]["loss"], rel=1e-6)
         ref = T.one_process(CFG, 3, seed=5)
-        whole = [{"loss": r["loss"], "grads": r["grads"]} for r in lib]
-        assert T.differences(whole, ref) == [], f"sequence={sequence}"
+        assert T.differences(lib, ref, sharded=False) == [], f"sequence={sequence}"
