@@ -1,2 +1,1 @@
-"""Lesson 12, transformers: a tiny GPT across ranks — tensor, vocabulary and sequence
-parallelism (``tensor``, ``vocab``, ``sequence``) and context parallelism by ring attention."""
+"""Lesson 12, transformers: a small GPT across ranks (memory, tensor, sequence, context)."""
