@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddl_lab.ml.activations import ActivationMeter
-from ddl_lab.ml.gpt import GPT, Attention, Block, GPTConfig, attention, build_gpt
+from ddl_lab.ml.gpt import GPT, Attention, Block, GPTConfig, attention, build_gpt, drop
 from ddl_lab.model_parallel.tensor_parallel import _CopyToRanks, _SumOverRanks, device_mesh, shard
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
@@ -80,7 +80,7 @@ class TPAttention(nn.Module):
         cfg = attn.cfg
         _check_heads(cfg, n)
         rows = _qkv_rows(cfg.hidden, rank, n)
-        self.cfg, self.heads = cfg, cfg.heads // n
+        self.cfg, self.heads, self.core = cfg, cfg.heads // n, attn.core
         self.qkv = _Weights(attn.qkv.weight.detach()[rows], attn.qkv.bias.detach()[rows])
         self.proj = _Weights(shard(attn.proj.weight.detach(), 1, rank, n), attn.proj.bias)
 
@@ -89,7 +89,7 @@ class TPAttention(nn.Module):
         qkv = F.linear(x, self.qkv.weight, self.qkv.bias)
         q, k, v = qkv.view(b, s, 3, self.heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
         p = self.cfg.dropout if self.training else 0.0
-        y = attention(q, k, v, causal=True, dropout=p).transpose(1, 2).reshape(b, s, -1)
+        y = self.core(q, k, v, causal=True, dropout=p).transpose(1, 2).reshape(b, s, -1)
         return F.linear(y, self.proj.weight)
 
 
@@ -134,7 +134,7 @@ class TPBlock(nn.Module):
 
     def _leave(self, y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         y = scatter_sequence(y) if self.sequence else _SumOverRanks.apply(y)
-        return F.dropout(y + _shared(bias, self.sequence), self.p, training=self.training)
+        return drop(y + _shared(bias, self.sequence), self.p, self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         norm = self.ln1, self.ln2
@@ -172,7 +172,7 @@ class TPGPT(nn.Module):
             x = x + _shared(self.pos.weight, True)[sequence_slice(s, self.rank, self.n)]
         else:
             x = _SumOverRanks.apply(self.tok.partial(idx)) + self.pos.weight[:s]
-        x = F.dropout(x, self.cfg.dropout, training=self.training)
+        x = drop(x, self.cfg.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         x = _norm(self.ln_f, x, self.sequence)
