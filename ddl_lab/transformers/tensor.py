@@ -38,6 +38,7 @@ from torch import nn
 from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.ml.gpt import GPT, Attention, Block, GPTConfig, attention, build_gpt, drop
 from ddl_lab.model_parallel.tensor_parallel import _CopyToRanks, _SumOverRanks, device_mesh, shard
+from ddl_lab.runtime.backends import device
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 from ddl_lab.transformers.sequence import gather_sequence, scatter_sequence, sequence_slice
@@ -277,7 +278,7 @@ def batch(cfg: GPTConfig, b: int, seed: int = 0) -> tuple[torch.Tensor, torch.Te
 
 
 def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    return {k: p.grad.detach().cpu().clone() for k, p in model.named_parameters()}
 
 
 def one_process(cfg: GPTConfig, b: int = 2, seed: int = 0,
@@ -294,12 +295,13 @@ def one_process(cfg: GPTConfig, b: int = 2, seed: int = 0,
 
 def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
             dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Worker function: one forward and backward of ``TPGPT`` over every rank. Returns the
+    """Worker function: one forward and backward of ``TPGPT`` over every rank (on its GPU
+    under nccl, ``runtime.device()``). Returns the
     loss, this rank's gradients (by name), the bytes it put on the wire in each phase (the
     wiretap, ring model) and the activation bytes autograd kept (saved-tensor hooks)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    model = tp_gpt(build_gpt(cfg, seed).to(dtype), rank, n, sequence)
-    idx, targets = batch(cfg, b, seed)
+    rank, n, dev = dist.get_rank(), dist.get_world_size(), device()
+    model = tp_gpt(build_gpt(cfg, seed).to(dev, dtype), rank, n, sequence)
+    idx, targets = (t.to(dev) for t in batch(cfg, b, seed))
     meter = ActivationMeter()
     meter.resident(*model.parameters(), idx, targets)
     with Wiretap() as forward, meter.recording():

@@ -87,7 +87,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         probs, local, inside = ctx.saved_tensors
         g = probs.clone()
-        rows = torch.arange(g.shape[0])
+        rows = torch.arange(g.shape[0], device=g.device)
         g[rows, local] -= inside.to(g.dtype)                   # −1 at the target, if mine
         return (g * (grad / g.shape[0])).to(ctx.dtype), None, None
 
