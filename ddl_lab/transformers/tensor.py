@@ -13,7 +13,8 @@ Built from a plain ``ml.gpt.GPT``'s weights, parameter names kept, on rank r of 
   column-parallel layer and g (allreduce forward, identity backward) after each row-parallel
   one — lesson 09's ``_CopyToRanks``/``_SumOverRanks``, reused as they are (same default
   group, same contract). Under sequence parallelism f and g become an all-gather and a
-  reduce-scatter along the sequence (``sequence.py``).
+  reduce-scatter along the sequence (``sequence.py``; ``regather``: the paper's form, which
+  keeps only the shard of a column-parallel layer's input and gathers it again in backward).
 - **vocabulary**: the token embedding and the tied head by vocabulary slices, and the
   cross-entropy without the full logits (``vocab.py``).
 
@@ -41,7 +42,8 @@ from ddl_lab.model_parallel.tensor_parallel import _CopyToRanks, _SumOverRanks, 
 from ddl_lab.runtime.backends import device
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
-from ddl_lab.transformers.sequence import gather_sequence, scatter_sequence, sequence_slice
+from ddl_lab.transformers.sequence import (gather_sequence, gathered_linear, scatter_sequence,
+                                           sequence_slice)
 from ddl_lab.transformers.vocab import (VocabParallelEmbedding, loss_dtype,
                                         vocab_parallel_cross_entropy)
 
@@ -73,8 +75,9 @@ def _qkv_rows(hidden: int, rank: int, n: int) -> torch.Tensor:
 
 class TPAttention(nn.Module):
     """This rank's heads: ``qkv`` column-parallel (its rows of Q, K, V), ``proj``
-    row-parallel. ``forward`` returns the rank's *partial* output, before the sum over
-    ranks and the bias."""
+    row-parallel. ``forward`` takes the rank's ``qkv`` output (the block applies the
+    column-parallel layer, with its f) and returns its *partial* output, before the sum
+    over ranks and the bias."""
 
     def __init__(self, attn: Attention, rank: int, n: int):
         super().__init__()
@@ -85,9 +88,8 @@ class TPAttention(nn.Module):
         self.qkv = _Weights(attn.qkv.weight.detach()[rows], attn.qkv.bias.detach()[rows])
         self.proj = _Weights(shard(attn.proj.weight.detach(), 1, rank, n), attn.proj.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        qkv = F.linear(x, self.qkv.weight, self.qkv.bias)
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
+        b, s, _ = qkv.shape
         q, k, v = qkv.view(b, s, 3, self.heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
         p = self.cfg.dropout if self.training else 0.0
         y = self.core(q, k, v, causal=True, dropout=p).transpose(1, 2).reshape(b, s, -1)
@@ -95,7 +97,8 @@ class TPAttention(nn.Module):
 
 
 class TPMLP(nn.Module):
-    """``fc`` column-parallel, GELU, ``proj`` row-parallel; returns the partial output."""
+    """``fc`` column-parallel, GELU, ``proj`` row-parallel: ``forward`` takes ``fc``'s
+    output (applied by the block) and returns the partial output."""
 
     def __init__(self, mlp: nn.Module, rank: int, n: int):
         super().__init__()
@@ -103,8 +106,8 @@ class TPMLP(nn.Module):
                            shard(mlp.fc.bias.detach(), 0, rank, n))
         self.proj = _Weights(shard(mlp.proj.weight.detach(), 1, rank, n), mlp.proj.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.gelu(F.linear(x, self.fc.weight, self.fc.bias)), self.proj.weight)
+    def forward(self, fc: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.gelu(fc), self.proj.weight)
 
 
 def _shared(p: torch.Tensor, sequence: bool) -> torch.Tensor:
@@ -122,48 +125,60 @@ def _norm(ln: nn.LayerNorm, x: torch.Tensor, sequence: bool) -> torch.Tensor:
 
 class TPBlock(nn.Module):
     """A pre-LayerNorm block over the ranks: x + g(attn(f(ln1(x)))) + b, then the MLP alike.
-    ``sequence``: x is this rank's sequence shard, f an all-gather, g a reduce-scatter."""
+    ``sequence``: x is this rank's sequence shard, f an all-gather, g a reduce-scatter;
+    ``regather``: the column-parallel layers keep only the shard of their input and gather
+    it again in backward (``sequence.gathered_linear``)."""
 
-    def __init__(self, block: Block, rank: int, n: int, sequence: bool = False):
+    def __init__(self, block: Block, rank: int, n: int, sequence: bool = False,
+                 regather: bool = False):
         super().__init__()
-        self.sequence, self.p = sequence, block.attn.cfg.dropout
+        if regather and not sequence:
+            raise ValueError("regather keeps sequence shards: it needs sequence=True")
+        self.sequence, self.regather, self.p = sequence, regather, block.attn.cfg.dropout
         self.ln1, self.ln2 = copy.deepcopy(block.ln1), copy.deepcopy(block.ln2)
         self.attn, self.mlp = TPAttention(block.attn, rank, n), TPMLP(block.mlp, rank, n)
 
-    def _enter(self, x: torch.Tensor) -> torch.Tensor:
-        return gather_sequence(x) if self.sequence else _CopyToRanks.apply(x)
+    def _column(self, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+        """f, then this rank's column-parallel ``layer``."""
+        if self.regather:
+            return gathered_linear(x, layer.weight, layer.bias)
+        x = gather_sequence(x) if self.sequence else _CopyToRanks.apply(x)
+        return F.linear(x, layer.weight, layer.bias)
 
     def _leave(self, y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         y = scatter_sequence(y) if self.sequence else _SumOverRanks.apply(y)
         return drop(y + _shared(bias, self.sequence), self.p, self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        norm = self.ln1, self.ln2
-        x = x + self._leave(self.attn(self._enter(_norm(norm[0], x, self.sequence))),
-                            self.attn.proj.bias)
-        return x + self._leave(self.mlp(self._enter(_norm(norm[1], x, self.sequence))),
-                               self.mlp.proj.bias)
+        qkv = self._column(_norm(self.ln1, x, self.sequence), self.attn.qkv)
+        x = x + self._leave(self.attn(qkv), self.attn.proj.bias)
+        fc = self._column(_norm(self.ln2, x, self.sequence), self.mlp.fc)
+        return x + self._leave(self.mlp(fc), self.mlp.proj.bias)
 
 
-def tp_block(block: Block, rank: int, n: int, sequence: bool = False) -> TPBlock:
+def tp_block(block: Block, rank: int, n: int, sequence: bool = False,
+             regather: bool = False) -> TPBlock:
     """Rank ``rank``'s part of ``block`` (its weights copied, names kept); ``sequence``: the
-    sequence-parallel form."""
-    return TPBlock(block, rank, n, sequence)
+    sequence-parallel form (``regather``: Korthikanti's, saving the shards only)."""
+    return TPBlock(block, rank, n, sequence, regather)
 
 
 class TPGPT(nn.Module):
     """The whole GPT over the ranks: vocabulary-parallel embedding and tied head, the blocks
-    tensor-parallel (``sequence``: sequence-parallel). ``forward(idx)`` returns this rank's
+    tensor-parallel (``sequence``: sequence-parallel; ``regather``: see ``TPBlock``).
+    ``forward(idx)`` returns this rank's
     vocabulary slice of the logits; ``loss(idx, targets)`` the mean cross-entropy."""
 
-    def __init__(self, model: GPT, rank: int, n: int, sequence: bool = False):
+    def __init__(self, model: GPT, rank: int, n: int, sequence: bool = False,
+                 regather: bool = False):
         super().__init__()
         cfg = model.cfg
         _check_heads(cfg, n)
         self.cfg, self.rank, self.n, self.sequence = cfg, rank, n, sequence
         self.tok = VocabParallelEmbedding(model.tok, rank, n)
         self.pos = copy.deepcopy(model.pos)
-        self.blocks = nn.ModuleList(TPBlock(b, rank, n, sequence) for b in model.blocks)
+        self.blocks = nn.ModuleList(TPBlock(b, rank, n, sequence, regather)
+                                    for b in model.blocks)
         self.ln_f = copy.deepcopy(model.ln_f)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -184,9 +199,10 @@ class TPGPT(nn.Module):
         return vocab_parallel_cross_entropy(self(idx), targets, self.tok.start)
 
 
-def tp_gpt(model: GPT, rank: int, n: int, sequence: bool = False) -> TPGPT:
+def tp_gpt(model: GPT, rank: int, n: int, sequence: bool = False,
+           regather: bool = False) -> TPGPT:
     """Rank ``rank``'s part of ``model`` over ``n`` ranks (see ``TPGPT``)."""
-    return TPGPT(model, rank, n, sequence)
+    return TPGPT(model, rank, n, sequence, regather)
 
 
 # ------------------------------------------------------- sharded parameters, whole again
@@ -240,7 +256,8 @@ def differences(runs: list[dict[str, Any]], reference: dict[str, Any], rtol: flo
 # --------------------------------------------------------------------- bytes per step
 
 def tp_bytes(cfg: GPTConfig, b: int, n: int, dtype: torch.dtype = torch.float32,
-             sequence: bool = False, s: int | None = None) -> dict[str, dict[str, float]]:
+             sequence: bool = False, regather: bool = False,
+             s: int | None = None) -> dict[str, dict[str, float]]:
     """Bytes one rank puts on the wire in one step of ``TPGPT`` (ring model,
     ``runtime.costs.sent_bytes``), by phase ('forward', 'backward') and operation.
 
@@ -252,7 +269,8 @@ def tp_bytes(cfg: GPTConfig, b: int, n: int, dtype: torch.dtype = torch.float32,
     step, 2(n − 1)/n · A per region — and adds, backward, the allreduces of the gradients of
     the parameters its regions apply to sequence shards (``_shared``: the LayerNorms, the
     row-parallel biases, the position table): (6L + 2 + seq) · h numbers, whatever b and s.
-    """
+    ``regather`` adds, backward, an all-gather of A/n for each of the 2L column-parallel
+    layers (their inputs gathered again)."""
     s = cfg.seq if s is None else s
     e = torch.empty((), dtype=dtype).element_size()
     act = b * s * cfg.hidden * e
@@ -265,8 +283,10 @@ def tp_bytes(cfg: GPTConfig, b: int, n: int, dtype: torch.dtype = torch.float32,
     halves = {"reduce_scatter": regions * sent_bytes("reduce_scatter", n, act),
               "all_gather": regions * sent_bytes("all_gather", n, act // n)}
     shared = (6 * cfg.layers + 2 + cfg.seq) * cfg.hidden * e
+    again = regather * 2 * cfg.layers * sent_bytes("all_gather", n, act // n)
     return {"forward": {**halves, "all_reduce": ce},
-            "backward": {**halves, "all_reduce": sent_bytes("all_reduce", n, shared)}}
+            "backward": {**halves, "all_gather": halves["all_gather"] + again,
+                         "all_reduce": sent_bytes("all_reduce", n, shared)}}
 
 
 # ----------------------------------------------------------------------- the workers
@@ -294,13 +314,13 @@ def one_process(cfg: GPTConfig, b: int = 2, seed: int = 0,
 
 
 def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
-            dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+            dtype: torch.dtype = torch.float32, regather: bool = False) -> dict[str, Any]:
     """Worker function: one forward and backward of ``TPGPT`` over every rank (on its GPU
     under nccl, ``runtime.device()``). Returns the
     loss, this rank's gradients (by name), the bytes it put on the wire in each phase (the
     wiretap, ring model) and the activation bytes autograd kept (saved-tensor hooks)."""
     rank, n, dev = dist.get_rank(), dist.get_world_size(), device()
-    model = tp_gpt(build_gpt(cfg, seed).to(dev, dtype), rank, n, sequence)
+    model = tp_gpt(build_gpt(cfg, seed).to(dev, dtype), rank, n, sequence, regather)
     idx, targets = (t.to(dev) for t in batch(cfg, b, seed))
     meter = ActivationMeter()
     meter.resident(*model.parameters(), idx, targets)

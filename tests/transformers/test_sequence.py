@@ -3,6 +3,7 @@ process; the same activation bytes as plain tensor parallelism, plus the allredu
 gradients of the parameters used on sequence shards (counted, and by the formula); less
 activation memory per rank — exactly the LayerNorm regions' n-fold cut."""
 import pytest
+import torch
 
 from ddl_lab.ml.gpt import GPTConfig
 from ddl_lab.runtime import shared_cluster
@@ -35,9 +36,43 @@ def test_sequence_parallel_equals_one_process_same_bytes_less_memory(clusters, n
             sum(t["forward"].values()) + sum(t["backward"].values())
         saved = t["activations"] - s["activations"]          # the LayerNorm regions, n-fold
         assert saved == S.norm_bytes(CFG, 3, n) - S.norm_bytes(CFG, 3, n, sequence=True) > 0
+    for rank, (s, t) in enumerate(zip(sp, tp)):               # every tensor accounted for
+        assert t["activations"] == S.activation_bytes(CFG, 3, n, rank=rank)
+        assert s["activations"] == S.activation_bytes(CFG, 3, n, sequence=True, rank=rank)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_regathering_the_shards_in_backward_keeps_less_and_sends_one_more_gather(clusters, n):
+    runs = clusters[n].run(T.tp_step, CFG, 3, seed=n, sequence=True, regather=True)
+    assert T.differences(runs, T.one_process(CFG, 3, seed=n)) == []
+    want = T.tp_bytes(CFG, 3, n, sequence=True, regather=True)
+    plain = T.tp_bytes(CFG, 3, n, sequence=True)
+    act = 3 * 16 * 32 * 4
+    assert want["backward"]["all_gather"] - plain["backward"]["all_gather"] == \
+        2 * 2 * (n - 1) * act / n                         # one per column-parallel layer
+    for rank, run in enumerate(runs):
+        assert {p: run[p] for p in ("forward", "backward")} == want
+        assert run["activations"] == S.activation_bytes(CFG, 3, n, sequence=True,
+                                                        regather=True, rank=rank)
+    assert S.activation_bytes(CFG, 3, n, sequence=True) - runs[0]["activations"] == \
+        2 * 2 * (n - 1) * act // n                        # the two whole inputs per block
+
+
+def test_dropout_masks_are_accounted_for_and_sharded(clusters):
+    cfg = GPTConfig(vocab=41, seq=16, hidden=32, heads=4, layers=2, dropout=0.1)
+    for sequence, regather, dtype in ((False, False, torch.float32), (True, False, torch.float32),
+                                      (True, True, torch.bfloat16)):
+        runs = clusters[2].run(T.tp_step, cfg, 3, seed=1, sequence=sequence, dtype=dtype,
+                               regather=regather)
+        for rank, run in enumerate(runs):
+            assert run["activations"] == S.activation_bytes(
+                cfg, 3, 2, dtype, sequence=sequence, regather=regather, rank=rank)
 
 
 def test_the_sequence_must_divide_by_the_ranks():
     assert S.sequence_slice(16, 3, 4) == slice(12, 16)
     with pytest.raises(ValueError, match="s must divide by n"):
         S.sequence_slice(15, 0, 4)
+    from ddl_lab.ml.gpt import build_gpt
+    with pytest.raises(ValueError, match="needs sequence=True"):
+        T.tp_block(build_gpt(CFG).blocks[0], 0, 2, regather=True)
