@@ -76,3 +76,17 @@ def test_the_sequence_must_divide_by_the_ranks():
     from ddl_lab.ml.gpt import build_gpt
     with pytest.raises(ValueError, match="needs sequence=True"):
         T.tp_block(build_gpt(CFG).blocks[0], 0, 2, regather=True)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_per_layer_accounting_is_korthikanti_s_at_16_bits(t):
+    cfgs = [GPTConfig(vocab=41, seq=16, hidden=32, heads=4, layers=L, dropout=0.1)
+            for L in (1, 2)]
+    s, b, h, a = 16, 3, 32, 4
+    stats = 2 * 2 * 2 * s * b                        # two LayerNorms' mean and 1/σ, 2 bytes
+    for sequence, regather, want in (
+            (False, False, s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + stats),
+            (True, True, s * b * h / t * (34 + 5 * a * s / h) + stats / t)):
+        per_layer = [S.activation_bytes(c, b, t, torch.bfloat16, sequence, regather)
+                     for c in cfgs]
+        assert per_layer[1] - per_layer[0] == want
