@@ -316,9 +316,9 @@ def one_process(cfg: GPTConfig, b: int = 2, seed: int = 0,
 def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
             dtype: torch.dtype = torch.float32, regather: bool = False) -> dict[str, Any]:
     """Worker function: one forward and backward of ``TPGPT`` over every rank (on its GPU
-    under nccl, ``runtime.device()``). Returns the
-    loss, this rank's gradients (by name), the bytes it put on the wire in each phase (the
-    wiretap, ring model) and the activation bytes autograd kept (saved-tensor hooks)."""
+    under nccl, ``runtime.device()``). Returns the loss, this rank's gradients (by name),
+    the bytes it put on the wire in each phase (the wiretap, ring model) and the
+    activation bytes autograd kept after the forward (saved-tensor hooks)."""
     rank, n, dev = dist.get_rank(), dist.get_world_size(), device()
     model = tp_gpt(build_gpt(cfg, seed).to(dev, dtype), rank, n, sequence, regather)
     idx, targets = (t.to(dev) for t in batch(cfg, b, seed))
