@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ddl_lab.runtime import device
 from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["Chunk", "split_sizes", "layout", "positions", "take", "place", "tiles_work",
@@ -92,7 +93,7 @@ def place(parts: list[torch.Tensor], chunks: list[list[Chunk]], dim: int = 2) ->
 
 # ------------------------------------------------------------- the tiles and their work
 
-def _tiles(q_chunks: list[Chunk], k_chunks: list[Chunk], causal: bool
+def _tiles(q_chunks: list[Chunk], k_chunks: list[Chunk], causal: bool, device: Any = "cpu"
            ) -> list[tuple[slice, slice, torch.Tensor | None]]:
     """The tiles a rank computes of its queries against one K/V block: (query rows, key
     rows, mask) in local rows; the mask (True: masked) is None where no key comes after a
@@ -104,7 +105,8 @@ def _tiles(q_chunks: list[Chunk], k_chunks: list[Chunk], causal: bool
             if not (causal and ka > qb - 1):
                 mask = None
                 if causal and kb - 1 > qa:
-                    mask = torch.arange(ka, kb)[None, :] > torch.arange(qa, qb)[:, None]
+                    mask = (torch.arange(ka, kb, device=device)[None, :]
+                            > torch.arange(qa, qb, device=device)[:, None])
                 out.append((slice(qo, qb - qa + qo), slice(ko, kb - ka + ko), mask))
             ko += kb - ka
         qo += qb - qa
@@ -225,7 +227,7 @@ def _ring_forward(q: torch.Tensor, kv: torch.Tensor, chunks: list[list[Chunk]],
             hop = _Transfer(kv, _block_shape(kv, chunks[(j - 1) % n]), tag=t)
             if not overlap:
                 kv_next = hop.wait()
-        tiles = _tiles(chunks[rank], chunks[j], causal)
+        tiles = _tiles(chunks[rank], chunks[j], causal, q.device)
         for rows, cols, mask in tiles:
             _merge(m, z, o, rows, _scores(q[..., rows, :], kv[0][..., cols, :], mask),
                    kv[1][..., cols, :])
@@ -250,7 +252,7 @@ def _ring_backward(do: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, out: tor
         hop = _Transfer(kv, _block_shape(kv, chunks[(j - 1) % n]), tag=t) if t < n - 1 \
             else None
         dkv = torch.zeros_like(kv)                # this rank's share of block j's gradient
-        for rows, cols, mask in _tiles(chunks[rank], chunks[j], causal):
+        for rows, cols, mask in _tiles(chunks[rank], chunks[j], causal, q.device):
             qt, dot = q[..., rows, :], do[..., rows, :]
             k, v = kv[0][..., cols, :], kv[1][..., cols, :]
             p = torch.exp(_scores(qt, k, mask) - lse[..., rows, None])
@@ -320,6 +322,11 @@ def ring_bytes(s: int, n: int, b: int, a: int, d: int, itemsize: int = 4,
 
 # ------------------------------------------------------------- on the workers
 
+def _home(**tensors: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Tensors a worker returns, on the CPU."""
+    return {name: t.cpu() for name, t in tensors.items()}
+
+
 def inputs(b: int, a: int, s: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64
            ) -> tuple[torch.Tensor, ...]:
     """Seeded whole-sequence q, k, v and an upstream gradient, (b, a, s, d) each."""
@@ -334,14 +341,14 @@ def ring_case(b: int, a: int, s: int, d: int, causal: bool = True, zigzag: bool 
     computed, its recorded steps and the bytes it sent forward and backward."""
     rank, n = dist.get_rank(), dist.get_world_size()
     chunks = layout(s, n, zigzag)
-    q, k, v, grad = (take(x, chunks[rank]) for x in inputs(b, a, s, d, seed,
-                                                         getattr(torch, dtype)))
+    q, k, v, grad = (take(x, chunks[rank]).to(device()) for x in inputs(b, a, s, d, seed,
+                                                                      getattr(torch, dtype)))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     recorder = RingRecorder()
     with Wiretap() as forward:
         out = ring_attention(q, k, v, s, causal, zigzag, overlap, recorder)
     with Wiretap() as backward:
         out.backward(grad)
-    return {"rank": rank, "out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
+    return {"rank": rank, **_home(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad),
             "work": sum(st.work for st in recorder.steps), "steps": recorder.steps,
             "sent": (forward.sent, backward.sent)}

@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab.ml.gpt import attention
+from ddl_lab.runtime import device
 from ddl_lab.runtime.wiretap import Wiretap
-from ddl_lab.transformers.ring import inputs, layout, split_sizes, take
+from ddl_lab.transformers.ring import _home, inputs, layout, split_sizes, take
 
 __all__ = ["seq_to_heads", "heads_to_seq", "ulysses_attention", "ulysses_bytes",
            "ulysses_case"]
@@ -117,11 +118,12 @@ def ulysses_case(b: int, a: int, s: int, d: int, causal: bool = True, seed: int 
     and backward, under the wiretap: the output, the gradients, the bytes sent each way."""
     rank, n = dist.get_rank(), dist.get_world_size()
     mine = layout(s, n)[rank]
-    q, k, v, grad = (take(x, mine) for x in inputs(b, a, s, d, seed, getattr(torch, dtype)))
+    q, k, v, grad = (take(x, mine).to(device())
+                     for x in inputs(b, a, s, d, seed, getattr(torch, dtype)))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     with Wiretap() as forward:
         out = ulysses_attention(q, k, v, s, causal)
     with Wiretap() as backward:
         out.backward(grad)
-    return {"rank": rank, "out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
+    return {"rank": rank, **_home(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad),
             "sent": (forward.sent, backward.sent)}
