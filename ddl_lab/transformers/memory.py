@@ -47,7 +47,12 @@ Recomputation (section "Selective recomputation"): full recomputation checkpoint
 block and keeps only its input, sbh·e; selective recomputation checkpoints only the
 attention core (q kᵀ, softmax, dropout, · v: the as² terms, cheap to compute again, large
 to keep) and keeps q, k, v as the core's inputs instead, so it keeps sbh·(16e + 2δ): the
-paper's 34sbh at 16 bits.
+paper's 34sbh at 16 bits. What recomputing costs is a second forward of what is recomputed:
+the attention core's share of a layer's work is 4bs²h / (4bs²h + 24bsh²) = s / (s + 6h) —
+a few % for the paper's models (h = 12288, s = 2048), most of the work for this small one.
+Measured (``recompute_times``, 4 layers, h = 64, a = 4, b = 8, one thread, load 4.5): at
+s = 256 selective takes the time of none (within noise) and full 1.29×, keeping 0.50× and
+0.03× the bytes; at s = 512 selective 1.47× and full 1.49×, keeping 0.33× and 0.02×.
 """
 from __future__ import annotations
 
