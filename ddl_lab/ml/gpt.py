@@ -204,12 +204,13 @@ def sample(model: GPT, prompt: torch.Tensor, n: int, seed: int = 0,
     the model's softmax at ``temperature`` (0: the most likely), seeded; the model sees at
     most its last ``cfg.seq`` tokens. The model's train/eval mode is restored."""
     g = torch.Generator().manual_seed(seed)
-    out = prompt.reshape(-1).long()
+    out = prompt.reshape(-1).long().cpu()
+    dev = next(model.parameters()).device
     was = model.training
     model.eval()
     try:
         for _ in range(n):
-            logits = model(out[-model.cfg.seq:][None])[0, -1].float()
+            logits = model(out[-model.cfg.seq:][None].to(dev))[0, -1].float().cpu()
             if temperature == 0:
                 nxt = logits.argmax().reshape(1)
             else:
