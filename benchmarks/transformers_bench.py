@@ -9,7 +9,8 @@ time ratio moves with it.
    hand, vocabulary-parallel embedding, head and cross-entropy) against torch's
    ``parallelize_module`` (``ColwiseParallel``/``RowwiseParallel`` on a device mesh; the
    embedding and head whole), same weights and batch, forward and backward, the two
-   alternated inside each worker (target: hand/library ≤ 1.2);
+   alternated inside each worker, plain TP and sequence-parallel (target: hand/library
+   ≤ 1.2), with the number of collectives the hand version calls per step;
 2. bytes on the wire per rank, measured by the wiretap / the formula, for tensor
    parallelism (``tp_bytes``), sequence parallelism (the same with ``sequence=True``),
    ring attention (``ring_bytes``) and Ulysses (``ulysses_bytes``), forward and backward
@@ -20,7 +21,9 @@ time ratio moves with it.
    recomputation), and per rank of the whole TP and SP model / ``activation_bytes``
    (target: within 10 % for every row);
 4. ring attention with the next K/V block in flight while the local block is computed
-   against the same ring waiting for each block first (time, forward and backward);
+   against the same ring waiting for each block first (time, forward and backward; on a
+   loaded 2-core machine gloo's copies over the loopback compete with the compute for the
+   same cores, so the gain is small and moves with the load);
 5. causal ring attention's busiest rank, zig-zag / naive: measured on the workers and
    counted for larger n (target: → 1/2 as n grows).
 """
@@ -37,6 +40,7 @@ import torch.nn.functional as F
 
 from ddl_lab.ml.gpt import GPTConfig, build_gpt
 from ddl_lab.runtime import Cluster
+from ddl_lab.runtime.wiretap import Wiretap
 from ddl_lab.transformers import memory as M
 from ddl_lab.transformers import ring as R
 from ddl_lab.transformers import sequence as S
@@ -49,16 +53,17 @@ BATCH = 8
 
 # ------------------------------------------------------------------ worker functions
 
-def step_times(cfg: GPTConfig, b: int, steps: int) -> dict[str, float]:
-    """Worker: median seconds of one forward and backward of the hand TP GPT and of torch's
-    ``parallelize_module`` GPT, built from the same weights, steps alternated."""
+def step_times(cfg: GPTConfig, b: int, steps: int, sequence: bool) -> dict[str, float]:
+    """Worker: median seconds of one forward and backward of the hand TP (``sequence``: SP)
+    GPT and of torch's ``parallelize_module`` GPT, built from the same weights, steps
+    alternated; and how many collectives the hand version calls per step."""
     from torch.distributed.tensor.parallel import parallelize_module
     rank, n = dist.get_rank(), dist.get_world_size()
-    hand = T.tp_gpt(build_gpt(cfg, 0), rank, n)
+    hand = T.tp_gpt(build_gpt(cfg, 0), rank, n, sequence)
     lib = build_gpt(cfg, 0)
     for block in lib.blocks:
         block.attn = T._SplitAttention(block.attn)
-    lib = parallelize_module(lib, T.device_mesh(), T._library_plan(cfg.layers, False))
+    lib = parallelize_module(lib, T.device_mesh(), T._library_plan(cfg.layers, sequence))
     idx, targets = T.batch(cfg, b, 0)
 
     def hand_step() -> None:
@@ -69,16 +74,19 @@ def step_times(cfg: GPTConfig, b: int, steps: int) -> dict[str, float]:
         lib.zero_grad(set_to_none=True)
         F.cross_entropy(lib(idx).reshape(-1, cfg.vocab), targets.reshape(-1)).backward()
 
+    with Wiretap() as tap:                         # a warm step, its collectives counted
+        hand_step()                                # (DTensor's go by functional collectives,
+    lib_step()                                     # which the wiretap does not see)
     times: dict[str, list[float]] = {"hand": [], "library": []}
-    for i in range(steps + 2):                     # two warm steps left out
+    for i in range(steps + 1):                     # one more warm step left out
         for name, step in (("hand", hand_step), ("library", lib_step)):
             dist.barrier()
             t0 = time.perf_counter()
             step()
             dist.barrier()
-            if i >= 2:
+            if i:
                 times[name].append(time.perf_counter() - t0)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    return {"hand calls": len(tap.ops), **{k: float(np.median(v)) for k, v in times.items()}}
 
 
 def ring_times(b: int, a: int, s: int, d: int, repeats: int) -> dict[bool, float]:
@@ -104,12 +112,17 @@ def ring_times(b: int, a: int, s: int, d: int, repeats: int) -> dict[bool, float
 
 def tp_time(clusters: dict[int, Cluster], steps: int) -> None:
     print(f"\n1. step time, GPT {CFG.layers}×{CFG.hidden} ({CFG.heads} heads), s = {CFG.seq}, "
-          f"batch {BATCH}: median of {steps} alternated steps, slowest rank")
+          f"batch {BATCH}: median of {steps} alternated steps, slowest rank (the hand version "
+          "splits the embedding, head and cross-entropy by vocabulary; the library's plan keeps "
+          "them whole on every rank)")
     for n, c in clusters.items():
-        runs = c.run(step_times, CFG, BATCH, steps)
-        h, lib = (max(r[k] for r in runs) for k in ("hand", "library"))
-        print(f"   n = {n}: hand {1e3 * h:6.1f} ms, parallelize_module {1e3 * lib:6.1f} ms: "
-              f"hand/library = {h / lib:.2f} ({'met' if h / lib <= 1.2 else 'MISSED'}: ≤ 1.2)")
+        for sequence in (False, True):
+            runs = c.run(step_times, CFG, BATCH, steps, sequence)
+            h, lib = (max(r[k] for r in runs) for k in ("hand", "library"))
+            print(f"   n = {n}, {'SP' if sequence else 'TP'}: hand {1e3 * h:6.1f} ms, "
+                  f"parallelize_module {1e3 * lib:6.1f} ms: hand/library = {h / lib:.2f} "
+                  f"({'met' if h / lib <= 1.2 else 'MISSED'}: ≤ 1.2); the hand version's "
+                  f"collectives per step: {runs[0]['hand calls']:.0f}")
 
 
 def _ratios(label: str, measured: list[list[float]], formula: list[list[float]]) -> list[float]:
@@ -168,6 +181,10 @@ def activations(clusters: dict[int, Cluster]) -> None:
     paper = M.korthikanti(s, b, h, a) / M.formula(s, b, h, a, torch.bfloat16, True)
     print(f"   paper's sbh(34 + 5as/h) / this block's bf16 with dropout at {(s, b, h, a)}: "
           f"{paper:.4f}")
+    direct = [r.measured / M.korthikanti(r.s, r.b, r.h, r.a) for r in rows
+              if r.dtype == "bf16" and r.dropout and r.recompute == "none"]
+    print(f"   bf16 with dropout, no recomputation: measured / sbh(34 + 5as/h) itself = "
+          f"{min(direct):.4f}–{max(direct):.4f}")
     print("   whole model per rank (TP, SP), measured / activation_bytes:")
     for n, c in clusters.items():
         for sequence in (False, True):
