@@ -2,7 +2,8 @@
 and the activations it keeps, for a drawn TP × SP × CP configuration (reasoning), and a
 choice of the three degrees under a per-rank memory budget (design).
 
-The accounting (``costs``) is the lesson's formulas put together: tensor parallelism of t
+The accounting (``_costs``, private: it answers task 3 as it stands) is the lesson's
+formulas put together: tensor parallelism of t
 ranks with its sequence-parallel form in the paper's shape (``tensor.tp_bytes``,
 ``sequence.activation_bytes`` with ``regather``: every activation cut t-fold), on the s/c
 tokens a rank of a context-parallel group of c holds; the ring's K/V blocks of the rank's
@@ -29,10 +30,10 @@ from ddl_lab.runtime.costs import sent_bytes
 
 from . import _answers as answers
 from ._core import fail, judge, on_workers
-from ._diagnose import Case, apart, explain, refuse_package_copy, returned_none
+from ._diagnose import Case, apart, explain, returned_none
 from ._trial import Trial
 
-__all__ = ["costs", "rank_params", "transformer_bytes", "parallel_plan"]
+__all__ = ["rank_params", "transformer_bytes", "parallel_plan"]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _ARGS = ("vocab", "s", "b", "h", "a", "L", "dtype", "tp", "sp", "cp")
@@ -49,7 +50,7 @@ def rank_params(vocab: int, s: int, h: int, L: int, t: int) -> int:
     return (end - start) * h + s * h + L * block + 2 * h
 
 
-def costs(vocab: int, s: int, b: int, h: int, a: int, L: int, dtype: str, tp: int, sp: bool,
+def _costs(vocab: int, s: int, b: int, h: int, a: int, L: int, dtype: str, tp: int, sp: bool,
           cp: int, mistake: str = "") -> tuple[float, float]:
     """(bytes rank 0 sends in one forward and backward, activation bytes it keeps after the
     forward) by the lesson's accounting; ``mistake`` names a wrong accounting the checks
@@ -112,12 +113,6 @@ _MISTAKES = {
 }
 
 
-def _refuse(fn: Callable, task: str) -> None:
-    """The accounting itself is no answer (until the lead declares these checks with
-    ``@task("transformers", refuses=...)``, they refuse it here)."""
-    judge(refuse_package_copy(fn, task, costs, plan_costs))
-
-
 def _call(name: str, p: dict) -> str:
     return f"{name}({', '.join(f'{k}={p[k]!r}' for k in _ARGS)})"
 
@@ -144,7 +139,7 @@ def _judge_bytes(name: str, case: Case, sent: float, kept: float,
                                     ("activations", kept, want[1], 1)):
         if _same(got, right):
             continue
-        hint = explain(got, [(msg, costs(*(p[k] for k in _ARGS), mistake=m)[index])
+        hint = explain(got, [(msg, _costs(*(p[k] for k in _ARGS), mistake=m)[index])
                              for m, msg in _MISTAKES.items()], rtol=1e-6, right=right)
         shown, wanted = apart(got, right, ",")
         fail(f"{call} returned {what} = {shown} bytes, {how} {wanted} ({case})"
@@ -196,7 +191,6 @@ def transformer_bytes(my_transformer_bytes: Callable, seed: int = 0) -> None:
     parallelism of degree tp (``sp``: its sequence-parallel form, the column-parallel inputs
     kept as shards), context parallelism of degree cp by ring attention. Judged against
     the accounting on drawn configurations, and on one that runs on real workers."""
-    _refuse(my_transformer_bytes, "transformer_bytes")
     trial = Trial("transformer_bytes", my_transformer_bytes, seed, [REAL, *FIXED_BYTES],
                   draws=10, draw=_draw_bytes)
     name = trial.name
@@ -204,7 +198,7 @@ def transformer_bytes(my_transformer_bytes: Callable, seed: int = 0) -> None:
         p = case.params
         sent, kept = _answer(trial.call(case, *(p[k] for k in _ARGS)), name,
                              _call(name, p), case)
-        want = costs(*(p[k] for k in _ARGS))
+        want = _costs(*(p[k] for k in _ARGS))
         _judge_bytes(name, case, sent, kept, want, "the lesson's accounting says")
         if case.index == 0:
             m_sent, m_kept, _ = _measured(*(p[k] for k in _ARGS[:-1]))
@@ -233,8 +227,8 @@ def options(p: dict) -> list[tuple[int, bool, int]]:
     return out
 
 
-def plan_costs(p: dict, plan: tuple[int, bool, int]) -> tuple[float, float]:
-    return costs(*(p[k] for k in _PLAN_ARGS[:7]), *plan)
+def _plan_costs(p: dict, plan: tuple[int, bool, int]) -> tuple[float, float]:
+    return _costs(*(p[k] for k in _PLAN_ARGS[:7]), *plan)
 
 
 def _budget(p: dict, rng: np.random.Generator, real: bool) -> dict | None:
@@ -242,7 +236,7 @@ def _budget(p: dict, rng: np.random.Generator, real: bool) -> dict | None:
     that the fitting options' bytes are either within 5 % of the least or 15 % over it; for
     ``real``, one that only plans without context parallelism meet."""
     opts = options(p)
-    cost = {o: plan_costs(p, o) for o in opts}
+    cost = {o: _plan_costs(p, o) for o in opts}
     kept = sorted({k for _, k in cost.values()})
     if len(kept) < 2:
         return None
@@ -300,7 +294,6 @@ def parallel_plan(my_parallel_plan: Callable, seed: int = 0) -> None:
     no more than 10 % over the least any fitting plan sends. The first case runs on real
     workers (activations, bytes, and loss and gradients equal to one process); the others,
     drawn far from the lesson's sizes, are judged by the accounting."""
-    _refuse(my_parallel_plan, "parallel_plan")
     trial = Trial("parallel_plan", my_parallel_plan, seed, draws=6, draw=_draws(), plan=True)
     name = trial.name
     plans = [_choice(trial.call(c, *(c.params[k] for k in _PLAN_ARGS),
@@ -328,7 +321,7 @@ def _judge_plan(name: str, case: Case, plan: tuple[int, bool, int],
     if plan not in options(p):
         fail(f"{chose}: not a plan this model allows — tp must divide the {p['a']} heads, cp "
              f"the sequence of {p['s']} and, with sp, tp the cp-th of it.{unseen}")
-    sent, kept = plan_costs(p, plan)
+    sent, kept = _plan_costs(p, plan)
     how = "by the lesson's accounting"
     if measured is not None:
         sent, kept, same = measured
@@ -339,9 +332,9 @@ def _judge_plan(name: str, case: Case, plan: tuple[int, bool, int],
         fail(f"{chose}: a rank keeps {kept:,.0f} bytes of activations ({how}), over the "
              f"budget of {p['budget']:,}. Sequence parallelism cuts every activation by t; "
              f"context parallelism cuts the tokens a rank holds by c.{unseen}")
-    fits = [o for o in options(p) if plan_costs(p, o)[1] <= p["budget"]]
-    best = min(fits, key=lambda o: plan_costs(p, o)[0])
-    least = plan_costs(p, best)[0]
+    fits = [o for o in options(p) if _plan_costs(p, o)[1] <= p["budget"]]
+    best = min(fits, key=lambda o: _plan_costs(p, o)[0])
+    least = _plan_costs(p, best)[0]
     if sent > (1 + OVER) * least * (1 + 1e-9):
         fail(f"{chose}: a rank sends {sent:,.0f} bytes a step ({how}), "
              f"{sent / least - 1:.0%} more than tp={best[0]}, sp={best[1]}, cp={best[2]} "
