@@ -174,9 +174,11 @@ def _ring_mistakes(spec: dict, r: int) -> dict[str, np.ndarray]:
                 blocks(owners, lambda t, j: sizes[r] * j + np.arange(sizes[j])), causal)
         named["no causal mask: with causal=True a query at position i sees only the keys at "
               "positions ≤ i"] = _attend(qr, pos[r], right, False)
+    stuck = [r] + [(r - 1) % n] * (n - 1)           # what a rank holds if none is passed on
     named["K/V not forwarded: every rank passed on its own block at every hop, so it kept "
           "receiving the previous rank's block — pass on the block you just received"] = \
-        _attend(qr, pos[r], blocks([r] + [(r - 1) % n] * (n - 1)), causal)
+        lambda got: any(same(_attend(qr, pos[r], blocks(stuck, where), causal), got) for where
+                        in (lambda t, j: pos[j], lambda t, j: pos[owners[t]]))
     named["only this rank's own block was attended: the K/V blocks must travel round the ring, "
           "n − 1 hops, each merged as it arrives"] = _attend(qr, pos[r], blocks([r]), causal)
     for j in owners:
@@ -239,8 +241,8 @@ def _run(trial: Trial, body: Callable, specs: list[dict], failure: Callable,
          *faults: Callable) -> None:
     """Every case of ``trial`` on its world, up to the first that goes wrong, named."""
     name = trial.name
-    outcomes = trial.run(body, [(s["p"], (trial.fn, s)) for s in specs])
-    for o, spec, case in zip(outcomes, specs, trial):
+    for spec, case in zip(specs, trial):              # one world at a time: a crash in a
+        o = trial.run(body, [(spec["p"], (trial.fn, spec))])[0]      # later case waits its turn
         f = o.failure
         if f is not None:
             if f.kind == "stub":
@@ -337,7 +339,9 @@ def _vocab_mistakes(spec: dict, r: int) -> dict[str, Any]:
             "a local max: each rank subtracted its own slice's max, so the ranks' sums of "
             "e^(z − max) are on different scales and cannot be added — all_reduce the max "
             "(ReduceOp.MAX) first, then subtract that global max everywhere":
-                np.mean(mine + np.log(np.exp(z - mine[:, None]).sum(1)) - picked),
+                lambda got: any(same(np.mean(mine + np.log(x) - picked), got) for x in (
+                    sum(np.exp(z[:, a:b] - z[:, a:b].max(1)[:, None]).sum(1) for a, b in cuts),
+                    np.exp(z - mine[:, None]).sum(1))),
             "a local sum: the sum of exponentials covers only this rank's slice of the "
             "vocabulary — all_reduce it (after subtracting the global max) so that the "
             "softmax's denominator spans every id":
@@ -368,8 +372,8 @@ def _vocab_fault(got: list[dict], spec: dict, name: str) -> str | None:
                     "number (a 0-d tensor or a float), the same on every rank.")
         value = float(np.asarray(loss, dtype=np.float64).reshape(()))
         if not np.isfinite(value):
-            return (f"rank {r} returned {value}: e^z overflowed — with logits near "
-                    f"{spec['offset'] + spec['scale']:g}, exponentials must be taken of z − "
+            return (f"rank {r} returned {value}: e^z overflowed — with logits up to "
+                    f"{np.abs(spec['logits']).max():.4g}, exponentials must be taken of z − "
                     "max, the max over the whole vocabulary (an all_reduce with ReduceOp.MAX), "
                     "so that every term is at most 1")
         if same(want, loss):
