@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core import fail, passed, task
+from ._core import CheckFailed, fail, passed, task
 from ._diagnose import Case, apart, describe_value, differs, explain, same
 from ._trial import Trial
 
@@ -212,6 +212,12 @@ def _ring_fault(got: list[dict], spec: dict, name: str) -> str | None:
 
 def _ring_failure(text: str, spec: dict, name: str) -> str | None:
     if (seen := _guard_text(text)) is None:
+        n, s = spec["n"], spec["s"]
+        if s % n and any(w in text for w in ("Connection closed", "died", "size doesn't match")):
+            return (f"a block arrived into a receive buffer of another length: with s = {s} on "
+                    f"{n} ranks the first {s % n} slices are one position longer, so size each "
+                    "receive by the length of the block it gets (after t hops, rank (r − t − 1) "
+                    "mod n's) — or a block was passed on other than the one just received")
         return None
     kind, r, said = seen
     if kind == "gather":
@@ -242,7 +248,11 @@ def _run(trial: Trial, body: Callable, specs: list[dict], failure: Callable,
     """Every case of ``trial`` on its world, up to the first that goes wrong, named."""
     name = trial.name
     for spec, case in zip(specs, trial):              # one world at a time: a crash in a
-        o = trial.run(body, [(spec["p"], (trial.fn, spec))])[0]      # later case waits its turn
+        try:                                            # later case waits its turn
+            o = trial.run(body, [(spec["p"], (trial.fn, spec))])[0]
+        except CheckFailed as e:                        # the workers died: named if it can be
+            named = failure(str(e), spec, name)
+            fail(f"{named} ({e}) [{case}]" if named else f"{e} [{case}]")
         f = o.failure
         if f is not None:
             if f.kind == "stub":

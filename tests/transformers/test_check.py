@@ -278,3 +278,33 @@ def test_vocab_cross_entropy(solution, capsys):
 def test_vocab_cross_entropy_names_the_mistake(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.vocab_cross_entropy(wrong)
+
+
+def sized_as_mine(q, k, v, causal):
+    """Every receive sized like this rank's own slice: wrong once n does not divide s."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    kv, out, m, z = torch.stack([k, v]), torch.zeros_like(q), None, None
+    for t in range(n):
+        s = q @ kv[0].transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if causal:                                  # slices assumed all this long
+            mine, theirs = (torch.arange(q.shape[2]) + j * q.shape[2] for j in (rank, (rank - t) % n))
+            s = s.masked_fill(theirs[None, :] > mine[:, None], -math.inf)
+        m_new = s.amax(-1) if m is None else torch.maximum(m, s.amax(-1))
+        p = torch.exp(s - m_new[..., None])
+        scale = torch.zeros_like(m_new) if m is None else torch.exp(m - m_new)
+        z = p.sum(-1) + (0 if m is None else scale * z)
+        out, m = scale[..., None] * out + p @ kv[1], m_new
+        if t < n - 1:
+            got = torch.empty_like(kv)
+            reqs = [dist.isend(kv, (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]
+            for r in reqs:
+                r.wait()
+            kv = got
+    return out / z[..., None]
+
+
+def test_ring_attention_names_a_receive_of_the_wrong_length():
+    """Right on the even cases, then a crash on the uneven one, named."""
+    with pytest.raises(CheckFailed, match=r"receive buffer of another length: with s = 10 on 4 "
+                       r"ranks the first 2 slices are one position longer.*case 2"):
+        check.ring_attention(sized_as_mine)
