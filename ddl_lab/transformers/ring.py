@@ -39,7 +39,7 @@ from ddl_lab.runtime import device
 from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["Chunk", "split_sizes", "layout", "positions", "take", "place", "tiles_work",
-           "ring_work", "balance_ratio", "RingStep", "RingRecorder", "ring_attention", "ring_bytes",
+           "ring_work", "balance_ratio", "RingStep", "RingRecorder", "ring_bytes",
            "ring_case", "inputs"]
 
 Chunk = tuple[int, int]                   # global positions [start, stop)
@@ -290,14 +290,14 @@ class _RingAttention(torch.autograd.Function):
         return dq, dkv[0], dkv[1], None, None, None, None
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: int,
-                   causal: bool = True, zigzag: bool = False, overlap: bool = True,
-                   recorder: RingRecorder | None = None) -> torch.Tensor:
+def _ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: int,
+                    causal: bool = True, zigzag: bool = False, overlap: bool = True,
+                    recorder: RingRecorder | None = None) -> torch.Tensor:
     """softmax(q kᵀ/√d) v for this rank's queries against the whole sequence of ``seq``
     positions, on the default group's ranks (worker code). q, k, v: (b, a, s_r, d), this
     rank's slice as ``layout(seq, n, zigzag)`` gives it. ``overlap=False`` waits for each
     block before computing (the benchmark's baseline). Differentiable (backward: the ring
-    again)."""
+    again). Private: lesson 12's graded task 1 asks for its forward (``ring_case`` runs it)."""
     chunks = layout(seq, dist.get_world_size(), zigzag)
     want = _length(chunks[dist.get_rank()])
     if not q.shape[2] == k.shape[2] == v.shape[2] == want:
@@ -346,7 +346,7 @@ def ring_case(b: int, a: int, s: int, d: int, causal: bool = True, zigzag: bool 
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     recorder = RingRecorder()
     with Wiretap() as forward:
-        out = ring_attention(q, k, v, s, causal, zigzag, overlap, recorder)
+        out = _ring_attention(q, k, v, s, causal, zigzag, overlap, recorder)
     with Wiretap() as backward:
         out.backward(grad)
     return {"rank": rank, **_home(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad),

@@ -45,7 +45,7 @@ from ddl_lab.runtime.wiretap import Wiretap
 from ddl_lab.transformers.sequence import (gather_sequence, gathered_linear, scatter_sequence,
                                            sequence_slice)
 from ddl_lab.transformers.vocab import (VocabParallelEmbedding, loss_dtype,
-                                        vocab_parallel_cross_entropy)
+                                        _vocab_parallel_cross_entropy)
 
 __all__ = ["TPAttention", "TPMLP", "TPBlock", "TPGPT", "tp_block", "tp_gpt", "split_of",
            "unshard", "differences", "tp_bytes", "batch", "one_process", "tp_step", "library_step"]
@@ -196,7 +196,7 @@ class TPGPT(nn.Module):
         return F.linear(x, self.tok.weight)
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return vocab_parallel_cross_entropy(self(idx), targets, self.tok.start)
+        return _vocab_parallel_cross_entropy(self(idx), targets, self.tok.start)
 
 
 def tp_gpt(model: GPT, rank: int, n: int, sequence: bool = False,

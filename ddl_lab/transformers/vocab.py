@@ -8,7 +8,8 @@ by at most one row, so V need not divide by n):
   *partial sum* of the embeddings, and one allreduce (or, under sequence parallelism, one
   reduce-scatter) adds them: every id was found on exactly one rank.
 - **head** (tied): this rank's logits are ln_f(x) · tok_rᵀ, its slice of the vocabulary.
-- **cross-entropy** (``vocab_parallel_cross_entropy``): log Σ_v e^{z_v} − z_target needs the
+- **cross-entropy** (``_vocab_parallel_cross_entropy``, private: lesson 12's graded task 2
+  asks for it): log Σ_v e^{z_v} − z_target needs the
   whole vocabulary, but only three numbers per token cross the wire: the max (an allreduce
   with MAX, so that no rank's exponentials overflow), the sum of exponentials (an allreduce),
   and the target's logit (each rank contributes it if it holds the target, else 0; an
@@ -22,8 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["vocab_range", "VocabParallelEmbedding", "vocab_parallel_cross_entropy",
-           "loss_dtype"]
+__all__ = ["vocab_range", "VocabParallelEmbedding", "loss_dtype"]
 
 
 def vocab_range(vocab: int, rank: int, n: int) -> tuple[int, int]:
@@ -92,7 +92,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         return (g * (grad / g.shape[0])).to(ctx.dtype), None, None
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+def _vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
                                  start: int) -> torch.Tensor:
     """Mean next-token cross-entropy over every position from this rank's logits (…, V_r) —
     the vocabulary ids start … start + V_r − 1 — and the targets (…): equal on every rank

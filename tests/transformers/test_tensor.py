@@ -49,7 +49,7 @@ def _vocab_loss(logits: torch.Tensor, targets: torch.Tensor) -> dict:
     import torch.distributed as dist
     start, end = V.vocab_range(logits.shape[-1], dist.get_rank(), dist.get_world_size())
     mine = logits[..., start:end].clone().requires_grad_()
-    loss = V.vocab_parallel_cross_entropy(mine, targets, start)
+    loss = V._vocab_parallel_cross_entropy(mine, targets, start)
     loss.backward()
     return {"loss": loss.detach(), "grad": mine.grad}
 
