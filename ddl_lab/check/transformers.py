@@ -10,9 +10,10 @@ import numpy as np
 
 from ._core import CheckFailed, fail, passed, task
 from ._diagnose import Case, apart, describe_value, differs, explain, same
+from . import _transformers_plan as _plan
 from ._trial import Trial
 
-__all__ = ["ring_attention", "vocab_cross_entropy"]
+__all__ = ["ring_attention", "vocab_cross_entropy", "transformer_bytes", "parallel_plan"]
 
 _PKG = "ddl_lab.transformers"
 GUARD = "[wiretap]"
@@ -418,3 +419,10 @@ def vocab_cross_entropy(my_vocab_ce: Callable, seed: int = 0, timeout: float = 2
     passed("vocab_cross_entropy", f"{len(trial)} cases (2–4 ranks, uneven vocabulary slices, "
            "logits up to ~1,000 where e^z overflows, float32 and float64): every rank's loss "
            "equals F.cross_entropy on the full logits, and no rank gathered them")
+
+
+# ------------------------------------------------ tasks 3 and 4: the accounting, and a plan
+# written in _transformers_plan.py (this module holds the ring and the vocabulary)
+
+transformer_bytes = task("transformers")(_plan.transformer_bytes)
+parallel_plan = task("transformers")(_plan.parallel_plan)
