@@ -47,7 +47,8 @@ def plot_measured(labels: Sequence[str], measured: Sequence[float], formula: Seq
     ax.bar(x + w / 2, np.asarray(formula, float) / scale, w, label="formula", color="0.65")
     ax.set_xticks(x, labels, fontsize=8)
     ax.set(ylabel=unit, title=title)
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.25 * ax.get_ylim()[1])           # room for the legend above the bars
+    ax.legend(fontsize=8, ncol=2, loc="upper center")
     return ax
 
 
