@@ -10,7 +10,8 @@ Large batches: R = 1, 2, 4 workers with 32 examples each (global batch 32, 64, 1
 digits MLP for 150 steps under three learning-rate rules (none, linear scaling, linear +
 warm-up; Goyal et al. 2017); printed: the final test accuracy on R workers over that on one
 (median of ``--seeds``), the steps to a training loss of 1.0, and the gradient noise scale
-B_noise (McCandlish et al. 2018) with the step ratio S(B)/S(2B) it predicts.
+B_simple = tr(Σ)/|G|² (McCandlish et al. 2018's simple noise scale) with the step ratio
+S(B)/S(2B) it predicts.
 """
 from __future__ import annotations
 
@@ -84,9 +85,9 @@ def large_batches(seeds: int) -> None:
               + ", ".join(f"{x:.0f}" for x in steps))
     for t in (0, 30, 150):
         ns = B.digits_noise(steps_trained=t, n=512)
-        doubling = [B.predicted_steps(b, ns.b_noise, 1) / B.predicted_steps(2 * b, ns.b_noise, 1)
+        doubling = [B.predicted_steps(b, ns.b_simple, 1) / B.predicted_steps(2 * b, ns.b_simple, 1)
                     for b in (32, 64)]
-        print(f"B_noise after {t:>3} steps: {ns.b_noise:.0f} examples → S(B)/S(2B) predicted "
+        print(f"B_simple after {t:>3} steps: {ns.b_simple:.0f} examples → S(B)/S(2B) predicted "
               f"{doubling[0]:.2f} for 32 → 64, {doubling[1]:.2f} for 64 → 128")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 

@@ -8,7 +8,7 @@ one registry that progress, the site, grading and the generic tests read. A chec
 not listed here, or is listed under another lesson, fails ``tests/tools/test_tasks.py``.
 """
 from ._core import CheckFailed
-from .welcome import rank, sum_of_ranks, darts_per_rank, pi_plan
+from .welcome import rank, offsets, darts_per_rank, pi_plan
 from .gradient_descent import (batch_gradient, minibatch_sgd_epoch, adagrad_step,
                                learning_rate, best_step, sgd_plan, adamw_step)
 from .parallel_models import threaded_sum, next_chunk, amdahl_bound, dynamic_chunk
@@ -29,7 +29,7 @@ from .capstone import budget_bytes, capstone
 
 __all__ = [
     "CheckFailed",
-    "rank", "sum_of_ranks", "darts_per_rank", "pi_plan",
+    "rank", "offsets", "darts_per_rank", "pi_plan",
     "batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate", "best_step",
     "sgd_plan", "adamw_step",
     "threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk",

@@ -1,5 +1,6 @@
 """The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"): dtype-fair comparison
-(``differs``), named mistakes (``explain``, ``factor_of``), answers in the learner's terms
+(``differs``; ``apart`` prints expected and got with the digits that tell them apart), named
+mistakes (``explain``, ``factor_of``), answers in the learner's terms
 (``describe_value``, ``returned_none``, ``Snapshot``), seeded cases (``Cases``), the refusal
 of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
 from __future__ import annotations
@@ -137,7 +138,8 @@ def differs(expected: Any, got: Any, rtol: float | None = None,
     if not np.isfinite(g64[idx]):
         return (f"element {where} is {g64[idx]}, expected {_fmt(e64[idx])} — a nan/inf "
                 f"({int((~np.isfinite(g64)).sum())} of {g.size} elements are not finite)")
-    return (f"element {where} is {_fmt(g64[idx])}, expected {_fmt(e64[idx])} "
+    got_text, want_text = apart(g64[idx], e64[idx])
+    return (f"element {where} is {got_text}, expected {want_text} "
             f"({int(bad.sum())} of {bad.size} elements differ)")
 
 
@@ -145,8 +147,22 @@ def same(expected: Any, got: Any, rtol: float | None = None, scale: float | None
     return differs(expected, got, rtol, scale) is None
 
 
-def _fmt(x: Any) -> str:
-    return f"{x:.6g}" if not isinstance(x, complex) else str(x)
+def _fmt(x: Any, digits: int = 6, spec: str = "") -> str:
+    return f"{x:{spec}.{digits}g}" if not isinstance(x, complex) else str(x)
+
+
+def apart(got: Any, expected: Any, spec: str = "") -> tuple[str, str]:
+    """``got`` and ``expected`` as a message prints them (``spec``: e.g. ',' for thousands):
+    6 significant digits, more until the two read differently — a message never shows the
+    same text for both; values whose 17 digits agree get their difference appended."""
+    for digits in range(6, 18):
+        g, e = _fmt(got, digits, spec), _fmt(expected, digits, spec)
+        if g != e:
+            return g, e
+    try:
+        return f"{g} (differing by {float(got) - float(expected):.3g})", e
+    except TypeError:
+        return f"{g} (differing by {got - expected})", e
 
 
 # ------------------------------------------------------------------ named mistakes

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 from . import _answers as answers
 from ._core import fail
 from ._trial import Trial
-from ._diagnose import only_right_for, tolerance
+from ._diagnose import apart, only_right_for, tolerance
 
 Formula = Callable[..., Any]
 
@@ -56,7 +56,8 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
         if why is None and guess is not None and (why := guess(value, values)):
             why += others
         why = why or hint + others
-        fail(f"{call} returned {value:.6g}{unit}, expected {expected:.6g}{unit} ({case}): "
+        shown, wanted = apart(value, expected)
+        fail(f"{call} returned {shown}{unit}, expected {wanted}{unit} ({case}): "
              + (why if why[-1] in ".?!" else why + "."))
 
 

@@ -15,7 +15,7 @@ from ddl_lab.capstone.budget import BUDGET, Budget, size_text
 from ddl_lab.capstone.meter import PlanFailed, Result, fp32_allreduce_bytes, measure
 from ._answers import scalar, whole
 from ._core import fail, passed, run_beside, task, worded
-from ._diagnose import Case, Cases, as_array, explain, returned_none, same
+from ._diagnose import Case, Cases, apart, as_array, explain, returned_none, same
 from ._trial import Trial
 
 __all__ = ["budget_bytes", "capstone"]
@@ -118,7 +118,8 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
     here = _bytes_mistakes(case.params)
     hint = (next((m for m in here if explains(m)), None)
             or explain(_typed(got), here))
-    return (f"{name} returned {value:,.6g} bytes, expected {want:,.6g}"
+    shown, wanted = apart(value, want, ",")
+    return (f"{name} returned {shown} bytes, expected {wanted}"
             + (f" — {hint}" if hint else ": ⌈steps/period⌉ allreduces of params·value_bytes "
                "bytes, each charged 2(n−1)/n of it") + f" ({case})")
 

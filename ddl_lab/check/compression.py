@@ -152,7 +152,7 @@ def _conservation(fn: Callable, name: str, tau: float) -> tuple[int, float]:
     return count, err
 
 
-# ------------------------------------------------------- task 2: 1-bit with error feedback
+# ------------------------------------------------------- task 1: 1-bit with error feedback
 
 class LearnerOneBitEF(ErrorFeedback):
     """The learner's ``(grad, residual) -> (q, residual)`` as a compressor: q is ±scale, so
@@ -184,7 +184,7 @@ def _train(compressor: Any, epochs: int) -> Any:
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                           world_size: int = 4, epochs: int = 4,
                           min_accuracy: float = 0.85) -> None:
-    """Lesson 08, task 2: ``my_error_feedback_onebit(grad, residual)`` returns (q, new_residual)
+    """Lesson 08, task 1: ``my_error_feedback_onebit(grad, residual)`` returns (q, new_residual)
     with v = grad + residual, q = mean|v|·sign(v) (sign(0) = +1), new_residual = v − q; then
     it trains the digits MLP on ``world_size`` real workers."""
     trial = Trial("error_feedback_onebit", my_error_feedback_onebit, seed, [
@@ -277,7 +277,7 @@ def _answer(trial: Trial, case: Case, args: tuple, unchanged: dict[str, Any],
     return _parts(out, names, trial.name) if names else out
 
 
-# ------------------------------------------------------------------ task 3: QSGD
+# ------------------------------------------------------------------ task 2: QSGD
 
 DRAWS = 3000
 BIAS_LIMIT = 5.0        # standard errors
@@ -306,7 +306,7 @@ def _qsgd_ref(v: np.ndarray, s: int, u: np.ndarray, norm: float | None = None) -
 
 @task("compression", refuses=(_PACKAGE, "qsgd_levels", "_qsgd_levels"))
 def qsgd_rounding(my_qsgd_rounding: Callable, seed: int = 0) -> None:
-    """Lesson 08, task 3: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
+    """Lesson 08, task 2: ``my_qsgd_rounding(v, s, u)`` returns QSGD's signed integer levels:
     with r = |v|/‖v‖₂·s, level = ⌊r⌋ + 1 if u < r − ⌊r⌋ else ⌊r⌋, times sign(v)."""
     trial = Trial("qsgd_rounding", my_qsgd_rounding, seed, [
         {"d": 256, "s": 4, "dtype": "float32", "scale": 1.0},
@@ -407,7 +407,7 @@ def _bias(trial: Trial, v: torch.Tensor, s: int, case: Case | None, strict: bool
     return worst
 
 
-# ------------------------------------------------------------ task 4: index coding
+# ------------------------------------------------------------ task 3: index coding
 
 _INDEX_FIXED = [[], [137], [5, 6, 300], [0], [0, 1, 2], [127, 255, 16_383, 32_767, 32_768],
                 [5, 16_389, 2_113_541, 270_549_125, 2_147_483_647]]
@@ -432,7 +432,7 @@ def _index_array(case: Case) -> np.ndarray:
 
 @task("compression", refuses=(_PACKAGE, "varint_encode", "encode_indices", "_varint_encode"))
 def index_coding(my_index_coding: Callable, seed: int = 0) -> None:
-    """Lesson 08, task 4: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
+    """Lesson 08, task 3: ``my_index_coding(indices)`` codes sorted indices as gaps (the first
     index itself, then i_k − i_{k−1}) in LEB128 varints: low 7 bits first, high bit set on
     every byte but a number's last."""
     fixed = [{"indices": i, "dtype": "int64"} for i in _INDEX_FIXED]
@@ -501,7 +501,7 @@ def _coding_fault(data: bytes, gaps: np.ndarray, idx: np.ndarray) -> str:
             "follow them: write nothing after the last gap")
 
 
-# ------------------------------------------------- task 7: gossip, one D-PSGD step on a ring
+# ------------------------------------------------- task 6: gossip, one D-PSGD step on a ring
 
 STEPS = 3                   # steps in a row on each case's 2–5 real workers
 
@@ -653,7 +653,7 @@ def _failure(f: RankFailure, name: str, case: Case | None) -> str:
 
 @task("compression", refuses=("ddl_lab.compression", "_gossip_average", "gossip_worker"))
 def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) -> None:
-    """Lesson 08, task 7: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
+    """Lesson 08, task 6: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
     trial = Trial("gossip_step", my_gossip_step, seed, [

@@ -653,7 +653,8 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
 
 
 # ------------------------------------------------------------------ the gradient noise scale
-# B_noise = tr(Σ)/|G|² (McCandlish et al. 2018) from real per-example gradients of the digits
+# B_simple = tr(Σ)/|G|² (McCandlish et al. 2018: their B_noise = tr(HΣ)/(GᵀHG) with H ∝ I, which
+# stands in for B_noise in S(B) = S_min(1 + B_noise/B)) from real per-example gradients of the digits
 # MLP at several points of a training run, on drawn subsets, float32 or float64; two small
 # hand-made cases pin the edges (two examples; all gradients equal).
 
@@ -702,14 +703,14 @@ def _noise_grads(case: Case) -> torch.Tensor:
     return g.to(getattr(torch, p["dtype"]))
 
 
-def _b_max(b_noise: float, f: float) -> float:
-    """Largest B with S(B)/S(2B) ≥ f, S(B) = S_min(1 + B_noise/B): B_noise(2 − f)/(2(f − 1))."""
-    return b_noise * (2 - f) / (2 * (f - 1))
+def _b_max(b_simple: float, f: float) -> float:
+    """Largest B with S(B)/S(2B) ≥ f, S(B) = S_min(1 + B_simple/B): B_simple(2 − f)/(2(f − 1))."""
+    return b_simple * (2 - f) / (2 * (f - 1))
 
 
-def _halving(b_noise: float, B: int = 32) -> float:
+def _halving(b_simple: float, B: int = 32) -> float:
     """S(B)/S(2B): what doubling a batch of B does to the steps."""
-    return (1 + b_noise / B) / (1 + b_noise / (2 * B))
+    return (1 + b_simple / B) / (1 + b_simple / (2 * B))
 
 
 def _ratio(a: float, b: float) -> float:
@@ -717,8 +718,8 @@ def _ratio(a: float, b: float) -> float:
 
 
 def _noise_answers(g: np.ndarray, f: float) -> tuple[tuple[float, float], dict[str, tuple]]:
-    """The right (B_noise, B_max) of an (N, d) float64 array, and the named wrong answers:
-    the (B_noise, B_max) each gives (None: any value)."""
+    """The right (B_simple, B_max) of an (N, d) float64 array, and the named wrong answers:
+    the (B_simple, B_max) each gives (None: any value)."""
     mean, n = g.mean(0), len(g)
     tr, tr0 = float(g.var(0, ddof=1).sum()), float(g.var(0).sum())     # unbiased, with N
     m2, sq = float(mean @ mean), float((g * g).sum(1).mean())            # |ḡ|², mean |g_i|²
@@ -731,15 +732,15 @@ def _noise_answers(g: np.ndarray, f: float) -> tuple[tuple[float, float], dict[s
         "divides by N − 1": (_ratio(tr0, m2 - tr0 / n), None),
         "you divided the mean squared norm E|g_i|² by |G|²: that counts |G|² itself as noise; "
         "tr(Σ) is the spread AROUND the mean (subtract ḡ first)": (_ratio(sq, g2), None),
-        "|G| is not squared: B_noise = tr(Σ)/|G|², a batch size (examples), not tr(Σ)/|G|":
+        "|G| is not squared: B_simple = tr(Σ)/|G|², a batch size (examples), not tr(Σ)/|G|":
             (_ratio(tr, np.sqrt(max(g2, 0.0))), None),
         "you used the variance of the MEAN gradient, tr(Σ)/N: the noise scale compares ONE "
         "example's noise with the signal": (_ratio(tr / n, g2), None),
-        "B_max is the critical batch B_noise itself whatever the factor: at B = B_noise "
+        "B_max is the critical batch B_simple itself whatever the factor: at B = B_simple "
         "doubling cuts the steps by 4/3 only; solve S(B)/S(2B) = factor for B": (b, b),
-        "B_max is upside down: from (1 + B_noise/B)/(1 + B_noise/(2B)) = f, "
-        "B = B_noise·(2 − f)/(2(f − 1))": (b, b * 2 * (f - 1) / (2 - f)),
-        "you solved S(B) = f·S_min (B = B_noise/(f − 1)); the question is when doubling the "
+        "B_max is upside down: from (1 + B_simple/B)/(1 + B_simple/(2B)) = f, "
+        "B = B_simple·(2 − f)/(2(f − 1))": (b, b * 2 * (f - 1) / (2 - f)),
+        "you solved S(B) = f·S_min (B = B_simple/(f − 1)); the question is when doubling the "
         "batch, S(B)/S(2B), still gives the factor f": (b, _ratio(b, f - 1)),
     }
 
@@ -751,9 +752,9 @@ def _noise_close(want: float, got: float, rtol: float) -> bool:
 @task("data_parallel", refuses=("ddl_lab.data_parallel", "gradient_noise", "digits_noise"))
 def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
     """Lesson 05, task 5: ``my_noise_scale(grads, factor)`` with ``grads`` an (N, d) tensor of
-    per-example gradients returns (B_noise, B_max): B_noise = tr(Σ)/|G|² with tr(Σ) the
+    per-example gradients returns (B_simple, B_max): B_simple = tr(Σ)/|G|² with tr(Σ) the
     unbiased (N − 1) per-coordinate variance summed and |G|² = |ḡ|² − tr(Σ)/N; B_max the
-    largest batch B at which doubling B still divides the steps S(B) = S_min(1 + B_noise/B)
+    largest batch B at which doubling B still divides the steps S(B) = S_min(1 + B_simple/B)
     by at least ``factor``."""
     trial = Trial("noise_scale", my_noise_scale, seed, _NOISE_FIXED, draws=3, draw=lambda rng: {
         "grads": "digits MLP", "steps": int(rng.choice(_STATES)),
@@ -764,8 +765,8 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
         g, f = _noise_grads(case), case.params["factor"]
         out = trial.call(case, g.clone(), f)
         if (got := answers.pair(out)) is None:
-            fail(returned_none(out, name, "(B_noise, B_max)",
-                               f"two numbers, (B_noise, B_max) ({case})."))
+            fail(returned_none(out, name, "(B_simple, B_max)",
+                               f"two numbers, (B_simple, B_max) ({case})."))
         g64 = g.double().numpy()
         want, mistakes = _noise_answers(g64, f)
         rtol = 2e-3 if g.dtype == torch.float32 else 1e-7
@@ -775,14 +776,14 @@ def noise_scale(my_noise_scale: Callable, seed: int = 0) -> None:
             continue
         hint = next((text for text, m in mistakes.items()
                      if all(w is None or _noise_close(w, x, rtol) for w, x in zip(m, got))), None)
-        which = "B_noise" if not _noise_close(want[0], got[0], rtol) else "B_max"
-        fail(f"{name} returned B_noise = {got[0]:.6g}, B_max = {got[1]:.6g}; expected "
+        which = "B_simple" if not _noise_close(want[0], got[0], rtol) else "B_max"
+        fail(f"{name} returned B_simple = {got[0]:.6g}, B_max = {got[1]:.6g}; expected "
              f"{want[0]:.6g} and {want[1]:.6g} ({which} is wrong) for {len(g64)} gradients of "
              f"{g64.shape[1]:,} entries, factor {f:g}"
              + (f": {hint}." if hint else ".") + f" ({case})")
     trial.passed(f"right on {len(trial)} cases (2 to 256 real per-example gradients of the "
                  f"digits MLP, float32 and float64, factors 1.1 to 1.9); the digits MLP's "
-                 f"B_noise measured {min(shown):.0f} to {max(shown):.0f} examples on these "
+                 f"B_simple measured {min(shown):.0f} to {max(shown):.0f} examples on these "
                  f"subsets, so doubling its batch of 32 cuts the steps S(B) = S_min(1 + "
-                 f"B_noise/B) by only {_halving(min(shown)):.2f}–{_halving(max(shown)):.2f}×, "
+                 f"B_simple/B) by only {_halving(min(shown)):.2f}–{_halving(max(shown)):.2f}×, "
                  "not 2×")

@@ -110,12 +110,17 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
              f"per rank.{hint}")
     if not all(isinstance(g, dict) and g.get("from rank") == w["from rank"]
                and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)):
-        if sorted(map(str, senders)) == sorted(map(str, range(n))):
+        if sorted(map(str, senders)) == sorted(map(str, range(n))) and \
+                list(map(str, senders)) != list(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
                  "any order (here the ANY_SOURCE receives got the latest rank first): receive "
                  "from each rank in turn (source=r), so that index r holds rank r's value.")
-        fail(f"the root returned {res!r:.200}; expected {want!r:.200}.")
+        i = next(i for i, (g, w) in enumerate(zip(res, want)) if not (
+            isinstance(g, dict) and g.get("from rank") == w["from rank"]
+            and np.array_equal(g.get("data"), w["data"])))
+        fail(f"the root's list at index {i} holds {res[i]!r:.200}; "
+             f"expected rank {i}'s value {want[i]!r:.200}, as rank {i} sent it.")
     for r, v in enumerate(got):
         if r != root and v is not None:
             fail(f"rank {r} returned {v!r:.60}; only the root returns the list, every other "
@@ -392,7 +397,9 @@ def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
 def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
     """Lesson 04, task 7: ``my_chain_bcast(comm, data, pieces)`` broadcasts rank 0's array
     down the chain 0 → 1 → … → n − 1 in ``pieces`` messages per link, each rank forwarding a
-    piece before it receives the next; every rank returns the whole array."""
+    piece before it receives the next; every rank returns the whole array. Judged by who
+    actually sent each message and how many numbers it carried, not by the source a receive
+    named."""
     trial = _trial("chain_bcast", my_chain_bcast, seed, [
         {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
         {"n": 4, "numel": 10, "pieces": 1}], lambda rng: {
@@ -590,7 +597,8 @@ def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
 
 class Logged:
     """The learner's communicator, every send and receive logged in call order as
-    ('send', destination, ranks carried) or ('recv', source, ranks carried)."""
+    ('send', destination, ranks carried, numbers carried) or ('recv', source asked for, ranks
+    carried, numbers carried): who actually sent a message is in the sender's log."""
 
     def __init__(self, comm: Any):
         self._comm, self.log = comm, []
@@ -599,13 +607,13 @@ class Logged:
         return getattr(self._comm, name)
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self.log.append(("send", int(dest), carried(obj)))
+        self.log.append(("send", int(dest), carried(obj), numbers(obj)))
         self._comm.send(obj, dest, tag)
 
     def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              timeout: float | None = None) -> Any:
         obj = self._comm.recv(source, tag, timeout)
-        self.log.append(("recv", int(source), carried(obj)))
+        self.log.append(("recv", int(source), carried(obj), numbers(obj)))
         return obj
 
 
@@ -653,11 +661,24 @@ def carried(obj: Any, depth: int = 0) -> list[int]:
     return []
 
 
+def numbers(obj: Any, depth: int = 0) -> int:
+    """How many numbers a message carries (arrays, tensors, lists of them, scalars)."""
+    if depth > 6 or obj is None or isinstance(obj, (str, bytes)):
+        return 0
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple, set)):
+        return sum(numbers(item, depth + 1) for item in obj)
+    a = as_array(obj)
+    return 0 if a is None else int(a.size)
+
+
 def worker(comm: Any, fn: Callable, values: list) -> tuple[Any, list]:
     """Worker: ``fn(comm, value)`` on a logged communicator; (result, its sends as
     (destination, ranks carried))."""
     logged = Logged(comm)
-    return fn(logged, values[comm.rank]), [(d, c) for op, d, c in logged.log if op == "send"]
+    return fn(logged, values[comm.rank]), [(d, c) for op, d, c, _ in logged.log
+                                          if op == "send"]
 
 
 def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
@@ -704,38 +725,70 @@ def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any,
     return fn(logged, data, pieces), logged.log
 
 
-def chain_fault(logs: list[list[tuple]], pieces: int) -> str | None:
-    """What the logged calls show, if they are not a pipelined chain (None if they are)."""
+def chain_fault(logs: list[list[tuple]], pieces: int, numel: int) -> str | None:
+    """What the logged calls show, if they are not a pipelined chain (None if they are):
+    judged by who actually sent each message and how many numbers it carried (the senders'
+    logs), not by the source a receive asked for — ANY_SOURCE is fine where only r − 1 sends."""
     chain = ("Down a chain rank r receives only from r − 1 and sends only to r + 1 (the last "
              "rank sends nothing), one message per piece, and forwards each piece before it "
              "receives the next, so all the links work at the same time.")
-    for r, log in enumerate(logs):
-        stray = sorted({peer for op, peer, _ in log if op == "send" and peer != r + 1}
-                       | {peer for op, peer, _ in log if op == "recv" and peer != r - 1})
+    n = len(logs)
+    sent = [[(peer, size) for op, peer, _, size in log if op == "send"] for log in logs]
+    for r in range(n):
+        stray = sorted({peer for peer, _ in sent[r] if peer != r + 1}
+                       | {s for s in range(n) if s != r - 1 and any(p == r for p, _ in sent[s])})
         if stray:
-            sent = sorted({peer for op, peer, _ in log if op == "send"})
-            if r == 0 and len(sent) > 1:
-                return (f"rank 0 sent pieces straight to ranks {sent} — a flat broadcast, not "
-                        f"a chain: the root's link carries every copy, (n − 1)·S bytes. {chain}")
+            dests = sorted({peer for peer, _ in sent[r]})
+            if r == 0 and len(dests) > 1:
+                return (f"rank 0 sent pieces straight to ranks {dests} — a flat broadcast, "
+                        f"not a chain: the root's link carries every copy, (n − 1)·S bytes. "
+                        f"{chain}")
             return f"rank {r} exchanged messages with rank(s) {stray}. {chain}"
     for r, log in enumerate(logs[:-1]):
-        sends = sum(op == "send" for op, _, _ in log)
-        if sends != pieces:
-            return (f"rank {r} sent {sends} message(s) to rank {r + 1} for {pieces} "
+        if len(sent[r]) != pieces:
+            return (f"rank {r} sent {len(sent[r])} message(s) to rank {r + 1} for {pieces} "
                     f"pieces: forward each piece as its own message. {chain}")
-        ops = [op for op, _, _ in log]
+        sizes = [size for _, size in sent[r]]
+        if sum(sizes) > numel + 2 * pieces:          # a piece's index or length may ride along
+            grows = sizes[-1] == numel and all(a < b for a, b in zip(sizes, sizes[1:]))
+            return (f"rank {r}'s {pieces} messages to rank {r + 1} carried {sizes} numbers, "
+                    f"{sum(sizes):,} in all for an array of {numel:,} — the link carried the "
+                    f"array {sum(sizes) / numel:.1f} times over"
+                    + (": each message carries everything received so far, not only the piece "
+                       "that just came. Forward each piece as it came." if grows else
+                       ": each number crosses each link once.") + f" {chain}")
+        ops = [op for op, *_ in log]
         if r and ops != ["recv", "send"] * pieces:
-            return (f"rank {r} received {ops.index('send') if 'send' in ops else len(ops)} "
-                    f"pieces before it forwarded the first (its calls: {' '.join(ops[:8])}"
-                    f"{' …' if len(ops) > 8 else ''}) — store and forward: rank {r + 1} waits "
-                    f"for the whole message, and the links work one after another. {chain}")
+            return f"{_lag(r, ops, pieces)} {chain}"
     return None
+
+
+def _lag(r: int, ops: list[str], pieces: int) -> str:
+    """What a middle rank's order of calls shows when it does not forward each piece at once."""
+    shown = f"its calls: {' '.join(ops[:8])}{' …' if len(ops) > 8 else ''}"
+    ahead, late = 0, 0            # pieces received and not yet forwarded, the most of them
+    for op in ops:
+        ahead += 1 if op == "recv" else -1
+        late = max(late, ahead)
+    first = ops.index("send") if "send" in ops else len(ops)
+    if first >= pieces > 1:
+        return (f"rank {r} received {first} pieces before it forwarded the first ({shown}) — "
+                f"store and forward: rank {r + 1} waits for the whole message, and the links "
+                "work one after another.")
+    if ops[0] == "send" or late <= 1:
+        return (f"rank {r}'s calls are not one receive and one forward per piece ({shown}): "
+                "a middle rank receives a piece from rank r − 1, forwards it, then receives "
+                "the next.")
+    return (f"rank {r} forwards each piece {late - 1} step(s) late: it receives piece j + "
+            f"{late - 1} before it forwards piece j ({shown}) — the links still overlap, but "
+            f"rank {r + 1} waits {late - 1} piece(s) longer than it needs to at every step. "
+            "Forward a piece as soon as it arrives.")
 
 
 def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
     """Fail with the named fault if the chain broadcast's results or shape are wrong."""
     want = np.arange(numel, dtype=np.float64) * 0.5
-    if fault := chain_fault(logs, pieces):
+    if fault := chain_fault(logs, pieces, numel):
         fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
              f"{numel} numbers): {fault}")
     for r, got in enumerate(results):

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, passed, run_beside, task
-from ._diagnose import Case, Snapshot, describe_value, differs, explain, returned_none, same
+from ._diagnose import (Case, Snapshot, apart, describe_value, differs, explain, returned_none,
+                        same)
 from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
@@ -112,8 +113,9 @@ def _judge_sum(name: str, got: Any, want: float, x: np.ndarray, case: Any,
     for why, candidate in wrong.items():
         if candidate is not None and t > 1 and np.isclose(float(candidate), value, rtol=0,
                                                           atol=1e-9 * scale):
-            fail(f"with num_threads={t} on {n:,} numbers {name} returned {value:,.6g}, "
-                 f"expected {want:,.6g}: {why} [{case}].")
+            shown, wanted = apart(value, want, ",")
+            fail(f"with num_threads={t} on {n:,} numbers {name} returned {shown}, "
+                 f"expected {wanted}: {why} [{case}].")
     if t > 1 and value < want and x.dtype == np.float64 and (x >= 0).all():
         paused = (f" The check paused each thread just before it wrote {writes[0]}, until the "
                   "others had reached their writes too: each had read the old total, so "

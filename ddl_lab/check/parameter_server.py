@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, passed, run_beside, stub_message, task
-from ._diagnose import (Case, Snapshot, adagrad, as_array, describe_value, differs,
+from ._diagnose import (Case, Snapshot, adagrad, apart, as_array, describe_value, differs,
                         returned_none, same, tolerance)
 from ._trial import Trial
 
@@ -73,8 +73,8 @@ def _ssp_max_lead(must_wait: Callable, s: int) -> int:
 
 @task("parameter_server", refuses=(_PACKAGE, "ssp_must_wait", "_ssp_must_wait"))
 def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> None:
-    """Lesson 07, task 1: ``my_ssp_gate(clock, clocks, s)`` is True exactly when a replica at
-    ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
+    """Lesson 07, task 1 (its gate): ``my_ssp_gate(clock, clocks, s)`` is True exactly when a
+    replica at ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
     trial = Trial("ssp_gate", my_ssp_gate, seed, _GATE_FIXED, draws=10, draw=_gate_draw)
     name = trial.name
     for case in trial:
@@ -110,7 +110,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
            "shards let the fast replicas lead by exactly 2 clocks, never 3")
 
 
-# ------------------------------------------------------------------ task 2: staleness-aware rate
+# ------------------------------------------------------- task 1, its second rule: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
     return {
@@ -155,7 +155,7 @@ def _rates_on_a_shard(staleness_lr: Callable, lr: float) -> tuple[np.ndarray, ..
 
 @task("parameter_server", refuses=(_PACKAGE, "staleness_lr", "_staleness_lr"))
 def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) -> None:
-    """Lesson 07, task 2: ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
+    """Lesson 07, task 1 (its rate): ``my_staleness_lr(lr, tau)`` is lr/τ for a gradient τ ≥ 1 updates
     stale and lr for a fresh one (τ = 0)."""
     trial = Trial("staleness_lr", my_staleness_lr, seed, _RATE_FIXED, draws=8, draw=_rate_draw)
     params, returned = [c.params for c in trial], []
@@ -179,7 +179,8 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
                      if all(same(wrong(p["lr"], p["tau"]),
                                  call_local(my_staleness_lr, p["lr"], p["tau"]))
                             for p in params)), "")
-        fail(f"{call} returned {answers.scalar(got):.6g}, expected {want:.6g} ({case})"
+        shown, wanted = apart(answers.scalar(got), want)
+        fail(f"{call} returned {shown}, expected {wanted} ({case})"
              + (f". Hint: {hint}." if hint else "."))
     lr, rtol = trial.cases[-1].params["lr"], tolerance(*returned)
     got, want, used, rates = real(_rates_on_a_shard, my_staleness_lr, lr)
@@ -191,10 +192,10 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
            "updates stale")
 
 
-# ------------------------------------------------------------------ task 3: a shard restarts
+# ------------------------------------------------------------------ task 2: a shard restarts
 
 def _rate(lr: float, tau: int) -> float:
-    """The staleness-aware rate the shards apply (task 2's answer): the check's own copy."""
+    """The staleness-aware rate the shards apply (task 1's rate): the check's own copy."""
     return lr / tau if tau > 0 else lr
 
 
@@ -365,7 +366,7 @@ def _shard_restart(fn: Callable, lr: float, eps: float, crash: int = 24,
 
 @task("parameter_server")
 def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
-    """Lesson 07, task 3: ``my_restore_shard(checkpoint, log, lr, eps, rate)`` returns the
+    """Lesson 07, task 2: ``my_restore_shard(checkpoint, log, lr, eps, rate)`` returns the
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""

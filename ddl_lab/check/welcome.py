@@ -1,5 +1,6 @@
-"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce of the ranks
-(both on worlds of 4 ranks, then 3, so that a hard-coded world size shows); the darts each
+"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce that gives
+every rank where its examples start and how many there are in all (both on worlds of 4
+ranks, then 3, so that a hard-coded world size shows); the darts each
 rank throws for a Monte Carlo π of a given standard error; a plan of workers × darts that
 lands within a tolerance of π in most runs (on worlds of 1–4 ranks)."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ._core import fail, failed_on_workers, judge, passed, run_cases, task
 from ._diagnose import only_right_for, returned_none
 from ._trial import Trial
 
-__all__ = ["rank", "sum_of_ranks", "darts_per_rank", "pi_plan"]
+__all__ = ["rank", "offsets", "darts_per_rank", "pi_plan"]
 
 WORLD_SIZES = (4, 3)
 
@@ -31,12 +32,12 @@ def _ints(name: str, n: int, got: list) -> list[int]:
     return [answers.whole(v) for v in got]
 
 
-def _on_worlds(body: Callable, fn: Callable, sizes: tuple[int, ...], *args: Any):
-    """``body(*args)`` on a world of each size in turn: (n, the ranks' results), or the check
-    fails as the first failing world did (``_core.DEFAULT_TIMEOUT``: their time limit)."""
+def _on_worlds(body: Callable, fn: Callable, cases: list[tuple[int, tuple]]):
+    """``body(*args)`` for each case (n, args) on an n-rank world in turn: (n, the ranks'
+    results), or the check fails as the first failing world did (``_core.DEFAULT_TIMEOUT``:
+    their time limit)."""
     try:
-        outcomes = run_cases(body, [(n, args) for n in sizes], fn=fn,
-                             timeout=_core.DEFAULT_TIMEOUT)
+        outcomes = run_cases(body, cases, fn=fn, timeout=_core.DEFAULT_TIMEOUT)
     except WorldFailed as e:
         failed_on_workers(e.failure, fn, 0)
     for outcome in outcomes:
@@ -51,7 +52,7 @@ def _on_worlds(body: Callable, fn: Callable, sizes: tuple[int, ...], *args: Any)
 def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     name, right = getattr(my_rank, "__name__", "my_rank"), []
-    for n, got in _on_worlds(my_rank, my_rank, world_sizes):
+    for n, got in _on_worlds(my_rank, my_rank, [(n, ()) for n in world_sizes]):
         values = _ints(name, n, got)
         if values == list(range(n)):
             right.append(f"{n} ranks")
@@ -68,79 +69,105 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
 
 # ------------------------------------------------------------------ task 2
 
-def _spied_sum_of_ranks(fn: Callable) -> tuple[Any, list[tuple[list, str]]]:
-    """On a worker: run the learner's ``fn`` with every all_reduce recorded as (tensor
-    before, op), however it was called."""
+OFFSET_SEED = 35
+
+
+def _counts(n: int) -> list[int]:
+    """The examples each of n ranks holds: seeded, uneven, never shown by the prompt."""
+    import random
+    rng = random.Random(OFFSET_SEED * 100 + n)
+    return [rng.randrange(1, 1000) for _ in range(n)]
+
+
+def _spied_offsets(fn: Callable, counts: list[int]) -> tuple[Any, list[tuple[str, str]]]:
+    """On a worker: ``fn(this rank's count)`` with every collective it calls recorded as
+    (the torch.distributed call, the reduce op or "")."""
+    import torch.distributed as dist
     from ddl_lab.runtime.wiretap import Wiretap
-    calls: list[tuple[list, str]] = []
+    calls: list[tuple[str, str]] = []
 
     def spy(op: Any, args: tuple) -> None:
-        if op.method == "allreduce":
-            reduce_op = args[1].reduceOp
-            calls.append((args[0][0].detach().flatten().tolist(),
-                          str(getattr(reduce_op, "op", reduce_op)).rsplit(".", 1)[-1]))
+        if not op.method.startswith(("send", "recv", "barrier")):
+            reduce_op = getattr(args[1], "reduceOp", "") if len(args) > 1 else ""
+            calls.append((op.method, str(getattr(reduce_op, "op", reduce_op)).rsplit(".", 1)[-1]))
 
     with Wiretap(on_op=spy):
-        return fn(), calls
+        return fn(counts[dist.get_rank()]), calls
 
 
-@task("welcome", refuses=("ddl_lab.welcome", "sum_of_ranks"))
-def sum_of_ranks(my_sum_of_ranks: Callable[[], int],
-                 world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
-    """Lesson 00, task 2: every rank returns 0+1+…+(n−1) = n(n−1)/2, computed with ONE
-    ``dist.all_reduce`` (sum) of a tensor holding the rank."""
-    name, right, runs = getattr(my_sum_of_ranks, "__name__", "my_sum_of_ranks"), [], []
-    for n, out in _on_worlds(_spied_sum_of_ranks, my_sum_of_ranks, world_sizes, my_sum_of_ranks):
-        want = n * (n - 1) // 2         # the sums first, at every size; then the calls
-        values, calls = _ints(name, n, [v for v, _ in out]), [c for _, c in out]
-        runs.append((n, calls))
-        if values != [want] * n:
-            fail(f"with {n} ranks, the ranks returned {values}, expected 0+1+…+{n - 1} = "
-                 f"{want} on every rank. " + _sum_hint(values, calls, n, right))
+def _pair(name: str, n: int, r: int, value: Any) -> tuple[int, int]:
+    """A rank's (start, total) as ints, or the check fails naming what it returned."""
+    pair = list(value) if isinstance(value, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or any(answers.whole(v) is None for v in pair):
+        what = ("None: the function has no `return`" if value is None else
+                f"{value!r:.60} ({type(value).__name__})")
+        fail(f"{name} on rank {r} of {n} returned {what}; return two plain ints, "
+             "(start, total).")
+    return answers.whole(pair[0]), answers.whole(pair[1])
+
+
+@task("welcome")
+def offsets(my_offsets: Callable[[int], tuple[int, int]],
+            world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
+    """Lesson 00, task 2: each rank holds ``count`` examples (uneven, drawn by the check);
+    ``my_offsets(count)`` returns (where this rank's examples start when all ranks' are laid
+    end to end in rank order, how many there are in all), with ONE ``dist.all_reduce``."""
+    name, right, runs = getattr(my_offsets, "__name__", "my_offsets"), [], []
+    for n, out in _on_worlds(_spied_offsets, my_offsets,
+                             [(n, (my_offsets, _counts(n))) for n in world_sizes]):
+        counts = _counts(n)
+        want = [(sum(counts[:r]), sum(counts)) for r in range(n)]
+        got = [_pair(name, n, r, v) for r, (v, _) in enumerate(out)]
+        runs.append((n, [c for _, c in out]))
+        if got != want:
+            fail(f"with {n} ranks holding {counts} examples, the ranks returned {got}, "
+                 f"expected {want}. " + _offset_hint(got, counts, [c for _, c in out], right))
         right.append(f"{n} ranks")
     for n, calls in runs:
         judge(_allreduce_fault(name, calls, n))
-    passed("sum_of_ranks", "one all_reduce of the rank on every worker gave n(n−1)/2 — "
-           + ", ".join(f"{n} ranks: {n * (n - 1) // 2}" for n in world_sizes))
+    passed("offsets", "one all_reduce gave every rank its start and the total — "
+           + ", ".join(f"{n} ranks: {_counts(n)}" for n in world_sizes))
 
 
 def _allreduce_fault(name: str, calls: list[list], n: int) -> str | None:
-    """What is wrong with the all_reduce calls of a run whose results were right."""
+    """What is wrong with the collectives of a run whose results were right."""
+    others = sorted({m for c in calls for m, _ in c if m != "allreduce"})
+    if others:
+        return (f"with {n} ranks {name} called {others[0]}: the task is one dist.all_reduce "
+                "and nothing else — lay the counts out so that a sum gives every rank all "
+                "of them.")
     counts = [len(c) for c in calls]
-    if counts == [0] * n:
-        return (f"with {n} ranks {name} returned the right sum without calling "
-                "dist.all_reduce (a closed form such as n·(n−1)/2?): the task is the "
-                "collective — put the rank in a tensor and all_reduce it, once.")
     if any(k != 1 for k in counts):
         return (f"with {n} ranks, the ranks called dist.all_reduce {counts} times: one "
-                "all_reduce of a tensor holding the rank is enough.")
+                "all_reduce is enough for both numbers.")
     ops = sorted({c[0][1] for c in calls if not c[0][1].endswith("SUM")})
     if ops:
         return (f"with {n} ranks the all_reduce used op={ops[0]}, which happens to give the "
-                "sum here: use the default op, ReduceOp.SUM.")
-    held = [c[0][0] for c in calls]
-    if any(not before or any(x != r for x in before) for r, before in enumerate(held)):
-        return (f"with {n} ranks, the tensors given to dist.all_reduce held {held} on ranks "
-                f"0…{n - 1}: each rank's tensor should hold its own rank.")
+                "answer here: use the default op, ReduceOp.SUM.")
     return None
 
 
-def _sum_hint(values: list[int], calls: list[list], n: int, right: list[str]) -> str:
-    ops = {c[1] for rank_calls in calls for c in rank_calls}
+def _offset_hint(got: list[tuple[int, int]], counts: list[int], calls: list[list],
+                 right: list[str]) -> str:
+    n = len(counts)
     if not any(calls):
-        if values == list(range(n)):
-            return "Each rank returned only its own rank: did you call dist.all_reduce?"
-        return "dist.all_reduce was never called." + only_right_for(right, f"{n} ranks")
-    other = sorted(op for op in ops if not op.endswith("SUM"))
+        return "dist.all_reduce was never called: no rank can know the others' counts without it."
+    other = sorted({op for c in calls for m, op in c if m == "allreduce" and op
+                    and not op.endswith("SUM")})
     if other:
         return f"The all_reduce used op={other[0]}: use the default op, ReduceOp.SUM."
-    if all(v == n * (n + 1) // 2 for v in values):
-        return "That is 1+…+n: ranks start at 0 (put dist.get_rank() itself in the tensor)."
-    if len(set(values)) > 1:
-        return ("The ranks disagree: every rank must take part in the same all_reduce, and "
-                "return the tensor's value after it.")
-    return (only_right_for(right, f"{n} ranks").strip()
-            or "Put the rank in a tensor and all_reduce it.")
+    starts, totals = [s for s, _ in got], [t for _, t in got]
+    if len(set(totals)) > 1:
+        return ("The ranks disagree on the total: every rank must take part in the same "
+                "all_reduce and read the total from its result.")
+    if starts == [sum(counts[:r + 1]) for r in range(n)]:
+        return "Each start counts the rank's own examples too: it is where they begin, not end."
+    if starts == [sum(counts[r + 1:]) for r in range(n)]:
+        return "Each start counts the ranks above it: data is laid out in rank order, 0 first."
+    if totals[0] == sum(counts) and starts != [sum(counts[:r]) for r in range(n)]:
+        return ("The total is right but the starts are not: one summed number cannot tell "
+                "a rank how many examples the ranks below it hold.")
+    return only_right_for(right, f"{n} ranks").strip() or "Compare your starts with the sums above."
 
 
 # ------------------------------------------------------------------ task 3: darts per rank

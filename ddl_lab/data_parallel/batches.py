@@ -2,10 +2,12 @@
 global batch R·b. Without changing the learning rate that only averages away noise; Goyal
 et al. (2017, "Accurate, large minibatch SGD") scale the rate linearly with the batch and
 warm it up over the first steps. McCandlish et al. (2018, "An empirical model of large-batch
-training") say where it stops paying: with the gradient noise scale B_noise = tr(Σ)/|G|²
-(Σ the per-example gradients' covariance, G their mean), the steps to a given loss go as
-S(B) = S_min·(1 + B_noise/B) — doubling B nearly halves S while B ≪ B_noise, hardly helps
-once B ≫ B_noise.
+training", arXiv:1812.06162) say where it stops paying: with the gradient noise scale
+B_noise = tr(HΣ)/(GᵀHG) (Σ the per-example gradients' covariance, G their mean, H the
+Hessian), the steps to a given loss go as S(B) = S_min·(1 + B_noise/B) — doubling B nearly
+halves S while B ≪ B_noise, hardly helps once B ≫ B_noise. Without the Hessian they use
+its simple form B_simple = tr(Σ)/|G|², exact when H ∝ I; that is what this module measures
+and puts in S(B) in place of B_noise.
 
 - ``lr_at``: the three rules; ``batch_worker``: synchronous SGD on R real workers with one;
 - ``run_batches``: every (rule, R) on one warm cluster (worlds of 1, 2, 4 of its ranks);
@@ -124,20 +126,21 @@ def per_example_grads(model: nn.Module, X: torch.Tensor, y: torch.Tensor,
 
 @dataclass(frozen=True)
 class NoiseScale:
-    """tr(Σ) and |G|² estimated from N per-example gradients; B_noise = tr(Σ)/|G|²."""
+    """tr(Σ) and |G|² estimated from N per-example gradients; B_simple = tr(Σ)/|G|² (McCandlish
+    et al.'s simple noise scale: their B_noise = tr(HΣ)/(GᵀHG) with the Hessian H ∝ I)."""
 
     trace: float
     g2: float
     n: int
 
     @property
-    def b_noise(self) -> float:
+    def b_simple(self) -> float:
         return self.trace / self.g2
 
 
 def gradient_noise(model: nn.Module, X: torch.Tensor, y: torch.Tensor,
                    loss_fn: Callable) -> NoiseScale:
-    """Lesson 05: B_noise of ``model`` on (X, y) from real per-example gradients. tr(Σ) is the
+    """Lesson 05: B_simple of ``model`` on (X, y) from real per-example gradients. tr(Σ) is the
     summed per-coordinate sample variance (N − 1 in the denominator); |ḡ|² over-estimates
     |G|² by tr(Σ)/N, which is taken off (McCandlish et al., appendix A)."""
     g = per_example_grads(model, X, y, loss_fn).double()
@@ -159,9 +162,9 @@ def steps_to(run: BatchRun, target: float) -> float:
     return float(s[i - 1] + (s[i] - s[i - 1]) * (loss[i - 1] - target) / (loss[i - 1] - loss[i]))
 
 
-def predicted_steps(B: float, b_noise: float, s_min: float) -> float:
-    """McCandlish et al.'s S(B) = S_min·(1 + B_noise/B)."""
-    return s_min * (1 + b_noise / B)
+def predicted_steps(B: float, b_simple: float, s_min: float) -> float:
+    """McCandlish et al.'s S(B) = S_min·(1 + B_noise/B), with B_simple for B_noise."""
+    return s_min * (1 + b_simple / B)
 
 
 @contextmanager
@@ -177,7 +180,7 @@ def one_thread() -> Iterator[None]:
 
 
 def digits_noise(steps_trained: int = 0, n: int = 512, seed: int = 0) -> NoiseScale:
-    """B_noise of the digits MLP after ``steps_trained`` plain SGD steps (batch 32, rate 0.1)
+    """B_simple of the digits MLP after ``steps_trained`` plain SGD steps (batch 32, rate 0.1)
     on one process, measured on ``n`` training examples."""
     with one_thread():
         return _digits_noise(steps_trained, n, seed)

@@ -10,7 +10,7 @@ model of P parameters (S = b·P bytes of gradients; b = 4 for fp32) pays per ste
 cores share the processors, and a ring with latency α (s) and inverse bandwidth β (s/byte).
 
 **Overlap φ = 0** (additive): the allreduce starts after backward, as in lesson 05's
-``sync_sgd`` and exercise 10's task 4: T₀ = C + A.
+``sync_sgd`` and exercise 11's task 4: T₀ = C + A.
 
 **Overlap φ = 1** (DDP's bucket pipeline, Li et al., "PyTorch Distributed", VLDB 2020;
 lesson 06's ``GradientBuckets``): the gradients go out in k = ⌈S / 25 MiB⌉ buckets (DDP's

@@ -100,7 +100,7 @@ def pkg_coding(indices):
     return compressors.varint_encode(np.diff(indices, prepend=0))
 
 
-# ---------------------------------------------------- task 2: 1-bit with error feedback
+# ---------------------------------------------------- task 1: 1-bit with error feedback
 
 def ef_numpy(grad, residual):
     """Another right style: numpy float64 answers to float32 inputs (crashed the old check)."""
@@ -165,7 +165,7 @@ def test_ef_that_fails_only_on_the_workers_names_the_rank(solution):
         check.error_feedback_onebit(breaks_on_workers)
 
 
-# ------------------------------------------------------------------ task 3: QSGD
+# ------------------------------------------------------------------ task 2: QSGD
 
 def qsgd_numpy(v, s, u):
     """Another right style: numpy float64, int8 levels."""
@@ -230,7 +230,7 @@ def test_qsgd_mistakes_are_named(wrong, fault):
         check.qsgd_rounding(wrong)
 
 
-# ------------------------------------------------------------ task 4: index coding
+# ------------------------------------------------------------ task 3: index coding
 
 def varint_numpy(indices):
     """Another right style: vectorised gaps, bytearray back."""

@@ -35,7 +35,7 @@ def noise_float32(grads, factor):
     trace = grads.var(dim=0, correction=1).sum()
     g2 = (grads.mean(0) ** 2).sum() - trace / n
     b = trace / g2
-    x = (factor - 1) / (1 - factor / 2)              # S(B)/S(2B) >= f  <=>  B_noise/B >= x
+    x = (factor - 1) / (1 - factor / 2)              # S(B)/S(2B) >= f  <=>  B_simple/B >= x
     return [b, b / x]
 
 
@@ -108,7 +108,7 @@ def test_right_answers_pass(solution, capsys):
     (mean_square, "mean squared norm"),
     (not_squared, "is not squared"),
     (of_the_mean, "variance of the MEAN"),
-    (critical, "critical batch B_noise itself"),
+    (critical, "critical batch B_simple itself"),
     (upside_down, "upside down"),
     (steps_factor, r"solved S\(B\) = f·S_min"),
 ])
@@ -130,4 +130,4 @@ def test_per_example_gradients_are_the_gradients_of_single_examples():
 
 def test_noise_scale_is_a_batch_size_of_tens_of_examples_on_digits():
     ns = digits_noise(steps_trained=30, n=128)
-    assert ns.g2 > 0 and 10 < ns.b_noise < 1000
+    assert ns.g2 > 0 and 10 < ns.b_simple < 1000

@@ -1,6 +1,7 @@
 """Lesson 10's checks pass right answers written in several styles and name the mistakes
 learners make: a ZeRO-2 step on real workers, ZeRO's bytes per rank, a memory plan."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -118,11 +119,62 @@ def gathers_whole_gradients(param, grad, state, make_optimizer):
             param[c[0]:c[-1] + 1] = out[r][c[0]:c[-1] + 1]
 
 
+def divides_first(param, grad, state, make_optimizer):
+    """Another right style: the gradient divided by n BEFORE the reduce-scatter (as DDP and
+    DeepSpeed do); float32 rounds it differently from dividing after."""
+    n = dist.get_world_size()
+    mine, size, lo, hi = _scatter(grad / n, n)
+    state.setdefault("o", make_optimizer([param[lo:hi]]))
+    state["o"].param_groups[0]["params"][0].grad = mine.clone()
+    state["o"].step()
+    out = torch.empty(size * n, dtype=param.dtype)
+    all_gather_single(out, torch.cat([param[lo:hi], param.new_zeros(size - (hi - lo))]))
+    param.copy_(out[:param.numel()])
+
+
+class _Keeper:
+    """A learner's small object holding the optimizer (not a dict, list or optimizer)."""
+    __slots__ = ("opt",)
+
+    def __init__(self, opt):
+        self.opt = opt
+
+
+def whole_state_in_an_object(param, grad, state, make_optimizer):
+    """whole_state, its optimizer kept inside an object of the learner's."""
+    n = dist.get_world_size()
+    mine, size, lo, hi = _scatter(grad, n)
+    out = torch.empty(size * n, dtype=grad.dtype)
+    all_gather_single(out, torch.cat([mine, grad.new_zeros(size - (hi - lo))]))
+    state.setdefault("k", _Keeper(make_optimizer([param])))
+    param.grad = out[:param.numel()] / n
+    state["k"].opt.step()
+
+
+def keeps_padded_gradient(param, grad, state, make_optimizer):
+    """Right step on its chunk, but the padded whole gradient is kept in state between steps."""
+    n = dist.get_world_size()
+    size = -(-grad.numel() // n)
+    rank = dist.get_rank()
+    lo, hi = min(rank * size, grad.numel()), min((rank + 1) * size, grad.numel())
+    state["padded"] = torch.zeros(size * n, dtype=grad.dtype)
+    state["padded"][:grad.numel()] = grad
+    mine = torch.empty(size, dtype=grad.dtype)
+    reduce_scatter_single(mine, state["padded"])
+    state.setdefault("o", make_optimizer([param[lo:hi]]))
+    state["o"].param_groups[0]["params"][0].grad = mine[:hi - lo] / n
+    state["o"].step()
+    out = torch.empty(size * n, dtype=param.dtype)
+    all_gather_single(out, torch.cat([param[lo:hi], param.new_zeros(size - (hi - lo))]))
+    param.copy_(out[:param.numel()])
+
+
 def test_right_zero2_steps_pass(solution, capsys):
     check.zero2_step(solution(STEM, "my_zero2_step"))
     check.zero2_step(ring_style)
+    check.zero2_step(divides_first)
     out = capsys.readouterr().out
-    assert out.count("✔ zero2_step: passed") == 2
+    assert out.count("✔ zero2_step: passed") == 3
     assert "4 ranks: 1.50·S sent" in out
 
 
@@ -130,6 +182,9 @@ def test_right_zero2_steps_pass(solution, capsys):
     (stub, "not implemented yet"),
     (ddp_like, r"called dist.all_reduce .*needs only this rank's chunk"),
     (whole_state, r"keeps 12,004 bytes .*optimizer state of the whole vector"),
+    (whole_state_in_an_object, r"keeps 12,004 bytes .*optimizer state of the whole vector"),
+    (keeps_padded_gradient, r"state\['padded'\]: 1,002 values .*the whole vector, padded to n "
+                            r"chunks"),
     (no_gather, r"own chunk is right but the other chunks are not.*all-gather"),
     (summed, r"summed over the ranks, not averaged"),
     (gathers_whole_gradients, r"sends too much .*2\(n−1\)/n·S"),
@@ -137,6 +192,40 @@ def test_right_zero2_steps_pass(solution, capsys):
 def test_zero2_step_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.zero2_step(wrong)
+
+
+def test_a_padded_gradient_is_not_called_optimizer_state():
+    with pytest.raises(CheckFailed) as e:
+        check.zero2_step(keeps_padded_gradient)
+    assert "optimizer state of the whole vector" not in str(e.value)
+
+
+def test_held_bytes_finds_state_wherever_it_is_kept():
+    """Objects with slots or a __dict__, closures and numpy views count; a storage counts once;
+    the caller's own tensors do not."""
+    from ddl_lab.check._held import held_bytes
+    big, mine, arr = torch.zeros(100), torch.zeros(50), np.zeros(10)
+
+    def step():
+        return big
+    keeper = _Keeper({"a": big[:10], "view": arr[2:], "arr": arr, "own": mine})
+    total, held = held_bytes([("state", {"k": keeper}), ("step", step)],
+                             {mine.untyped_storage().data_ptr()})
+    assert total == 400 + 80 and len(held) == 2
+    assert held_bytes([("step", step)], set())[0] == 400
+    assert held_bytes([("state", {"k": keeper})], set())[1][0][2] == "state['k'].opt['a']"
+
+
+def test_expected_and_got_never_print_alike():
+    """A message prints more digits until got and expected differ (diagnose.apart), in
+    every message built on ``differs``; zero2_step's summed gradient under Adam is one."""
+    from ddl_lab.check._diagnose import apart, differs
+    assert apart(0.37796112, 0.37796108) == ("0.37796112", "0.37796108")
+    assert apart(1234567.0, 1234568.0, ",") == ("1,234,567", "1,234,568")
+    assert apart(0.5, 0.5)[0] != apart(0.5, 0.5)[1]
+    message = differs(np.array([1.0, 0.377961123]), np.array([1.0, 0.377961101]), rtol=1e-9)
+    shown = re.search(r"is (\S+), expected (\S+)", message)
+    assert shown and shown[1] != shown[2]
 
 
 # ------------------------------------------------------------------- bytes per rank
@@ -151,10 +240,20 @@ def bytes_as_tensor(params, ranks, stage, precision, optimizer):
                         dtype=torch.float64)
 
 
+def bytes_padded_shards(params, ranks, stage, precision, optimizer):
+    """Another right style: each shard padded to ⌈params/ranks⌉ whole parameters, integers."""
+    e = 2 if precision in ("bf16", "fp16") else 4
+    state = {"sgd": 0, "momentum": 4, "adam": 8}[optimizer] + (4 if e == 2 else 0)
+    shard = -(-params // ranks)
+    return sum(b * (shard if sharded else params)
+               for b, sharded in ((e, stage >= 3), (e, stage >= 2), (state, stage >= 1)))
+
+
 def test_right_zero_bytes_pass(solution, capsys):
     check.zero_bytes(solution(STEM, "my_zero_bytes"))
     check.zero_bytes(bytes_as_tensor)
-    assert capsys.readouterr().out.count("✔ zero_bytes: passed") == 2
+    check.zero_bytes(bytes_padded_shards)
+    assert capsys.readouterr().out.count("✔ zero_bytes: passed") == 3
 
 
 def _no_master(P, n, stage, precision, optimizer):
@@ -178,6 +277,11 @@ def _no_master(P, n, stage, precision, optimizer):
                                                         if p != "fp32" else 0),
      r"gradients are counted in fp32"),
     (lambda P, n, s, p, o: (2 + 2 + 12 if p != "fp32" else 16), "bytes per parameter, not per rank"),
+    (lambda P, n, s, p, o: _no_master(P, n, s, "fp32", o) if p == "fp16" else
+     _no_master(P, n, s, p, o) + (4 * P / (n if s else 1) if p == "bf16" else 0),
+     r"precision='fp16'.*fp16 was counted as fp32"),
+    (lambda P, n, s, p, o: bytes_padded_shards(P, n, s, p, o) + 16 * (P % n > 0),
+     r"returned .*expected"),
 ])
 def test_zero_bytes_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
@@ -202,6 +306,22 @@ def most_sharded_that_fits(params, ranks, batch, act, act_recompute, budget, max
     raise ValueError("nothing fits")
 
 
+def stage3_sends_like_the_others(params, ranks, batch, act, act_recompute, budget, max_sent):
+    """The right planner with one wrong cost: stage 3 sends 2(n−1)/n·Ψ, like stages 0–2."""
+    per = math.ceil(batch / ranks)
+    for recompute in (False, True):
+        for precision in ("fp32", "bf16"):
+            for stage in range(4):
+                e = 2 if precision == "bf16" else 4
+                kept = params * (e / (ranks if stage == 3 else 1)
+                                 + e / (ranks if stage >= 2 else 1)
+                                 + (8 + (4 if e == 2 else 0)) / (ranks if stage else 1)) \
+                    + per * (act_recompute if recompute else act) * e / 4
+                if kept <= budget and 2 * (ranks - 1) / ranks * params * e <= max_sent:
+                    return {"stage": stage, "precision": precision, "recompute": recompute}
+    raise ValueError("nothing fits")
+
+
 def test_right_memory_plans_pass(solution, capsys):
     check.memory_plan(solution(STEM, "my_memory_plan"))
     check.memory_plan(most_sharded_that_fits)
@@ -215,6 +335,8 @@ def test_right_memory_plans_pass(solution, capsys):
      r"over the budget .*stage 1 would divide the optimizer state"),
     (lambda *a: {"stage": 3, "precision": "fp32", "recompute": True},
      r"sends .* a step .*over .*stage 3 3\(n−1\)/n·Ψ"),
+    (stage3_sends_like_the_others, r"chose stage 3, fp32, recompute=False: a rank sends .* a "
+                                   r"step .*over"),
     (lambda *a: {"stage": 4, "precision": "fp32", "recompute": False}, "ZeRO's stages are"),
     (lambda *a: {"stage": 1, "precision": "fp8", "recompute": False}, "choose 'fp32' or 'bf16'"),
     (lambda *a: {"stage": 1, "precision": "bf16", "recompute": "yes"}, "say True or False"),

@@ -89,6 +89,14 @@ def gather_and_echo(comm, value, root=0):                # the root sends the li
     return None
 
 
+def gather_data_only(comm, value, root=0):       # the root keeps each value's data only
+    if comm.rank != root:
+        comm.send(value, dest=root)
+        return None
+    return [{"from rank": r, "data": (value if r == root else comm.recv(source=r))["data"]
+             .tolist() + [0]} for r in range(comm.size)]
+
+
 def gather_library(comm, value, root=0):
     return comm.gather(value, root)
 
@@ -115,6 +123,8 @@ def test_gather_right_answers_pass(right, solution, capsys):
     (gather_to_rank_0, "right for root 0 but not for root 3"),
     (gather_and_echo, "a gather needs exactly 3: one from each other rank to the root"),
     (gather_library, "used comm.gather"),
+    (gather_data_only, r"the root's list at index 0 holds \{'from rank': 0, 'data': \[.*0\]\}; "
+                       r"expected rank 0's value"),
 ])
 def test_gather_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):

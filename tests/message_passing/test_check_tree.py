@@ -140,6 +140,51 @@ def chain_by_bounds(comm, data, pieces):
     return np.concatenate(out)
 
 
+def chain_any_source(comm, data, pieces):
+    """Another right style: a receive from any source, where only rank r − 1 ever sends."""
+    from ddl_lab.message_passing.comm import ANY_SOURCE
+    r, n = comm.rank, comm.size
+    parts = np.array_split(data, pieces) if r == 0 else None
+    out = []
+    for j in range(pieces):
+        piece = parts[j] if r == 0 else comm.recv(source=ANY_SOURCE)
+        if r < n - 1:
+            comm.send(piece, dest=r + 1)
+        out.append(piece)
+    return np.concatenate(out)
+
+
+def chain_carries_all_so_far(comm, data, pieces):
+    """Right links and counts, each message carrying everything received so far."""
+    r, n = comm.rank, comm.size
+    parts = np.array_split(data, pieces) if r == 0 else None
+    got = np.zeros(0)
+    for j in range(pieces):
+        got = np.concatenate([got, parts[j]]) if r == 0 else comm.recv(source=r - 1)
+        if r < n - 1:
+            comm.send(got, dest=r + 1)
+    return got
+
+
+def chain_one_step_late(comm, data, pieces):
+    """Right array and links; each middle rank forwards piece j after receiving piece j + 1."""
+    r, n = comm.rank, comm.size
+    if r == 0:
+        for piece in np.array_split(data, pieces):
+            comm.send(piece, dest=1)
+        return data
+    got, held = [], None
+    for j in range(pieces):
+        piece = comm.recv(source=r - 1)
+        if held is not None and r < n - 1:
+            comm.send(held, dest=r + 1)
+        held = piece
+        got.append(piece)
+    if r < n - 1:
+        comm.send(held, dest=r + 1)
+    return np.concatenate(got)
+
+
 def chain_flat(comm, data, pieces):
     """Right array everywhere, wrong shape: the root sends every piece to every rank."""
     if comm.rank == 0:
@@ -190,7 +235,8 @@ def chain_reversed(comm, data, pieces):
 def test_right_chains_pass(solution, capsys):
     check.chain_bcast(solution(NB, "my_chain_bcast"))
     check.chain_bcast(chain_by_bounds, seed=2)
-    assert capsys.readouterr().out.count("✔ chain_bcast: passed") == 2
+    check.chain_bcast(chain_any_source, seed=3)
+    assert capsys.readouterr().out.count("✔ chain_bcast: passed") == 3
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -199,11 +245,22 @@ def test_right_chains_pass(solution, capsys):
     (chain_store_and_forward, r"rank 1 received 5 pieces before it forwarded the first.*store "
                               r"and forward"),
     (chain_forwards_whole, r"rank 1 sent 1 message\(s\) to rank 2 for 5 pieces"),
+    (chain_carries_all_so_far, r"rank 0's 5 messages to rank 1 carried \[200, 400, 600, 800, "
+                               r"1000\] numbers, 3,000 in all for an array of 1,000 .*everything "
+                               r"received so far"),
+    (chain_one_step_late, r"rank 1 forwards each piece 1 step\(s\) late: it receives piece "
+                          r"j \+ 1 before it forwards piece j \(its calls: recv recv send"),
     (chain_reversed, r"rank 0 returned .*not the root's array of 1000 numbers in order"),
 ])
 def test_chain_mistakes_are_named(wrong, fault):
     with pytest.raises(CheckFailed, match=fault):
         check.chain_bcast(wrong)
+
+
+def test_a_piece_forwarded_late_is_not_called_store_and_forward():
+    with pytest.raises(CheckFailed) as e:
+        check.chain_bcast(chain_one_step_late)
+    assert "store and forward" not in str(e.value)
 
 
 def test_the_package_chain_is_refused():

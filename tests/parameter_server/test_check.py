@@ -68,7 +68,7 @@ def test_an_off_by_one_gate_is_also_caught_by_the_real_run(monkeypatch):
         check.ssp_gate(lambda c, cs, s: c - min(cs) >= s)
 
 
-# ------------------------------------------------------------- task 2: the staleness-aware rate
+# ------------------------------------------------------------- task 1: the staleness-aware rate
 
 def rate_numpy(lr, tau):
     """Another right style: numpy, no branch."""
@@ -112,7 +112,7 @@ def test_a_wrong_rate_is_also_caught_on_a_real_shard(monkeypatch):
         check.staleness_lr(lambda lr, t: lr / (t + 1))
 
 
-# ------------------------------------------------------------- task 3: a shard restarts
+# ------------------------------------------------------------- task 2: a shard restarts
 
 STEM = "07_parameter_server"
 

@@ -207,3 +207,23 @@ def test_the_command_names_the_lesson_it_has_no_executed_copy_of(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"none/{first}.ipynb: no executed copy of lessons/{first}.ipynb" in err
     assert not (tmp_path / "site").exists()
+
+
+def test_the_instructors_page_shows_every_rubric_as_written():
+    """Each justification's rubric, its Markdown characters escaped: rendered, the page says
+    what solutions/rubrics.toml says (``J − J*``, ``max_examples``), no emphasis made up."""
+    from markdown_it import MarkdownIt
+
+    from ddl_lab.tools.grading.rubrics import load
+    from ddl_lab.tools.site.build import _instructors
+    found = load(ROOT)
+    page = _instructors((ROOT / "README.md").read_text(), ROOT)
+    html = MarkdownIt("commonmark").render(page)
+    text = " ".join(html.split())
+    assert found
+    for r in found.values():
+        assert f"{r.exercise} · {r.task} ({r.points:g} points)" in text
+        for said in (r.full, *(s for _, s in r.partial)):
+            plain = " ".join(said.split()).replace("&", "&amp;").replace("<", "&lt;") \
+                .replace(">", "&gt;").replace('"', "&quot;")
+            assert plain in text, (r.task, plain[:80])

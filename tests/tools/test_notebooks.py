@@ -130,19 +130,6 @@ def test_hint_cells_are_collapsed_and_justifications_become_a_prompt():
         notebooks.stub_justification("<!-- BEGIN SOLUTION -->\nx")
 
 
-def _tasks(nb: nbformat.NotebookNode) -> list[str]:
-    return [line for c in nb.cells if c.cell_type == "markdown"
-            for line in c.source.splitlines() if re.match(r"^## Task \d+", line)]
-
-
-@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
-def test_at_most_a_third_of_an_exercises_tasks_are_warm_ups(path):
-    tasks = _tasks(nbformat.read(path, as_version=4))
-    warm = [t for t in tasks if "warm-up" in t]
-    assert tasks and 3 * len(warm) <= len(tasks), \
-        f"{path.name}: {len(warm)} warm-ups among {len(tasks)} tasks (at most a third)"
-
-
 @pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
 def test_hints_stand_in_their_own_tagged_cells(path):
     nb = nbformat.read(path, as_version=4)

@@ -2,11 +2,14 @@
 refuses; the recording knows the running task from the declaration, not from the stack."""
 from __future__ import annotations
 
+import re
+
 
 import pytest
 
 from ddl_lab import check
 from ddl_lab.check import _core, _record
+from ddl_lab.tools.notebooks import ROOT
 
 
 def test_every_exported_check_is_declared_under_its_own_lesson():
@@ -75,9 +78,9 @@ def test_a_check_called_by_another_records_the_outer_one(record):
 
 
 def test_a_declared_refusal_runs_before_the_check():
-    from ddl_lab.welcome import sum_of_ranks
+    from ddl_lab.data_parallel.engine import average_params
     with pytest.raises(check.CheckFailed, match="package's own implementation"):
-        check.sum_of_ranks(sum_of_ranks)
+        check.local_sgd(average_params)
 
 
 def test_a_check_that_rewords_a_failure_records_it_once(record):
@@ -88,3 +91,47 @@ def test_a_check_that_rewords_a_failure_records_it_once(record):
     with pytest.raises(check.CheckFailed, match="That budget is not one the prompt shows"):
         check.sync_plan(my_sync_plan)
     assert [(r["task"], r["passed"]) for r in record()] == [("sync_plan", False)]
+
+
+# ------------------------------------------------------------ what kind of work each task is
+
+KINDS = ("warm-up", "implementation", "reasoning", "design")
+HEADING = re.compile(r"^## Task (\d+) · (.+?)  \((.+?) · difficulty [★☆]{3} · ~\d+ min\)\s*$")
+# Exercises still over the rule (issue 35, item 2), each a strict xfail: it fails once the
+# exercise keeps the rule, and then comes off this list. 01 has two warm-ups of seven (the
+# batch gradient, the Adagrad update), merged into one task on another branch.
+NOT_YET = {"01_gradient_descent": "two warm-ups of seven"}
+
+
+def kinds(path) -> list[tuple[str, str]]:
+    """(title, kind) of every task of a solution notebook, from its heading
+    ``## Task K · title  (kind · difficulty ★★☆ · ~N min)``; kind None when not declared."""
+    import nbformat
+    out = []
+    for c in nbformat.read(path, as_version=4).cells:
+        for line in c.source.splitlines() if c.cell_type == "markdown" else []:
+            if line.startswith("## Task "):
+                m = HEADING.match(line)
+                out.append((line, m.group(3) if m and m.group(3) in KINDS else None))
+    return out
+
+
+def test_the_heading_rule_reads_a_kind_and_refuses_none():
+    good = "## Task 2 · Where do my examples start?  (implementation · difficulty ★★☆ · ~15 min)"
+    assert HEADING.match(good).group(3) == "implementation"
+    assert HEADING.match("## Task 2 · Buckets  (difficulty ★★☆ · ~15 min)") is None
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")))
+def test_at_most_a_quarter_of_an_exercise_s_tasks_are_warm_ups(stem, request):
+    """Issue 35: every task declares its kind in its heading — a warm-up (its answer is one
+    formula or one snippet that the lesson or the prompt gives), implementation, reasoning or
+    design — and at most a quarter of an exercise's tasks are warm-ups."""
+    if stem in NOT_YET:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NOT_YET[stem]))
+    tasks = kinds(ROOT / "solutions" / f"{stem}.ipynb")
+    undeclared = [t for t, k in tasks if k is None]
+    assert tasks and not undeclared, f"{stem}: tasks without a kind: {undeclared}"
+    warm = [t for t, k in tasks if k == "warm-up"]
+    assert 4 * len(warm) <= len(tasks), \
+        f"{stem}: {len(warm)} warm-ups among {len(tasks)} tasks (at most a quarter): {warm}"

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import ddl_lab.welcome
 from ddl_lab import check
 from ddl_lab.check import CheckFailed, _core
 from tests.learner_types import STYLES, in_learner_types
@@ -58,120 +57,119 @@ def test_learner_exception_names_the_rank():
         check.rank(broken)
 
 
-# ------------------------------------------------------------ task 2: my_sum_of_ranks
+# ------------------------------------------------------------ task 2: my_offsets
 
-def float_tensor_style():
-    t = torch.zeros(1, dtype=torch.float64) + dist.get_rank()
+def float_tensor_style(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.float64)
+    t[dist.get_rank()] = count
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return round(float(t))
+    return float(t[:dist.get_rank()].sum()), float(t.sum())
 
 
-def no_allreduce():
-    return dist.get_rank()
+def no_allreduce(count):
+    return 0, count
 
 
-def max_instead_of_sum():
-    t = torch.tensor([dist.get_rank()])
+def max_instead_of_sum(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    return int(t[:dist.get_rank()].sum()), int(t.sum())
 
 
-def counted_from_one():
-    t = torch.tensor([dist.get_rank() + 1])
+def inclusive_start(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
     dist.all_reduce(t)
-    return int(t.item())
+    return int(t[:dist.get_rank() + 1].sum()), int(t.sum())
 
 
-def hard_coded_for_four_ranks():
-    return 6
-
-
-def closed_form():
-    n = dist.get_world_size()
-    return n * (n - 1) // 2
-
-
-def two_allreduces():
-    t = torch.tensor([dist.get_rank()])
+def ranks_above(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
     dist.all_reduce(t)
-    u = torch.tensor([0])
+    return int(t[dist.get_rank() + 1:].sum()), int(t.sum())
+
+
+def the_sum_only(count):                 # the lesson's collective: the total, and a guess
+    t = torch.tensor([count])
+    dist.all_reduce(t)
+    return dist.get_rank() * int(t.item()) // dist.get_world_size(), int(t.item())
+
+
+def two_allreduces(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
+    dist.all_reduce(t)
+    u = torch.tensor([count])
     dist.all_reduce(u)
-    return int(t.item())
+    return int(t[:dist.get_rank()].sum()), int(u.item())
 
 
-def reduces_the_world_size_share():     # right sum, but the tensor does not hold the rank
-    n = dist.get_world_size()
-    t = torch.tensor([(n - 1) / 2.0])
+def all_gather_too(count):
+    got = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(got, torch.tensor([count]))
+    t = torch.tensor([count])
     dist.all_reduce(t)
-    return int(t.item())
+    return int(sum(g.item() for g in got[:dist.get_rank()])), int(t.item())
 
 
-def forgets_return():
-    t = torch.tensor([dist.get_rank()])
+def forgets_return(count):
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
     dist.all_reduce(t)
 
 
-def only_rank_zero_reduces():            # the others never join: a deadlock
-    t = torch.tensor([dist.get_rank()])
+def only_rank_zero_reduces(count):       # the others never join: a deadlock
+    t = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    t[dist.get_rank()] = count
     if dist.get_rank() == 0:
         dist.all_reduce(t)
-    return int(t.item())
+    return int(t[:dist.get_rank()].sum()), int(t.sum())
 
 
-def test_sum_accepts_a_float_tensor_and_a_0d_tensor_from_a_cell(cell, capsys):
-    check.sum_of_ranks(float_tensor_style)
+def test_offsets_accept_floats_and_a_list_from_a_cell(cell, capsys):
+    check.offsets(float_tensor_style)
     ns = cell("""
 import torch.distributed as D
-from torch.distributed import get_rank
-def my_sum_of_ranks():
-    t = torch.tensor(get_rank())
+from torch.distributed import get_rank, get_world_size
+def my_offsets(count):
+    t = torch.zeros(get_world_size())
+    t[get_rank()] = count
     D.all_reduce(t)
-    return t.item()
+    return [t[:get_rank()].sum().item(), t.sum().item()]
 """, torch=torch)
-    check.sum_of_ranks(ns["my_sum_of_ranks"])
-    assert capsys.readouterr().out.count("✔ sum_of_ranks: passed") == 2
+    check.offsets(ns["my_offsets"])
+    assert capsys.readouterr().out.count("✔ offsets: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (no_allreduce, "did you call dist.all_reduce"),
+    (no_allreduce, "dist.all_reduce was never called"),
     (max_instead_of_sum, "op=MAX.*use the default op, ReduceOp.SUM"),
-    (counted_from_one, "ranks start at 0"),
-    (hard_coded_for_four_ranks, r"with 3 ranks, the ranks returned \[6, 6, 6\], expected "
-                                r"0\+1\+…\+2 = 3 on every rank. dist.all_reduce was never "
-                                r"called. It was right for 4 ranks but not for 3"),
-    (closed_form, "without calling dist.all_reduce \\(a closed form"),
+    (inclusive_start, "counts the rank's own examples too"),
+    (ranks_above, "counts the ranks above it"),
+    (the_sum_only, "one summed number cannot tell"),
     (two_allreduces, r"called dist.all_reduce \[2, 2, 2, 2\] times"),
-    (reduces_the_world_size_share, "each rank's tensor should hold its own rank"),
+    (all_gather_too, "called allgather: the task is one dist.all_reduce"),
     (forgets_return, "returned None: the function has no `return`"),
-    (ddl_lab.welcome.sum_of_ranks, "the package's own implementation of this task"),
 ])
-def test_sum_wrong_answers_are_explained(wrong, hint):
+def test_offsets_wrong_answers_are_explained(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
-        check.sum_of_ranks(wrong)
-
-
-def test_sum_refuses_a_call_to_the_package(cell):
-    ns = cell("""
-from ddl_lab import welcome
-def my_sum_of_ranks():
-    return welcome.sum_of_ranks()
-""")
-    with pytest.raises(CheckFailed, match=r"calls ddl_lab.welcome.sum_of_ranks.*write it"):
-        check.sum_of_ranks(ns["my_sum_of_ranks"])
+        check.offsets(wrong)
 
 
 def test_a_deadlock_is_a_timeout_message_not_a_hang():
     with pytest.raises(CheckFailed, match=r"timed out after 4 s.*rank\(s\) \[0\].*deadlock"):
-        check.sum_of_ranks(only_rank_zero_reduces)
+        check.offsets(only_rank_zero_reduces)
 
 
 def test_verdicts_are_the_same_5_times(solution):
-    right, wrong = solution("00_welcome", "my_sum_of_ranks"), hard_coded_for_four_ranks
+    right, wrong = solution("00_welcome", "my_offsets"), ranks_above
     for _ in range(5):
-        check.sum_of_ranks(right)
+        check.offsets(right)
         check.rank(dist.get_rank)
-        with pytest.raises(CheckFailed, match="with 3 ranks, the ranks returned"):
-            check.sum_of_ranks(wrong)
+        with pytest.raises(CheckFailed, match="with 4 ranks holding.*counts the ranks above"):
+            check.offsets(wrong)
 
 
 def test_check_failed_renders_as_one_line_in_ipython():
@@ -295,7 +293,7 @@ def test_plan_wrong_answers_are_explained(wrong, hint):
 
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("task, name", [
-    ("rank", "my_rank"), ("sum_of_ranks", "my_sum_of_ranks"),
+    ("rank", "my_rank"), ("offsets", "my_offsets"),
     ("darts_per_rank", "my_darts_per_rank"), ("pi_plan", "my_pi_plan")])
 def test_solutions_pass_in_the_learner_s_number_types(task, name, style, solution, capsys):
     getattr(check, task)(in_learner_types(solution(NB, name), style))

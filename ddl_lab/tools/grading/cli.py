@@ -27,6 +27,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     gr.add_argument("--seed", type=int, default=None,
                     help="the checks draw their cases from this seed: cases no learner ran "
                          "at home (default: the checks' own seeds); the report names it")
+    gr.add_argument("--marks", metavar="FILE",
+                    help="your marks of the written justifications, folded into the totals: "
+                         "a CSV with columns learner, exercise, task, points[, comment] (fill "
+                         "in OUT/unmarked.csv), or nbgrader's gradebook.db")
+    gr.add_argument("--fold-only", action="store_true",
+                    help="fold --marks into the class graded before into --out (its "
+                         "results.json), without running the notebooks again")
     gr.add_argument("--trust-learner-code", action="store_true",
                     help="grade even where no sandbox can be made (bubblewrap missing or "
                          "user namespaces off): learner code then runs with your rights and "
@@ -55,13 +62,26 @@ def run(a: argparse.Namespace) -> int:
 
 
 def _grade(a: argparse.Namespace) -> int:
-    from .grade import Limits, grade
+    from .grade import Limits, grade, refold
+    from .marks import unmarked
     if a.jobs < 1 or a.timeout <= 0 or a.cell_timeout <= 0:
         raise ValueError("--jobs, --timeout and --cell-timeout must be positive")
-    rows = grade(Path(a.submissions), Path(a.out), a.exercise,
-                 Limits(a.timeout, a.cell_timeout, a.jobs, a.trust_learner_code),
-                 Path(a.course), seed=a.seed)
+    marks = Path(a.marks) if a.marks else None
     out = Path(a.out)
-    print(f"graded {len(rows)} learner(s): {out / 'gradebook.csv'}, {out / 'report.html'}, "
-          f"{out / 'feedback'}/")
+    if a.fold_only:
+        if marks is None:
+            raise ValueError("--fold-only folds the marks of --marks FILE: pass it")
+        rows = refold(out, marks, Path(a.course))
+        print(f"folded the marks of {marks} into {len(rows)} learner(s) graded in {out}")
+    else:
+        rows = grade(Path(a.submissions), out, a.exercise,
+                     Limits(a.timeout, a.cell_timeout, a.jobs, a.trust_learner_code),
+                     Path(a.course), seed=a.seed, marks=marks)
+        print(f"graded {len(rows)} learner(s): {out / 'gradebook.csv'}, {out / 'report.html'}, "
+              f"{out / 'feedback'}/")
+    todo = len(unmarked(rows))
+    if todo:
+        print(f"{todo} justification(s) to mark: fill in points (and a comment) in "
+              f"{out / 'unmarked.csv'} against the rubrics in report.html, then "
+              f"ddl-lab grade {a.submissions} --out {out} --marks FILE --fold-only")
     return 0

@@ -7,10 +7,13 @@ instructor, the written justifications), rebuilt around the pristine check cells
 in a process no learner code runs in, which calls the learner's functions in the sandbox
 and gets plain data back (``judge``, ``link``, ``plain``), scored (``record``), and
 reported — once every process of the learner's is gone, and if the installation is as it
-was — as a gradebook, a class report and one feedback page per learner (``report``).
+was — as a gradebook, a class report and one feedback page per learner (``report``), with
+the instructor's marks of the written justifications folded in (``marks``, ``rubrics``);
+``refold`` folds marks into a class graded before, without running a notebook again.
 """
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import sys
@@ -24,7 +27,9 @@ from pathlib import Path
 import nbformat
 
 from ddl_lab.tools.notebooks import ROOT
+from . import marks as marking
 from . import report
+from . import rubrics
 from .discover import (Exercise, Submission, course_exercises, identify, select,
                        submitted_files)
 from . import sandbox
@@ -52,15 +57,21 @@ class InstallationChanged(RuntimeError):
 def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
           limits: Limits | None = None, course: Path = ROOT,
           progress: bool = True, seed: int | None = None,
-          checks: tuple[str, ...] = (), judges: "Judges | None" = None) -> list[Learner]:
+          checks: tuple[str, ...] = (), judges: "Judges | None" = None,
+          marks: Path | None = None) -> list[Learner]:
     """Grade every notebook in ``submissions``; write the reports to ``out``; return the
     learners in name order. ``exercises`` (e.g. ["06"]) are those the class was asked to
     submit: another exercise is reported as the wrong one. By default, any exercise.
     ``seed``: the checks draw their cases from it (cases no learner ran at home).
     ``checks``: modules of checks beyond ``ddl_lab.check`` that the judges import, for a
     ``course`` of one's own (the grading tests' toy course). ``judges``: judges already
-    started, kept for several calls (same ``seed`` and ``checks``; the caller stops them)."""
+    started, kept for several calls (same ``seed`` and ``checks``; the caller stops them).
+    ``marks``: the instructor's marks of the justifications (``marks.py``), checked against
+    the rubrics before anything runs and folded in at the end."""
     limits = limits or Limits()
+    rubric_set = rubrics.load(course)
+    given = marking.read_marks(marks) if marks else []
+    marking.check(given, rubric_set)
     no_box = sandbox.why_not()
     if no_box and not limits.trust_learner_code:
         raise sandbox.NoSandbox(
@@ -115,7 +126,45 @@ def grade(submissions: Path, out: Path, exercises: list[str] | None = None,
     for row in learners.values():
         row.verdicts.sort(key=lambda v: order[(v.exercise, v.task)])
     rows = [learners[name] for name in sorted(learners)]
-    report.write_all(out, rows, columns, seed)
+    _fold_and_write(out, rows, columns, seed, rubric_set, given)
+    return rows
+
+
+def _fold_and_write(out: Path, rows: list[Learner], columns: list[Exercise], seed: int | None,
+                    rubric_set: dict, given: list[marking.Mark]) -> None:
+    """Fold the marks in and write the reports — without the marks where they do not fit
+    (the MarksError then says how to fold them in later)."""
+    marking.attach(rows, rubric_set)
+    try:
+        marking.fold(rows, rubric_set, given)
+    except marking.MarksError as e:
+        raise marking.MarksError(f"{e}\nThe grades in {out} are written without these marks: "
+                                 "correct them and fold them in with --fold-only.") from None
+    finally:
+        report.write_all(out, rows, columns, seed, rubric_set)
+
+
+def refold(out: Path, marks: Path, course: Path = ROOT) -> list[Learner]:
+    """Fold ``marks`` into the class graded before into ``out`` (its results.json) and
+    write its reports again; no notebook runs. A mark replaces an earlier one for the same
+    justification; the others stay."""
+    try:
+        before = json.loads((Path(out) / "results.json").read_text())
+        stems = before["exercises"]
+    except (OSError, ValueError, KeyError) as e:
+        raise FileNotFoundError(f"{out}/results.json: no class graded by this version of "
+                                f"ddl-lab grade to fold marks into ({e}); grade it first") from e
+    rubric_set = rubrics.load(course)
+    given = marking.read_marks(marks)
+    marking.check(given, rubric_set)
+    everything = course_exercises(course)
+    missing = [s for s in stems if s not in everything]
+    if missing:
+        raise FileNotFoundError(f"{course}/exercises has no {', '.join(missing)}, graded in {out}")
+    columns = [everything[s] for s in stems]
+    rows = [Learner(r["learner"], [Verdict(**v) for v in r["verdicts"]], r["notes"], r["flags"])
+            for r in before["learners"]]
+    _fold_and_write(Path(out), rows, columns, before["seed"], rubric_set, given)
     return rows
 
 

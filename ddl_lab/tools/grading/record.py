@@ -5,7 +5,9 @@ message) or ended (the learner's kernel or the judge stopped without an answer).
 check with parts reported partial credit, else 0. A task the judge never saw gets 0 and
 the reason: the function it calls is not defined (renamed or deleted), the check cell
 timed out or raised in the kernel, or was never reached because the kernel died or the
-notebook ran past its limit.
+notebook ran past its limit. A task that asks for a justification also carries the
+learner's text and, once an instructor has marked it against its rubric (``marks.py``),
+the mark: a learner's total is the checks' points plus the marks.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class Verdict:
     passed: bool
     message: str
     justification: str | None = None       # the learner's text, where the task asks for one
+    mark_max: float | None = None          # the rubric's points, where a person marks it
+    mark: float | None = None              # the instructor's mark (``marks.py``); None: not yet
+    mark_comment: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -41,8 +46,18 @@ class Learner:
     graded: set[str] = field(default_factory=set)        # exercises with a submission
 
     @property
-    def total(self) -> float:
+    def auto(self) -> float:
+        """The checks' points."""
         return round(sum(v.points for v in self.verdicts), 2)
+
+    @property
+    def manual(self) -> float:
+        """The instructor's marks of the justifications given so far."""
+        return round(sum(v.mark or 0.0 for v in self.verdicts), 2)
+
+    @property
+    def total(self) -> float:
+        return round(self.auto + self.manual, 2)
 
 
 def verdicts(ex: Exercise, run: Run, judged: dict[str, dict], cell_timeout: float,

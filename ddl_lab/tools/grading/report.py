@@ -1,9 +1,12 @@
 """What ``ddl-lab grade`` writes: ``gradebook.csv`` (one row per learner, one column per
-task, the total, notes, the scan's flags, one column per written justification),
-``report.html`` (the seed, pass rate and most frequent failure messages per task, every
-learner's row, flags and justifications), ``feedback/<learner>.html`` (their
-tasks, verdicts, the checks' messages, their justifications) and ``results.json``
-(everything, for other tools).
+task, the total, notes, the scan's flags, the checks' points (auto), the instructor's marks
+(manual) and the most a learner can get, then per written justification its text and its
+mark), ``report.html`` (the seed, pass rate and most frequent failure messages per task, every
+learner's row, flags, justifications and marks), ``feedback/<learner>.html`` (their tasks,
+verdicts, the checks' messages, their justifications with the mark and the rubric),
+``unmarked.csv`` (the justifications no mark has been given for: a marks file to fill in,
+``marks.py``) and ``results.json`` (everything, for other tools, and for folding marks in
+later without running the notebooks again).
 """
 from __future__ import annotations
 
@@ -14,30 +17,56 @@ import re
 from collections import Counter
 from pathlib import Path
 from .discover import Exercise
-from .record import Learner
+from .marks import write_unmarked
+from .record import Learner, Verdict
+from .rubrics import Rubric
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
          "padding:.3em .6em;vertical-align:top;text-align:left}.ok{color:#1a7f37}"
-         ".no{color:#c62828}pre{white-space:pre-wrap;margin:0;font-size:90%}")
+         ".no{color:#c62828}pre{white-space:pre-wrap;margin:0;font-size:90%}"
+         ".rubric{font-size:90%;margin:0;padding-left:1.2em}")
 
 
 NOT_WRITTEN = "(not written)"
+NOT_MARKED = "not marked yet"
+Rubrics = dict[tuple[str, str], Rubric]
 
 
 def write_all(out: Path, rows: list[Learner], columns: list[Exercise],
-              seed: int | None = None) -> None:
+              seed: int | None = None, rubrics: Rubrics | None = None) -> int:
+    """Write every report into ``out``; the number of justifications still to mark."""
+    rubrics = rubrics or {}
     out.mkdir(parents=True, exist_ok=True)
-    write_gradebook(out / "gradebook.csv", rows, columns)
-    (out / "report.html").write_text(class_report(rows, columns, seed))
+    write_gradebook(out / "gradebook.csv", rows, columns, rubrics)
+    (out / "report.html").write_text(class_report(rows, columns, seed, rubrics))
     (out / "feedback").mkdir(exist_ok=True)
     for row in rows:
-        (out / "feedback" / f"{file_name(row.name)}.html").write_text(feedback(row, columns))
+        (out / "feedback" / f"{file_name(row.name)}.html").write_text(
+            feedback(row, columns, rubrics))
+    most = maximum(columns, rubrics)
     (out / "results.json").write_text(json.dumps(
-        {"seed": seed, "learners": [
-            {"learner": r.name, "total": r.total, "notes": r.notes, "flags": r.flags,
+        {"seed": seed, "exercises": [e.stem for e in columns], "learners": [
+            {"learner": r.name, "total": r.total, "auto": r.auto, "manual": r.manual,
+             "max": most, "notes": r.notes, "flags": r.flags,
              "verdicts": [v.as_dict() for v in r.verdicts]} for r in rows]},
         indent=1, ensure_ascii=False))
+    return write_unmarked(out / "unmarked.csv", rows)
+
+
+def maximum(columns: list[Exercise], rubrics: Rubrics) -> float:
+    """The most a learner can get: every task's points and every justification's."""
+    return round(sum(e.max_points for e in columns)
+                 + sum(rubrics[k].points for k in justified(columns) if k in rubrics), 2)
+
+
+def mark_of(v: Verdict | None) -> str:
+    """A justification's mark as the gradebook shows it: points, or blank."""
+    return "" if v is None or v.mark is None else number(v.mark)
+
+
+def find(row: Learner, stem: str, task: str) -> Verdict | None:
+    return next((v for v in row.verdicts if (v.exercise, v.task) == (stem, task)), None)
 
 
 def justified(columns: list[Exercise]) -> list[tuple[str, str]]:
@@ -47,7 +76,7 @@ def justified(columns: list[Exercise]) -> list[tuple[str, str]]:
 
 
 def justification_of(row: Learner, stem: str, task: str) -> str:
-    v = next((v for v in row.verdicts if (v.exercise, v.task) == (stem, task)), None)
+    v = find(row, stem, task)
     if v is None or v.justification is None:
         return ""
     return v.justification or NOT_WRITTEN
@@ -68,18 +97,23 @@ def cells_of(row: Learner, columns: list[Exercise]) -> list[str]:
             for e in columns for t in e.tasks]
 
 
-def write_gradebook(path: Path, rows: list[Learner], columns: list[Exercise]) -> None:
+def write_gradebook(path: Path, rows: list[Learner], columns: list[Exercise],
+                    rubrics: Rubrics | None = None) -> None:
+    """One row per learner: the tasks' points, total (auto + manual), notes, flags, auto,
+    manual, max, then each justification and its mark (blank: not marked yet)."""
+    most = number(maximum(columns, rubrics or {}))
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         asked = justified(columns)
-        w.writerow(["learner"] + [t for e in columns for t in e.tasks] + ["total", "notes",
-                                                                          "flags"]
-                   + [f"justification: {t}" for _, t in asked])
+        w.writerow(["learner"] + [t for e in columns for t in e.tasks]
+                   + ["total", "notes", "flags", "auto", "manual", "max"]
+                   + [c for _, t in asked for c in (f"justification: {t}", f"mark: {t}")])
         for row in rows:
-            w.writerow([row.name] + cells_of(row, columns) + [number(row.total),
-                                                              " | ".join(row.notes),
-                                                              " | ".join(row.flags)]
-                       + [justification_of(row, e, t) for e, t in asked])
+            w.writerow([row.name] + cells_of(row, columns)
+                       + [number(row.total), " | ".join(row.notes), " | ".join(row.flags),
+                          number(row.auto), number(row.manual), most]
+                       + [c for e, t in asked for c in (justification_of(row, e, t),
+                                                        mark_of(find(row, e, t)))])
 
 
 def _page(title: str, body: str) -> str:
@@ -108,33 +142,42 @@ def task_summary(rows: list[Learner], ex: Exercise, top: int = 3) -> str:
     return f"<h2>{html.escape(ex.stem)}</h2><table>{''.join(lines)}</table>"
 
 
-def class_report(rows: list[Learner], columns: list[Exercise], seed: int | None = None) -> str:
+def class_report(rows: list[Learner], columns: list[Exercise], seed: int | None = None,
+                 rubrics: Rubrics | None = None) -> str:
+    rubrics = rubrics or {}
     head = "".join(f"<th>{html.escape(t)}</th>" for e in columns for t in e.tasks)
-    most = number(sum(e.max_points for e in columns))
+    most = number(maximum(columns, rubrics))
     cases = (f"the instructor's seed {seed} (cases no learner ran at home)" if seed is not None
              else "the checks' own seeds (the cases learners ran at home)")
     body = [f"<p>Graded on {html.escape(cases)}.</p>"] + [task_summary(rows, e) for e in columns]
-    table = [f"<tr><th>learner</th>{head}<th>total / {most}</th><th>notes</th>"
-             "<th>flags</th></tr>"]
+    table = [f"<tr><th>learner</th>{head}<th>total / {most}</th><th>auto + manual</th>"
+             "<th>notes</th><th>flags</th></tr>"]
     for row in rows:
         cells = "".join(f"<td>{c}</td>" for c in cells_of(row, columns))
         link = f"feedback/{file_name(row.name)}.html"
         notes = "<br>".join(html.escape(n) for n in row.notes)
         marks = "<br>".join(html.escape(n) for n in row.flags)
         table.append(f"<tr><td><a href='{html.escape(link)}'>{html.escape(row.name)}</a></td>"
-                     f"{cells}<td>{number(row.total)}</td><td>{notes}</td><td>{marks}</td></tr>")
+                     f"{cells}<td>{number(row.total)}</td><td>{number(row.auto)} + "
+                     f"{number(row.manual)}</td><td>{notes}</td><td>{marks}</td></tr>")
     body.append(f"<h2>Learners</h2><table>{''.join(table)}</table>")
     asked = justified(columns)
     if asked:
-        lines = ["<tr><th>learner</th><th>task</th><th>verdict</th><th>justification</th></tr>"]
+        lines = ["<tr><th>learner</th><th>task</th><th>verdict</th><th>justification</th>"
+                 "<th>mark</th></tr>"]
         for row in rows:
             for stem, task in asked:
-                v = next((v for v in row.verdicts if (v.exercise, v.task) == (stem, task)), None)
+                v = find(row, stem, task)
                 if v is not None:
                     lines.append(f"<tr><td>{html.escape(row.name)}</td><td>{html.escape(task)}"
                                  f"</td><td>{verdict_mark(v)}</td><td><pre>"
-                                 f"{html.escape(justification_of(row, stem, task))}</pre></td></tr>")
-        body.append(f"<h2>Justifications (not graded)</h2><table>{''.join(lines)}</table>")
+                                 f"{html.escape(justification_of(row, stem, task))}</pre></td>"
+                                 f"<td>{marked(v)}</td></tr>")
+        body.append("<h2>Justifications, marked by the instructor</h2><p>Marks come from "
+                    "<code>ddl-lab grade --marks</code> (unmarked.csv lists those to give).</p>"
+                    f"<table>{''.join(lines)}</table>")
+        body += [f"<h3>Rubric: {html.escape(s)} · {html.escape(t)}</h3>{rubrics[(s, t)].html()}"
+                 for s, t in asked if (s, t) in rubrics]
     return _page(f"Grades: {', '.join(e.stem for e in columns)}", "".join(body))
 
 
@@ -143,25 +186,42 @@ def verdict_mark(v) -> str:
         "<span class='no'>✘ not passed</span>"
 
 
-def feedback(row: Learner, columns: list[Exercise]) -> str:
-    """One learner's page: every task with its verdict, points and the check's message."""
+def marked(v: Verdict) -> str:
+    """A justification's mark in a page: points of the most, the comment, or not yet."""
+    if v.mark_max is None:
+        return "(no rubric)"
+    if v.mark is None:
+        return f"{NOT_MARKED} (of {number(v.mark_max)})"
+    said = f"<br><i>{html.escape(v.mark_comment)}</i>" if v.mark_comment else ""
+    return f"{number(v.mark)} / {number(v.mark_max)}{said}"
+
+
+def feedback(row: Learner, columns: list[Exercise], rubrics: Rubrics | None = None) -> str:
+    """One learner's page: every task with its verdict, points and the check's message;
+    each justification with its mark and the rubric it was marked by."""
+    rubrics = rubrics or {}
     body = []
     for ex in columns:
         mine = [v for v in row.verdicts if v.exercise == ex.stem]
         if not mine:
             continue
         lines = ["<tr><th>task</th><th>verdict</th><th>points</th><th>message</th>"
-                 "<th>your justification</th></tr>"]
+                 "<th>your justification</th><th>its mark</th></tr>"]
         for v in mine:
             said = "" if v.justification is None else (v.justification or NOT_WRITTEN)
             lines.append(f"<tr><td>{html.escape(v.task)}</td><td>{verdict_mark(v)}</td>"
                          f"<td>{number(v.points)} / {number(v.max_points)}</td>"
                          f"<td><pre>{html.escape(v.message)}</pre></td>"
-                         f"<td><pre>{html.escape(said)}</pre></td></tr>")
+                         f"<td><pre>{html.escape(said)}</pre></td>"
+                         f"<td>{marked(v) if v.mark_max is not None else ''}</td></tr>")
         body.append(f"<h2>{html.escape(ex.stem)}</h2><table>{''.join(lines)}</table>")
+        body += [f"<h3>How your justification of {html.escape(v.task)} is marked</h3>"
+                 f"{rubrics[(v.exercise, v.task)].html()}" for v in mine
+                 if v.mark_max is not None and (v.exercise, v.task) in rubrics]
     if row.notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>"
                                                   for n in row.notes) + "</ul>")
-    most = number(sum(e.max_points for e in columns))
-    body.append(f"<p><b>Total: {number(row.total)} / {most}</b></p>")
+    most = number(maximum(columns, rubrics))
+    body.append(f"<p><b>Total: {number(row.total)} / {most}</b> (the checks' {number(row.auto)}"
+                f" + the justifications' {number(row.manual)})</p>")
     return _page(f"Feedback for {row.name}", "".join(body))

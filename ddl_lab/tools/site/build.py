@@ -150,7 +150,10 @@ byo
 """
 
 
-def _instructors(readme: str) -> str:
+def _instructors(readme: str, root: Path = ROOT) -> str:
+    """The instructors' page: the README's grading section, learners' progress, what each
+    check judges, and the rubric of every written justification (solutions/rubrics.toml)."""
+    from ddl_lab.tools.grading.rubrics import load, markdown_all
     from ddl_lab.tools.progress import course_tasks
     rows = [f"| {lesson} | `check.{t}` | {pages.judges(t)} |"
             for lesson, tasks in course_tasks().items() for t in tasks]
@@ -159,7 +162,12 @@ def _instructors(readme: str) -> str:
             f"\n\n## Learners' progress\n\n{pages.readme_section(readme, 'Your progress')}"
             "\n\n## How each check judges\n\nEvery graded task, its check, and what the check "
             "judges (the first paragraph of its docstring):\n\n| lesson | check | judges |\n"
-            "| --- | --- | --- |\n" + "\n".join(rows) + "\n")
+            "| --- | --- | --- |\n" + "\n".join(rows) + "\n"
+            "\n## How the justifications are marked\n\nEvery written justification is marked "
+            "by a person against its rubric (`solutions/rubrics.toml`): its points, what a "
+            "full-mark answer says and two typical partial answers. `ddl-lab grade` lists the "
+            "justifications still to mark and folds the marks in (`--marks`).\n\n"
+            + markdown_all(load(root)))
 
 
 def write_sources(root: Path, executed: Path, src: Path, launch: Launch) -> list[str]:
@@ -178,7 +186,7 @@ def write_sources(root: Path, executed: Path, src: Path, launch: Launch) -> list
                   src / "exercises" / f"{name}.ipynb")
     lessons = [pages.describe(root, n) for n in names]
     (src / "index.md").write_text(_landing(root, lessons, readme))
-    (src / "instructors.md").write_text(_instructors(readme))
+    (src / "instructors.md").write_text(_instructors(readme, root))
     (src / "runtime.md").write_text(
         "# The worker runtime\n\n" + pages.readme_section(readme, "The worker runtime in one cell")
         + "\n\n## Setting up\n\n" + pages.readme_section(readme, "Set-up details") + "\n")

@@ -139,9 +139,10 @@ def test_the_cli_says_what_to_pass(tmp_path, capsys):
     assert main(["grade", str(tmp_path), "--exercise", "99"]) == 2
     assert "no exercise '99'" in capsys.readouterr().err
     assert main(["grade", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
-    assert (tmp_path / "o" / "gradebook.csv").read_text() == "learner,total,notes,flags\n"
+    assert (tmp_path / "o" / "gradebook.csv").read_text() == \
+        "learner,total,notes,flags,auto,manual,max\n"
     assert json.loads((tmp_path / "o" / "results.json").read_text()) == \
-        {"seed": None, "learners": []}
+        {"seed": None, "exercises": [], "learners": []}
     assert main(["grade", str(tmp_path), "--out", str(tmp_path / "s"), "--seed", "5"]) == 0
     assert json.loads((tmp_path / "s" / "results.json").read_text())["seed"] == 5
     assert "seed 5 (cases no learner ran at home)" in (tmp_path / "s" / "report.html").read_text()

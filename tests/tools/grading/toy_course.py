@@ -178,6 +178,17 @@ TASKS = {  # exercise -> [(task, the learner's function, its solution), ...]
     SPARE: [("toy_pick", "my_toy_pick(x)", "return max(x)")],
 }
 JUSTIFIED = "toy_plan"
+RUBRICS = f'''
+["{NUMPY}".{JUSTIFIED}]
+points = 2
+full = "The plan's two factors are the divisors of the budget nearest its square root."
+[["{NUMPY}".{JUSTIFIED}.partial]]
+points = 1.5
+says = "Divisors of the budget, without saying why the nearest to its root."
+[["{NUMPY}".{JUSTIFIED}.partial]]
+points = 0.5
+says = "A plan that fits the budget, with no reason."
+'''
 
 
 def solution(stem: str) -> nbformat.NotebookNode:
@@ -202,11 +213,13 @@ def solution(stem: str) -> nbformat.NotebookNode:
 
 
 def write_course(folder: Path) -> Path:
-    """``folder/course`` (solutions/, exercises/) and ``folder/checks/toy_checks.py``."""
+    """``folder/course`` (solutions/ with the rubric of the justification, exercises/) and
+    ``folder/checks/toy_checks.py``."""
     course = folder / "course"
     (course / "solutions").mkdir(parents=True)
     for stem in TASKS:
         nbformat.write(solution(stem), course / "solutions" / f"{stem}.ipynb")
+    (course / "solutions" / "rubrics.toml").write_text(RUBRICS)
     make_exercises(course)
     (folder / "checks").mkdir()
     (folder / "checks" / f"{MODULE}.py").write_text(CHECKS)
