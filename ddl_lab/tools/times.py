@@ -10,7 +10,7 @@ How a time is made (the same rule for every notebook; nothing is a guess per les
 - **Reading** — every word of the markdown and of the code a learner reads, at ``READ_WPM`` =
   200 words a minute (a careful reading pace for technical prose; the code counted as words too).
 - **Running** — the measured wall time of every code cell, from a real headless execution of
-  the notebook on this machine (nbclient's ``metadata.execution`` timestamps: from the cell's
+  the notebook on this machine, valid while its code is the code measured (a hash says so) (nbclient's ``metadata.execution`` timestamps: from the cell's
   ``execute_input`` to its ``execute_reply``). The timings file says the machine (cores, load
   average before and after) and the date; the figures are this machine's, a faster one runs less.
 - **Trying** — ``TRY_MIN`` = 3 minutes for each code cell that builds a control a learner moves
@@ -35,6 +35,7 @@ How a time is made (the same rule for every notebook; nothing is a guess per les
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import os
@@ -89,6 +90,12 @@ def cell_seconds(nb: nbformat.NotebookNode) -> list[float]:
     return out
 
 
+def code_hash(nb) -> str:
+    """A short hash of a notebook's code cells: the code its measured times belong to."""
+    code = [_src(c) for c in nb["cells"] if c["cell_type"] == "code"]
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()[:12]
+
+
 def _t(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
@@ -122,7 +129,7 @@ def measure(paths: list[Path], timings: Path = TIMINGS, timeout: int = 900) -> d
         data["notebooks"][key] = {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": before, "load_average_after": machine()["load_average"],
-            "seconds": round(sum(secs), 1), "cells": secs}
+            "seconds": round(sum(secs), 1), "cells": secs, "code": code_hash(nb)}
         if failed:
             data["notebooks"][key]["failed"] = failed
         print(f"{key}: {sum(secs):.0f} s over {len(secs)} code cells "
@@ -189,14 +196,21 @@ def load_timings(timings: Path = TIMINGS) -> dict:
 
 
 def run_seconds(nb: nbformat.NotebookNode, key: str, timings: dict) -> list[float]:
-    """The measured seconds of each code cell of ``nb`` (``key``: "lessons/NN_x.ipynb")."""
+    """The measured seconds of each code cell of ``nb`` (``key``: "lessons/NN_x.ipynb"), as
+    long as its code is the code that was measured."""
     entry = timings.get(key)
     code = sum(c.cell_type == "code" for c in nb.cells)
-    if entry is None or len(entry["cells"]) != code or entry.get("failed"):
-        why = ("not measured" if entry is None else f"failed: {entry['failed']}"
-               if entry.get("failed") else f"{len(entry['cells'])} cells measured, {code} now")
-        raise StaleTimings(f"{key}: {why}; run `python -m ddl_lab times --measure {key}`")
-    return entry["cells"]
+    if entry is None:
+        why = "not measured"
+    elif entry.get("failed"):
+        why = f"failed: {entry['failed']}"
+    elif len(entry["cells"]) != code:
+        why = f"{len(entry['cells'])} cells measured, {code} now"
+    elif entry.get("code") != code_hash(nb):
+        why = "its code changed since it was measured"
+    else:
+        return entry["cells"]
+    raise StaleTimings(f"{key}: {why}; run `python -m ddl_lab times --measure {key}`")
 
 
 def _reading(text: str) -> int:

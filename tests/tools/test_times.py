@@ -104,14 +104,18 @@ def test_rounding_to_five_minutes():
     assert [times.round5(x) for x in (0.2, 7.4, 7.5, 12.6, 61)] == [5, 5, 10, 15, 60]
 
 
-def test_a_notebook_whose_cells_changed_since_its_measurement_is_stale():
+def test_a_notebook_whose_code_changed_since_its_measurement_is_stale():
     nb = nbformat.v4.new_notebook(cells=[_code("a"), _code("b")])
     entry = {"cells": [1.0], "seconds": 1.0}
     with pytest.raises(times.StaleTimings, match="1 cells measured, 2 now"):
         times.run_seconds(nb, "lessons/x.ipynb", {"lessons/x.ipynb": entry})
     with pytest.raises(times.StaleTimings, match="not measured"):
         times.run_seconds(nb, "lessons/x.ipynb", {})
-    assert times.run_seconds(nb, "k", {"k": {"cells": [1.0, 2.0]}}) == [1.0, 2.0]
+    entry = {"cells": [1.0, 2.0], "code": times.code_hash(nb)}
+    assert times.run_seconds(nb, "k", {"k": entry}) == [1.0, 2.0]
+    nb.cells[1].source = "b + 1"
+    with pytest.raises(times.StaleTimings, match="its code changed"):
+        times.run_seconds(nb, "k", {"k": entry})
 
 
 def test_cell_seconds_reads_nbclients_timestamps():
