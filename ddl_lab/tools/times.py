@@ -5,14 +5,17 @@ solutions headlessly and records their cells' wall times in ``lessons/timings.js
 puts the figures into the notebooks (a lesson's At-a-glance line, each task heading's "~N min").
 ``tests/tools/test_times.py`` recomputes them from the notebooks and that file and fails on drift.
 
-How a time is made (the same rule for every notebook; nothing is a guess per lesson):
+How a time is made (the same rule for every notebook; nothing is a guess per lesson). The
+machine's part is measured; the learner's part — reading, trying, writing, thinking — is no
+stopwatch on a person but these stated rates applied to what each notebook asks of them:
 
 - **Reading** — every word of the markdown and of the code a learner reads, at ``READ_WPM`` =
   200 words a minute (a careful reading pace for technical prose; the code counted as words too).
 - **Running** — the measured wall time of every code cell, from a real headless execution of
-  the notebook on this machine, valid while its code is the code measured (a hash says so) (nbclient's ``metadata.execution`` timestamps: from the cell's
-  ``execute_input`` to its ``execute_reply``). The timings file says the machine (cores, load
-  average before and after) and the date; the figures are this machine's, a faster one runs less.
+  the notebook on this machine (nbclient's ``metadata.execution`` timestamps: from the cell's
+  ``execute_input`` to its ``execute_reply``), valid while the notebook's code is the code that
+  ran (a hash of it is kept). The timings file says the machine (cores, load average before and
+  after) and the date; the figures are this machine's, a faster one runs less.
 - **Trying** — ``TRY_MIN`` = 3 minutes for each code cell that builds a control a learner moves
   (a slider, a dropdown, toggle buttons, a button, ``experiment(...)``): one or two settings tried
   and the change read off the plot; ``ASK_MIN`` = 2 minutes for each prediction (``predict(...)``:
