@@ -145,3 +145,20 @@ def test_write_changes_only_the_time_lines(tmp_path, course):
         assert len(before) == len(after) and diff
         assert all("Estimated time" in a or "## Task" in a for a, _ in diff), diff
     assert json.loads(changed[0].read_text())["cells"]
+
+
+@pytest.mark.slow
+def test_measure_records_each_cells_wall_time_from_a_real_kernel(tmp_path):
+    """One real headless run of a two-cell notebook made here (no lesson is executed)."""
+    (tmp_path / "lessons").mkdir()
+    path = tmp_path / "lessons" / "99_x.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[_code("import time\ntime.sleep(0.3)"), _md("m"),
+                                         _code("x = 1")])
+    nbformat.write(nb, path)
+    timings = tmp_path / "timings.json"
+    times.measure([path], timings)
+    entry = json.loads(timings.read_text())["notebooks"]["lessons/99_x.ipynb"]
+    assert len(entry["cells"]) == 2 and entry["cells"][0] >= 0.3 and "failed" not in entry
+    assert entry["code"] == times.code_hash(nb) and entry["machine"]["cores"] >= 1
+    assert times.run_seconds(nbformat.read(path, as_version=4), "lessons/99_x.ipynb",
+                             json.loads(timings.read_text())["notebooks"]) == entry["cells"]
