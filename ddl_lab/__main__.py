@@ -1,5 +1,5 @@
 """Command line: ``python -m ddl_lab execute lessons``, ``python -m ddl_lab make-exercises``,
-the learner's ``progress``, and the instructor's ``grade`` and ``nbgrader-export`` (``ddl_lab/tools/grading/cli.py``)."""
+the stated ``times`` (``ddl_lab/tools/times.py``), the learner's ``progress``, and the instructor's ``grade`` and ``nbgrader-export`` (``ddl_lab/tools/grading/cli.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -34,8 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--hub", default="", help="a JupyterHub's URL (nbgitpuller links)")
     st.add_argument("--no-execute", action="store_true",
                     help="fail on a missing or stale executed lesson instead of executing it")
+    tm = sub.add_parser("times", help="each lesson's and exercise's time, from the notebooks and "
+                                      "the measured cell times (lessons/timings.json)")
+    tm.add_argument("--measure", nargs="*", default=None, metavar="NOTEBOOK",
+                    help="first execute these notebooks (default: every lesson and solution) "
+                         "and record their cells' wall times")
+    tm.add_argument("--write", action="store_true", help="state the figures in the lessons' "
+                    "At-a-glance cells and the task headings, and regenerate exercises/")
     grading.add_commands(sub)
     a = ap.parse_args(argv)
+    if a.cmd == "times":
+        return _times(a)
     if a.cmd in grading.COMMANDS:
         return grading.run(a)
     if a.cmd == "progress":
@@ -60,6 +69,25 @@ def main(argv: list[str] | None = None) -> int:
     for p in stale:
         print(f"{verb}: {p.relative_to(notebooks.ROOT)}")
     return 1 if (a.check and stale) else 0
+
+
+def _times(a: argparse.Namespace) -> int:
+    from ddl_lab.tools import times
+    if a.measure is not None:
+        paths = [Path(p) for p in a.measure] or [
+            p for d in ("lessons", "solutions") for p in sorted((notebooks.ROOT / d).glob("*.ipynb"))]
+        times.measure(paths)
+    try:
+        lessons = times.course()
+    except times.StaleTimings as e:
+        print(f"ddl-lab times: {e}", file=sys.stderr)
+        return 1
+    if a.write:
+        for p in times.write(lessons=lessons):
+            print(f"written: {p.relative_to(notebooks.ROOT)}")
+        notebooks.make_exercises()
+    print(times.table(lessons))
+    return 0
 
 
 def _site(a: argparse.Namespace) -> int:

@@ -222,11 +222,11 @@ def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> s
             f"expected {np.round(theta, 4).tolist()}{hint}")
 
 
-# ------------------------------------------------------------------ task 3
+# ------------------------------------------------------------------ task 1 (its Adagrad step)
 
 @task("gradient_descent", refuses=("ddl_lab.ml", "Adagrad"))
 def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 3: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
+    """Lesson 01, task 1: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
     fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
@@ -262,7 +262,7 @@ def _adagrad_inputs(case: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rng.normal(size=d).astype(dtype), g.astype(dtype), G.astype(dtype)
 
 
-# ------------------------------------------------------------------ task 4
+# ------------------------------------------------------------------ task 3
 
 LR_STEPS, LR_TOL = 50, 1e-6
 
@@ -295,7 +295,7 @@ def _gd_excess(lr: float, X: np.ndarray, y: np.ndarray, steps: int) -> tuple[flo
 
 @task("gradient_descent", refuses=("ddl_lab.ml", "lipschitz"))
 def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STEPS) -> None:
-    """Lesson 01, task 4: ``my_learning_rate(X)`` returns a γ with which batch gradient
+    """Lesson 01, task 3: ``my_learning_rate(X)`` returns a γ with which batch gradient
     descent from θ = 0 brings J − J* below 10⁻⁶ of its start within ``steps`` steps, for
     X of very different scales (1, ×10, ×0.1, mixed, random) and 2 to 40 features."""
     fixed = [{"scale": 1.0, "d": 3}, {"scale": 10.0, "d": 5}, {"scale": 0.1, "d": 2},
@@ -350,7 +350,7 @@ def learning_rate(my_learning_rate: Callable, seed: int = 0, steps: int = LR_STE
                  + " …")
 
 
-# ------------------------------------------------------------------ task 5 (reasoning): the best step
+# ------------------------------------------------------------------ task 4 (reasoning): the best step
 
 def _bowl(case: Case) -> np.ndarray:
     """The case's curvatures, in no particular order: a drawn bowl has its smallest and
@@ -365,7 +365,7 @@ def _bowl(case: Case) -> np.ndarray:
 
 @task("gradient_descent")
 def best_step(my_best_step: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 5: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
+    """Lesson 01, task 4: ``my_best_step(curvatures)`` — the curvatures (eigenvalues of
     XᵀX/m) in no particular order — returns ``(gamma, rate)``: the fixed step 2/(L + μ) that
     minimises the worst per-step factor max |1 − γλ|, and that factor (L − μ)/(L + μ)."""
     fixed = [{"values": (0.5, 8.0, 2.0, 1.0)}, {"values": (2.5,)}, {"values": (3.0, 3.0, 3.0)},
@@ -496,7 +496,7 @@ def _exact_gradients(lr: float, steps: int) -> float:
 
 @task("gradient_descent")
 def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 6: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
+    """Lesson 01, task 5: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
     "lr"}`` with which the lesson's mini-batch SGD on its linear regression (m = 1024),
     trained for real for as many steps as both budgets allow, ends with J − J* ≤ 0.002 on
     each of three shuffles — for the prompt's budgets (8192, 256) and (16384, 64), 20 steps
@@ -570,7 +570,7 @@ def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,
             f"of batches of {batch}, which grows with γ/batch — a larger batch or a smaller γ")
 
 
-# ------------------------------------------------------------------ task 7: AdamW by hand
+# ------------------------------------------------------------------ task 6: AdamW by hand
 
 _ADAM_FIXED = [      # cases the prompt never shows: each separates some of the named mistakes
     {"shapes": [[4], [3, 2]], "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
@@ -793,7 +793,7 @@ def _adam_why(got: list[list[np.ndarray]], params: list[np.ndarray],
 
 @task("gradient_descent", refuses=("ddl_lab.ml", "AdamW"))
 def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
-    """Lesson 01, task 7: ``my_adamw_step(params, grads, state, lr, betas, eps,
+    """Lesson 01, task 6: ``my_adamw_step(params, grads, state, lr, betas, eps,
     weight_decay)`` — ``params`` and ``grads`` lists of torch tensors, ``state`` a dict the
     caller hands back at every step (empty at the first) — returns the parameters after one
     step of ``torch.optim.AdamW``, step for step, leaving ``grads`` unchanged."""

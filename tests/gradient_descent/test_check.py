@@ -191,7 +191,7 @@ def test_epoch_wrong_answers_are_explained(wrong, hint):
         check.minibatch_sgd_epoch(wrong)
 
 
-# ------------------------------------------------------------ task 3: Adagrad step
+# ------------------------------------------------------------ task 1: Adagrad step
 
 def adagrad_eps_inside(theta, g, G, lr, eps):
     G = G + g ** 2
@@ -247,7 +247,7 @@ def test_adagrad_wrong_answers_are_explained(wrong, hint):
         check.adagrad_step(wrong)
 
 
-# ------------------------------------------------------------ task 4: learning rate
+# ------------------------------------------------------------ task 3: learning rate
 
 def one_over_L(X):
     return 1.0 / np.linalg.eigvalsh(X.T @ X / len(X)).max()
@@ -303,7 +303,7 @@ def test_learning_rate_wrong_answers_are_explained(wrong, hint):
         check.learning_rate(wrong)
 
 
-# ------------------------------------------------------------ task 5: the best fixed step
+# ------------------------------------------------------------ task 4: the best fixed step
 
 def best_step_sorted(curvatures):
     lams = np.sort(np.asarray(curvatures))
@@ -358,7 +358,7 @@ def test_best_step_wrong_answers_are_explained(wrong, hint):
         check.best_step(wrong)
 
 
-# ------------------------------------------------------------ task 6: a mini-batch SGD plan
+# ------------------------------------------------------------ task 5: a mini-batch SGD plan
 
 def plan(batch_size, lr):
     return lambda max_examples, max_steps: {"batch_size": batch_size, "lr": lr}

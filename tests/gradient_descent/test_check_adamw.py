@@ -1,4 +1,4 @@
-"""Lesson 01, task 7 (``check.adamw_step``): AdamW by hand against ``torch.optim.AdamW``.
+"""Lesson 01, task 6 (``check.adamw_step``): AdamW by hand against ``torch.optim.AdamW``.
 Right answers in several styles pass (the solution's functional step, a class kept in
 ``state``, tensors updated in place, numpy in float64, a torch.optim.Optimizer subclass); each mistake learners write fails
 with its named message; a function that runs torch.optim's own Adam(W) is refused; the

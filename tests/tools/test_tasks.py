@@ -97,10 +97,9 @@ def test_a_check_that_rewords_a_failure_records_it_once(record):
 
 KINDS = ("warm-up", "implementation", "reasoning", "design")
 HEADING = re.compile(r"^## Task (\d+) · (.+?)  \((.+?) · difficulty [★☆]{3} · ~\d+ min\)\s*$")
-# Exercises still over the rule (issue 35, item 2), each a strict xfail: it fails once the
-# exercise keeps the rule, and then comes off this list. 01 has two warm-ups of seven (the
-# batch gradient, the Adagrad update), merged into one task on another branch.
-NOT_YET = {"01_gradient_descent": "two warm-ups of seven"}
+# Exercises still over the rule (issue 35, item 2), each a strict xfail that fails once the
+# exercise keeps the rule and then comes off this list: none left.
+NOT_YET: dict[str, str] = {}
 
 
 def kinds(path) -> list[tuple[str, str]]:
