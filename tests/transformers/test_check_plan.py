@@ -1,4 +1,4 @@
-"""Lesson 12's tasks 3 and 4 (``check/_transformers_plan.py``): the bytes and activations
+"""Lesson 12's tasks 3 and 4 (``check/transformers.py``): the bytes and activations
 of a TP × SP × CP configuration, and a layout under a budget — right answers in several
 styles pass, the named wrong ones fail with their names; the accounting matches the real
 model's parameter count and what the workers measure."""
@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from ddl_lab.check import CheckFailed
-from ddl_lab.check import _transformers_plan as P
+from ddl_lab.check import transformers as P
 from ddl_lab.ml.gpt import GPTConfig, build_gpt
 from ddl_lab.transformers.ring import ring_bytes
 from ddl_lab.transformers.sequence import activation_bytes
