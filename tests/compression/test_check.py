@@ -60,9 +60,8 @@ def strom_mutates_grad(grad, residual, tau):
 @pytest.mark.parametrize("right", [strom_numpy, strom_loop])
 def test_right_strom_steps_pass(right, solution, capsys):
     check.strom_threshold(right)
-    check.strom_threshold(solution("08_compression", "my_strom_threshold"))
     out = capsys.readouterr().out
-    assert out.count("✔ strom_threshold: passed") == 2 and "only delayed" in out
+    assert out.count("✔ strom_threshold: passed") == 1 and "only delayed" in out
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -131,11 +130,10 @@ def ef_no_feedback(grad, residual):
 
 
 def test_ef_right_answers_pass_and_train_on_workers(solution, capsys):
-    check.error_feedback_onebit(solution("08_compression", "my_error_feedback_onebit"))
     check.error_feedback_onebit(ef_numpy)
     check.error_feedback_onebit(ef_in_place)
     out = capsys.readouterr().out
-    assert out.count("✔ error_feedback_onebit: passed") == 3 and "trained on 4 workers" in out
+    assert out.count("✔ error_feedback_onebit: passed") == 2 and "trained on 4 workers" in out
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -206,8 +204,7 @@ def qsgd_divides_by_zero(v, s, u):
 @pytest.mark.parametrize("right", [qsgd_numpy, qsgd_float_levels])
 def test_right_qsgd_passes(right, solution, capsys):
     check.qsgd_rounding(right)
-    check.qsgd_rounding(solution("08_compression", "my_qsgd_rounding"))
-    assert capsys.readouterr().out.count("✔ qsgd_rounding: passed") == 2
+    assert capsys.readouterr().out.count("✔ qsgd_rounding: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -274,8 +271,7 @@ def varint_in_place(indices):
 @pytest.mark.parametrize("right", [varint_numpy])
 def test_right_index_coding_passes(right, solution, capsys):
     check.index_coding(right)
-    check.index_coding(solution("08_compression", "my_index_coding"))
-    assert capsys.readouterr().out.count("✔ index_coding: passed") == 2
+    assert capsys.readouterr().out.count("✔ index_coding: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, fault", [

@@ -93,10 +93,9 @@ def steps_factor(grads, f):
 
 
 def test_right_answers_pass(solution, capsys):
-    check.noise_scale(solution("05_data_parallel", "my_noise_scale"))
     check.noise_scale(noise_numpy, seed=1)
     check.noise_scale(noise_float32, seed=2)
-    assert capsys.readouterr().out.count("✔ noise_scale: passed") == 3
+    assert capsys.readouterr().out.count("✔ noise_scale: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, fault", [

@@ -44,9 +44,8 @@ def gradient_mutates_y(theta, X, y):
 
 @pytest.mark.parametrize("right", [gradient_loop, gradient_torch, gradient_float64])
 def test_gradient_right_answers_pass(right, solution, capsys):
-    check.batch_gradient(solution(NB, "my_batch_gradient"))
     check.batch_gradient(right)
-    assert capsys.readouterr().out.count("✔ batch_gradient: passed") == 2
+    assert capsys.readouterr().out.count("✔ batch_gradient: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -166,9 +165,8 @@ def wrong_argument_order(theta, X, y, grad, lr, batch_size, rng):
 
 @pytest.mark.parametrize("right", [epoch, epoch_in_place])
 def test_epoch_right_answers_pass(right, solution, capsys):
-    check.minibatch_sgd_epoch(solution(NB, "my_minibatch_sgd_epoch"))
     check.minibatch_sgd_epoch(right)
-    assert capsys.readouterr().out.count("✔ minibatch_sgd_epoch: passed") == 2
+    assert capsys.readouterr().out.count("✔ minibatch_sgd_epoch: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -219,9 +217,8 @@ def adagrad_mutates_G(theta, g, G, lr, eps):
 @pytest.mark.parametrize("right", [adagrad_eps_inside, adagrad_torch_list,
                                    adagrad_copies_then_in_place])
 def test_adagrad_right_answers_pass(right, solution, capsys):
-    check.adagrad_step(solution(NB, "my_adagrad_step"))
     check.adagrad_step(right)
-    assert capsys.readouterr().out.count("✔ adagrad_step: passed") == 2
+    assert capsys.readouterr().out.count("✔ adagrad_step: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -277,9 +274,8 @@ def one_over_trace(X):
 
 @pytest.mark.parametrize("right", [one_over_L, by_power_iteration, by_spectral_norm])
 def test_learning_rate_right_answers_pass(right, solution, capsys):
-    check.learning_rate(solution(NB, "my_learning_rate"))
     check.learning_rate(right)
-    assert capsys.readouterr().out.count("✔ learning_rate: passed") == 2
+    assert capsys.readouterr().out.count("✔ learning_rate: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -331,9 +327,8 @@ def best_step_in_float32(curvatures):
 @pytest.mark.parametrize("right", [best_step_sorted, best_step_by_kappa, best_step_torch,
                                    best_step_in_float32])
 def test_best_step_right_answers_pass(right, solution, capsys):
-    check.best_step(solution(NB, "my_best_step"))
     check.best_step(right)
-    assert capsys.readouterr().out.count("✔ best_step: passed") == 2
+    assert capsys.readouterr().out.count("✔ best_step: passed") == 1
 
 
 def right_step(c):

@@ -121,9 +121,8 @@ def adamw_numpy(params, grads, state, lr, betas, eps, weight_decay):
 @pytest.mark.parametrize("right", [adamw_class, adamw_in_place, adamw_numpy, adamw_subclass,
                                    _adamw()])
 def test_adamw_right_answers_pass(right, solution, capsys):
-    check.adamw_step(solution(NB, "my_adamw_step"))
     check.adamw_step(right)
-    assert capsys.readouterr().out.count("✔ adamw_step: passed") == 2
+    assert capsys.readouterr().out.count("✔ adamw_step: passed") == 1
 
 
 @pytest.mark.parametrize("mistake, message", [

@@ -39,9 +39,8 @@ def update(body):
 
 @pytest.mark.parametrize("source", [UPDATE_NUMPY, UPDATE_TORCH_AT])
 def test_update_right_answers_pass(source, define, solution, capsys):
-    check.hogwild_update(solution(NB, "my_hogwild_update"))
     check.hogwild_update(define(source))
-    assert capsys.readouterr().out.count("✔ hogwild_update: passed") == 2
+    assert capsys.readouterr().out.count("✔ hogwild_update: passed") == 1
 
 
 SIG = "1 / (1 + math.exp(-float(theta[idx] @ val)))"
@@ -169,9 +168,8 @@ def overlap_in_float32(freq, workers):
 
 @pytest.mark.parametrize("right", [overlap_loop, overlap_torch, overlap_in_float32])
 def test_overlap_right_answers_pass(right, solution, capsys):
-    check.expected_overlap(solution(NB, "my_expected_overlap"))
     check.expected_overlap(right)
-    assert capsys.readouterr().out.count("✔ expected_overlap: passed") == 2
+    assert capsys.readouterr().out.count("✔ expected_overlap: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [

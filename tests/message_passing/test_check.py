@@ -110,9 +110,8 @@ def gather_deadlock(comm, value, root=0):
 
 @pytest.mark.parametrize("right", [gather_tagged_any_source, gather_by_tag])
 def test_gather_right_answers_pass(right, solution, capsys):
-    check.gather(solution(NB, "my_gather"))
     check.gather(right)
-    assert capsys.readouterr().out.count("✔ gather: passed") == 2
+    assert capsys.readouterr().out.count("✔ gather: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -195,9 +194,8 @@ def scatter_library(comm, chunks, root=0):
 
 
 def test_scatter_right_answers_pass(solution, capsys):
-    check.scatter(solution(NB, "my_scatter"))
     check.scatter(scatter_enumerate)
-    assert capsys.readouterr().out.count("✔ scatter: passed") == 2
+    assert capsys.readouterr().out.count("✔ scatter: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -252,9 +250,8 @@ def gradient_forgets_return(comm, theta, X, y, m):
 
 
 def test_gradient_right_answers_pass(solution, capsys):
-    check.parallel_gradient(solution(NB, "my_parallel_gradient"))
     check.parallel_gradient(gradient_reduce_bcast_torch)
-    assert capsys.readouterr().out.count("✔ parallel_gradient: passed") == 2
+    assert capsys.readouterr().out.count("✔ parallel_gradient: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -305,9 +302,8 @@ def pagerank_without_damping_argument(vertex, messages, ctx):
 
 
 def test_pagerank_right_answers_pass(solution, capsys):
-    check.pagerank_compute(solution(NB, "my_pagerank_compute"))
     check.pagerank_compute(pagerank_numpy_style)
-    assert capsys.readouterr().out.count("✔ pagerank_compute: passed") == 2
+    assert capsys.readouterr().out.count("✔ pagerank_compute: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [

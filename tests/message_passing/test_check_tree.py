@@ -85,10 +85,9 @@ def heap_tree(comm, value):
 
 
 def test_right_trees_pass(solution, capsys):
-    check.tree_gather(solution(NB, "my_tree_gather"))
     check.tree_gather(tree_by_lowest_bit)
     check.tree_gather(tree_by_lowest_bit, seed=4)
-    assert capsys.readouterr().out.count("✔ tree_gather: passed") == 3
+    assert capsys.readouterr().out.count("✔ tree_gather: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -233,10 +232,9 @@ def chain_reversed(comm, data, pieces):
 
 
 def test_right_chains_pass(solution, capsys):
-    check.chain_bcast(solution(NB, "my_chain_bcast"))
     check.chain_bcast(chain_by_bounds, seed=2)
     check.chain_bcast(chain_any_source, seed=3)
-    assert capsys.readouterr().out.count("✔ chain_bcast: passed") == 3
+    assert capsys.readouterr().out.count("✔ chain_bcast: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, fault", [

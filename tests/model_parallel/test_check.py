@@ -160,9 +160,8 @@ def borrowed(stage, batches, loss_fn, prev, nxt):
 
 
 def test_stage_step(solution, capsys):
-    check.stage_step(solution(STEM, "my_stage_step"))
     check.stage_step(step_one_backward)
-    assert capsys.readouterr().out.count("✔ stage_step: passed") == 2
+    assert capsys.readouterr().out.count("✔ stage_step: passed") == 1
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.stage_step(stub)
     with pytest.raises(CheckFailed, match="package's own implementation"):
@@ -234,9 +233,8 @@ def backward_first(rank, p, m):
 
 def test_one_f_one_b(solution, capsys, monkeypatch):
     monkeypatch.setattr(worlds, "OP_TIMEOUT_S", 5.0)       # the deadlock below waits 5 s, not 15
-    check.one_f_one_b(solution(STEM, "my_one_f_one_b"))
     check.one_f_one_b(order_by_counting)
-    assert capsys.readouterr().out.count("✔ one_f_one_b: passed") == 2
+    assert capsys.readouterr().out.count("✔ one_f_one_b: passed") == 1
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.one_f_one_b(stub)
     with pytest.raises(CheckFailed, match="package's own implementation"):
@@ -271,9 +269,8 @@ def row_bias_everywhere(x_part, weight_cols, bias):
 
 
 def test_row_parallel(solution, capsys):
-    check.row_parallel(solution(STEM, "my_row_parallel"))
     check.row_parallel(row_bias_on_rank0)
-    assert capsys.readouterr().out.count("✔ row_parallel: passed") == 2
+    assert capsys.readouterr().out.count("✔ row_parallel: passed") == 1
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.row_parallel(stub)
     with pytest.raises(CheckFailed, match="package's own implementation"):
@@ -302,9 +299,8 @@ def zero1_shards_grads(scheme, params, ranks, state_bytes=8):
 
 
 def test_bytes_per_rank(solution, capsys):
-    check.bytes_per_rank(solution(STEM, "my_bytes_per_rank"))
     check.bytes_per_rank(bytes_table)
-    assert capsys.readouterr().out.count("✔ bytes_per_rank: passed") == 2
+    assert capsys.readouterr().out.count("✔ bytes_per_rank: passed") == 1
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.bytes_per_rank(stub)
     with pytest.raises(CheckFailed, match="sharded the gradients too"):

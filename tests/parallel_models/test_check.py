@@ -147,9 +147,8 @@ JOINED_AFTERWARDS = team(setup="    results = []\n", body="results.append(x[lo:h
                                     NONLOCAL.replace("GUARD", "with lock:\n            total += s"),
                                     LOCKED_GLOBAL, JOINED_AFTERWARDS])
 def test_threaded_sum_right_answers_pass(source, define, solution, capsys):
-    check.threaded_sum(solution(NB, "my_threaded_sum"))
     check.threaded_sum(define(source, "my_threaded_sum"))
-    assert capsys.readouterr().out.count("✔ threaded_sum: passed") == 2
+    assert capsys.readouterr().out.count("✔ threaded_sum: passed") == 1
 
 
 RACY = team(setup="    total = np.zeros(1)\n", body="total[0] += x[lo:hi].sum()", result="float(total[0])")
@@ -254,9 +253,8 @@ def solution_with(old, new):
 
 
 def test_next_chunk_right_answers_pass(define, solution, capsys):
-    check.next_chunk(solution(NB, "my_next_chunk"))
     check.next_chunk(define(CHUNK, "my_next_chunk"))
-    assert capsys.readouterr().out.count("✔ next_chunk: passed") == 2
+    assert capsys.readouterr().out.count("✔ next_chunk: passed") == 1
 
 
 @pytest.mark.parametrize("source, hint", [
@@ -308,9 +306,8 @@ def amdahl_in_float32(n, speedup, cores):
 
 @pytest.mark.parametrize("right", [amdahl_via_parallel_fraction, amdahl_numpy, amdahl_in_float32])
 def test_amdahl_bound_right_answers_pass(right, solution, capsys):
-    check.amdahl_bound(solution(NB, "my_amdahl_bound"))
     check.amdahl_bound(right)
-    assert capsys.readouterr().out.count("✔ amdahl_bound: passed") == 2
+    assert capsys.readouterr().out.count("✔ amdahl_bound: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [

@@ -24,9 +24,8 @@ def gate_loop(clock, clocks, s):
 
 
 def test_right_gates_pass(solution, capsys):
-    check.ssp_gate(solution("07_parameter_server", "my_ssp_gate"))
     check.ssp_gate(gate_loop)
-    assert capsys.readouterr().out.count("✔ ssp_gate: passed") == 2
+    assert capsys.readouterr().out.count("✔ ssp_gate: passed") == 1
 
 
 def sorts_in_place(clock, clocks, s):
@@ -82,10 +81,9 @@ def rate_float32(lr, tau):
 
 
 def test_right_rates_pass(solution, capsys):
-    check.staleness_lr(solution("07_parameter_server", "my_staleness_lr"))
     check.staleness_lr(rate_numpy)
     check.staleness_lr(rate_float32)
-    assert capsys.readouterr().out.count("✔ staleness_lr: passed") == 3
+    assert capsys.readouterr().out.count("✔ staleness_lr: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -145,11 +143,10 @@ def restore_float32_torch(checkpoint, log, lr, eps, rate):
 
 
 def test_right_restores_pass(solution, capsys):
-    check.restore_shard(solution(STEM, "my_restore_shard"))
     check.restore_shard(restore_in_place_eps_inside)
     check.restore_shard(restore_float32_torch)
     out = capsys.readouterr().out
-    assert out.count("✔ restore_shard: passed") == 3
+    assert out.count("✔ restore_shard: passed") == 2
     assert "restored from its checkpoint at version 14 to version 24" in out
 
 

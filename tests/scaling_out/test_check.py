@@ -49,9 +49,8 @@ def the_package_s(states, sizes):
 
 
 def test_fedavg(solution, capsys):
-    check.fedavg(solution(STEM, "my_fedavg"))
     check.fedavg(fedavg_stacked)
-    assert capsys.readouterr().out.count("✔ fedavg: passed") == 2
+    assert capsys.readouterr().out.count("✔ fedavg: passed") == 1
     for fn, message in [(stub, "not implemented yet"),
                         (unweighted, "averaged the clients equally.*weight each client by "
                                      "its size n_k"),
@@ -140,9 +139,8 @@ def local_as_global(layout, host, local_rank):
 
 
 def test_rendezvous_env(solution, capsys):
-    check.rendezvous_env(solution(STEM, "my_rendezvous_env"))
     check.rendezvous_env(env_ints)
-    assert capsys.readouterr().out.count("✔ rendezvous_env: passed") == 2
+    assert capsys.readouterr().out.count("✔ rendezvous_env: passed") == 1
     for fn, message in [(stub, "not implemented yet"),
                         (own_address, "host 1 .* gets MASTER_ADDR=10.200.0.2: its own address"),
                         (per_host_world, "counts one host's processes"),
@@ -183,9 +181,8 @@ def uses_the_calculator(params, batch, per_example, alpha, beta, max_workers):
 
 
 def test_best_workers(solution, capsys):
-    check.best_workers(solution(STEM, "my_best_workers"))
     check.best_workers(best_loop)
-    assert capsys.readouterr().out.count("✔ best_workers: passed") == 2
+    assert capsys.readouterr().out.count("✔ best_workers: passed") == 1
     for fn, message in [(stub, "not implemented yet"),
                         (bits_not_bytes, "4 bytes per fp32 parameter"),
                         (whole_tensor, "sends a chunk S/n, not the whole tensor"),

@@ -100,6 +100,11 @@ class _OnWorkers(Exception):
     """The check started workers: the answer's numbers are not returned in the notebook."""
 
 
+# answers with no number in them: nothing to convert (skipped before the check starts its
+# real run, as tests/scaling_out/test_check_learner_types.py leaves them out)
+NO_NUMBERS = {"rendezvous_env": "its answers are strings (the env:// variables)"}
+
+
 def _returning(kind: str, fn: Callable, converted: list[bool]) -> Callable:
     """``fn`` whose float answers come back as float32 numbers or numpy values."""
     def convert(x: Any) -> Any:
@@ -125,6 +130,8 @@ def _returning(kind: str, fn: Callable, converted: list[bool]) -> Callable:
 @pytest.mark.parametrize("task", TASKS)
 def test_float32_and_numpy_answers_pass(task, kind, monkeypatch):
     from ddl_lab.runtime.cluster import Cluster
+    if task in NO_NUMBERS:
+        pytest.skip(NO_NUMBERS[task])
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise _OnWorkers

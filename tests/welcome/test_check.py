@@ -204,9 +204,8 @@ def bisection(eps, workers):
 
 @pytest.mark.parametrize("style", [exact_real_number, total_then_share, bisection])
 def test_darts_right_answers_pass(style, solution, capsys):
-    check.darts_per_rank(solution(NB, "my_darts_per_rank"))
     check.darts_per_rank(style)
-    assert capsys.readouterr().out.count("✔ darts_per_rank: passed") == 2
+    assert capsys.readouterr().out.count("✔ darts_per_rank: passed") == 1
 
 
 @pytest.mark.parametrize("wrong, hint", [
