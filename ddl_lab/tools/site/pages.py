@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddl_lab.tools.site.panels import SiteError, without_widgets
+from ddl_lab.tools.times import GLANCE_STATED   # the line `ddl-lab times --write` states
 
 NOTEBOOK = re.compile(r"^\d\d_[a-z0-9_]+$")
 TASK = re.compile(r"^## Task \d+ · .*~(\d+) min", re.M)
 REFERS = re.compile(r"\b[Ll]essons? (\d\d)(?:\s*[–-]\s*(\d\d))?((?:(?:,| and) \d\d)*)")
 REVEAL = re.compile(r"\b\w+\.reveal\(")
 CHECK_CALL = re.compile(r"\bcheck\.(\w+)\(")
-GLANCE_TIME = re.compile(r"\*Estimated time:\*\s*about (\d+) min")
 GLANCE_PRE = re.compile(r"\*Prerequisites:\*\s*(.+?)(?=\n\s*\n|\s\*\w|\n#|\Z)", re.S)
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
 WORDS_PER_MIN, MIN_PER_CODE_CELL = 150, 0.5
@@ -107,7 +107,7 @@ def describe(root: Path, name: str) -> Lesson:
     ex = root / "exercises" / f"{name}.ipynb"
     ex_md = "\n".join(_src(c) for c in read_nb(ex)["cells"]) if ex.exists() else ""
     exercise_min = sum(int(m) for m in TASK.findall(ex_md))
-    time, pre = GLANCE_TIME.search(md), GLANCE_PRE.search(md)
+    time, pre = GLANCE_STATED.search(md), GLANCE_PRE.search(md)
     if time and pre:
         return Lesson(name, title, int(time.group(1)), True, exercise_min,
                       " ".join(pre.group(1).split()), ex.exists())
