@@ -12,8 +12,6 @@ from ddl_lab.check import CheckFailed
 from ddl_lab.transformers.ring import _ring_attention
 from ddl_lab.transformers.vocab import _vocab_parallel_cross_entropy
 
-STEM = "12_transformers"
-
 
 def stub(*args):
     raise NotImplementedError("replace this line with your code")
@@ -145,10 +143,9 @@ def borrowed(q, k, v, causal):
     return _ring_attention(q, k, v, sum(_lengths(q)), causal)
 
 
-def test_ring_attention(solution, capsys):
-    check.ring_attention(solution(STEM, "my_ring_attention"))
+def test_ring_attention(capsys):
     check.ring_attention(ring_blocking_lse)
-    assert capsys.readouterr().out.count("✔ ring_attention: passed") == 2
+    assert capsys.readouterr().out.count("✔ ring_attention: passed") == 1
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.ring_attention(stub)
     with pytest.raises(CheckFailed, match="package's own implementation"):
@@ -255,11 +252,10 @@ def vocab_borrowed(logits, targets, start):
     return _vocab_parallel_cross_entropy(logits, targets, start)
 
 
-def test_vocab_cross_entropy(solution, capsys):
-    check.vocab_cross_entropy(solution(STEM, "my_vocab_ce"))
+def test_vocab_cross_entropy(capsys):
     check.vocab_cross_entropy(vocab_gathered_maxes)
     check.vocab_cross_entropy(vocab_ce)
-    assert capsys.readouterr().out.count("✔ vocab_cross_entropy: passed") == 3
+    assert capsys.readouterr().out.count("✔ vocab_cross_entropy: passed") == 2
     with pytest.raises(CheckFailed, match="not implemented yet"):
         check.vocab_cross_entropy(stub)
     with pytest.raises(CheckFailed, match="package's own implementation"):
