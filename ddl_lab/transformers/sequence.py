@@ -14,8 +14,10 @@ same as plain tensor parallelism's (ring model: 2(n−1)/n · bsh per allreduce,
 bsh for each half); what changes is the memory the LayerNorm and dropout regions keep, cut
 n-fold (``norm_bytes``). One thing is new: a replicated parameter used in those regions (a
 LayerNorm's weight and bias, the row-parallel biases, the position table) now sees only
-this rank's tokens, so its gradient is summed over ranks, one allreduce of parameter size
-in backward, as Megatron-LM does (``tensor.tp_bytes`` counts it). ``gather_sequence`` and
+this rank's tokens, so its gradient is summed over ranks in backward, as Megatron-LM does
+(``tensor.tp_bytes`` counts it): ``sum_grads_over_ranks`` does it for all of them in one
+allreduce of a flat buffer (the same bytes as one per parameter, one call instead of
+6L + 3, as Megatron-LM's ``_allreduce_layernorm_grads`` does). ``gather_sequence`` and
 ``scatter_sequence`` are the two operators as autograd functions, each the other's
 backward (dimension 1 is the sequence).
 
@@ -36,8 +38,8 @@ from ddl_lab.ml.gpt import GPTConfig
 from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
 from ddl_lab.transformers.vocab import loss_dtype, vocab_range
 
-__all__ = ["gather_sequence", "scatter_sequence", "gathered_linear", "sequence_slice",
-           "norm_bytes", "activation_bytes"]
+__all__ = ["gather_sequence", "scatter_sequence", "gathered_linear", "sum_grads_over_ranks",
+           "sequence_slice", "norm_bytes", "activation_bytes"]
 
 
 def _gather(x: torch.Tensor) -> torch.Tensor:
@@ -116,6 +118,29 @@ def scatter_sequence(x: torch.Tensor) -> torch.Tensor:
     """(b, s, …) partial sums → this rank's (b, s/n, …) shard of their sum; backward, the
     shards' gradients gathered."""
     return _ScatterSequence.apply(x)
+
+
+class _SumGradsOverRanks(torch.autograd.Function):
+    """Megatron's f on many parameters at once: forward, each as it is; backward (once every
+    one's gradient is in), their gradients summed over ranks by one allreduce of a flat
+    buffer."""
+
+    @staticmethod
+    def forward(ctx, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(p.view_as(p) for p in params)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        return tuple(g.view_as(p) for g, p in zip(flat.split([g.numel() for g in grads]), grads))
+
+
+def sum_grads_over_ranks(*params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The replicated ``params`` as sequence-parallel regions use them (each applied to this
+    rank's tokens only): the same values; backward, their gradients summed over the ranks in
+    one allreduce (lesson 12, "Sequence parallelism")."""
+    return _SumGradsOverRanks.apply(*params)
 
 
 def sequence_slice(s: int, rank: int, n: int) -> slice:

@@ -29,6 +29,8 @@ torch's ``parallelize_module`` (``ColwiseParallel``, ``RowwiseParallel``,
 from __future__ import annotations
 
 import copy
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -43,7 +45,7 @@ from ddl_lab.runtime.backends import device
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 from ddl_lab.transformers.sequence import (gather_sequence, gathered_linear, scatter_sequence,
-                                           sequence_slice)
+                                           sequence_slice, sum_grads_over_ranks)
 from ddl_lab.transformers.vocab import (VocabParallelEmbedding, loss_dtype,
                                         _vocab_parallel_cross_entropy)
 
@@ -110,24 +112,21 @@ class TPMLP(nn.Module):
         return F.linear(F.gelu(fc), self.proj.weight)
 
 
-def _shared(p: torch.Tensor, sequence: bool) -> torch.Tensor:
-    """A replicated parameter as a sequence-parallel region uses it: every rank applies it to
-    its own tokens, so its gradient is summed over ranks (Megatron's f on the parameter,
-    as Megatron-LM all-reduces its LayerNorms' gradients); as it is otherwise."""
-    return _CopyToRanks.apply(p) if sequence else p
-
-
-def _norm(ln: nn.LayerNorm, x: torch.Tensor, sequence: bool) -> torch.Tensor:
-    """``ln(x)``, its weight and bias ``_shared``."""
-    return F.layer_norm(x, ln.normalized_shape, _shared(ln.weight, sequence),
-                        _shared(ln.bias, sequence), ln.eps)
+def _norm(ln: nn.LayerNorm, x: torch.Tensor, weight: torch.Tensor,
+          bias: torch.Tensor) -> torch.Tensor:
+    """``ln(x)`` with ``weight`` and ``bias`` as used (``ln``'s own, or their
+    ``sequence.sum_grads_over_ranks`` copies)."""
+    return F.layer_norm(x, ln.normalized_shape, weight, bias, ln.eps)
 
 
 class TPBlock(nn.Module):
     """A pre-LayerNorm block over the ranks: x + g(attn(f(ln1(x)))) + b, then the MLP alike.
     ``sequence``: x is this rank's sequence shard, f an all-gather, g a reduce-scatter;
     ``regather``: the column-parallel layers keep only the shard of their input and gather
-    it again in backward (``sequence.gathered_linear``)."""
+    it again in backward (``sequence.gathered_linear``). ``shared()`` are the replicated
+    parameters its sequence-parallel regions apply to this rank's tokens; their gradients
+    are summed over ranks in one allreduce (``sequence.sum_grads_over_ranks``: the
+    block's own, or ``TPGPT``'s for the whole model)."""
 
     def __init__(self, block: Block, rank: int, n: int, sequence: bool = False,
                  regather: bool = False):
@@ -147,13 +146,24 @@ class TPBlock(nn.Module):
 
     def _leave(self, y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         y = scatter_sequence(y) if self.sequence else _SumOverRanks.apply(y)
-        return drop(y + _shared(bias, self.sequence), self.p, self.training)
+        return drop(y + bias, self.p, self.training)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        qkv = self._column(_norm(self.ln1, x, self.sequence), self.attn.qkv)
-        x = x + self._leave(self.attn(qkv), self.attn.proj.bias)
-        fc = self._column(_norm(self.ln2, x, self.sequence), self.mlp.fc)
-        return x + self._leave(self.mlp(fc), self.mlp.proj.bias)
+    def shared(self) -> list[nn.Parameter]:
+        """The LayerNorms' weights and biases and the row-parallel layers' biases."""
+        return [self.ln1.weight, self.ln1.bias, self.attn.proj.bias,
+                self.ln2.weight, self.ln2.bias, self.mlp.proj.bias]
+
+    def forward(self, x: torch.Tensor, shared: Sequence[torch.Tensor] | None = None
+                ) -> torch.Tensor:
+        """``shared``: ``self.shared()`` as used (by default, themselves, or under sequence
+        parallelism their ``sum_grads_over_ranks`` copies)."""
+        if shared is None:
+            shared = sum_grads_over_ranks(*self.shared()) if self.sequence else self.shared()
+        w1, b1, attn_bias, w2, b2, mlp_bias = shared
+        qkv = self._column(_norm(self.ln1, x, w1, b1), self.attn.qkv)
+        x = x + self._leave(self.attn(qkv), attn_bias)
+        fc = self._column(_norm(self.ln2, x, w2, b2), self.mlp.fc)
+        return x + self._leave(self.mlp(fc), mlp_bias)
 
 
 def tp_block(block: Block, rank: int, n: int, sequence: bool = False,
@@ -183,15 +193,18 @@ class TPGPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         s = idx.shape[-1]
-        if self.sequence:                         # the embeddings' sum, cut to my shard
-            x = scatter_sequence(self.tok.partial(idx))
-            x = x + _shared(self.pos.weight, True)[sequence_slice(s, self.rank, self.n)]
+        pos, ln_w, ln_b, *shared = (self.pos.weight, self.ln_f.weight, self.ln_f.bias,
+                                    *(p for block in self.blocks for p in block.shared()))
+        if self.sequence:                         # one allreduce of their gradients, and
+            pos, ln_w, ln_b, *shared = sum_grads_over_ranks(pos, ln_w, ln_b, *shared)
+            x = scatter_sequence(self.tok.partial(idx))     # the embeddings' sum, my shard
+            x = x + pos[sequence_slice(s, self.rank, self.n)]
         else:
-            x = _SumOverRanks.apply(self.tok.partial(idx)) + self.pos.weight[:s]
+            x = _SumOverRanks.apply(self.tok.partial(idx)) + pos[:s]
         x = drop(x, self.cfg.dropout, self.training)
-        for block in self.blocks:
-            x = block(x)
-        x = _norm(self.ln_f, x, self.sequence)
+        for i, block in enumerate(self.blocks):
+            x = block(x, shared[6 * i: 6 * i + 6])
+        x = _norm(self.ln_f, x, ln_w, ln_b)
         x = gather_sequence(x) if self.sequence else _CopyToRanks.apply(x)
         return F.linear(x, self.tok.weight)
 
@@ -267,8 +280,9 @@ def tp_bytes(cfg: GPTConfig, b: int, n: int, dtype: torch.dtype = torch.float32,
     (2L + 1) allreduces of A. Sequence parallelism turns every allreduce of A into a
     reduce-scatter of A and an all-gather of A/n, one in each phase — the same bytes over the
     step, 2(n − 1)/n · A per region — and adds, backward, the allreduces of the gradients of
-    the parameters its regions apply to sequence shards (``_shared``: the LayerNorms, the
-    row-parallel biases, the position table): (6L + 2 + seq) · h numbers, whatever b and s.
+    the parameters its regions apply to sequence shards (``TPBlock.shared``: the LayerNorms,
+    the row-parallel biases; and ``ln_f``, the position table): (6L + 2 + seq) · h numbers,
+    whatever b and s, in one allreduce (``sequence.sum_grads_over_ranks``).
     ``regather`` adds, backward, an all-gather of A/n for each of the 2L column-parallel
     layers (their inputs gathered again)."""
     s = cfg.seq if s is None else s
@@ -317,8 +331,9 @@ def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
             dtype: torch.dtype = torch.float32, regather: bool = False) -> dict[str, Any]:
     """Worker function: one forward and backward of ``TPGPT`` over every rank (on its GPU
     under nccl, ``runtime.device()``). Returns the loss, this rank's gradients (by name),
-    the bytes it put on the wire in each phase (the wiretap, ring model) and the
-    activation bytes autograd kept after the forward (saved-tensor hooks)."""
+    the bytes it put on the wire in each phase (the wiretap, ring model) and the calls
+    behind them ("calls": phase → operation → count), and the activation bytes autograd
+    kept after the forward (saved-tensor hooks)."""
     rank, n, dev = dist.get_rank(), dist.get_world_size(), device()
     model = tp_gpt(build_gpt(cfg, seed).to(dev, dtype), rank, n, sequence, regather)
     idx, targets = (t.to(dev) for t in batch(cfg, b, seed))
@@ -329,7 +344,9 @@ def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
     with Wiretap() as backward:
         loss.backward()
     return {"loss": loss.item(), "grads": _grads(model), "activations": meter.peak,
-            "forward": dict(forward.by_op), "backward": dict(backward.by_op)}
+            "forward": dict(forward.by_op), "backward": dict(backward.by_op),
+            "calls": {phase: dict(Counter(o.op for o in tap.ops))
+                      for phase, tap in (("forward", forward), ("backward", backward))}}
 
 
 # ------------------------------------------------------ torch's own tensor parallelism

@@ -1,7 +1,8 @@
 """Sequence parallelism on real workers (lesson 12; Korthikanti et al. 2022): equal to one
 process; the same activation bytes as plain tensor parallelism, plus the allreduce of the
-gradients of the parameters used on sequence shards (counted, and by the formula); less
-activation memory per rank — exactly the LayerNorm regions' n-fold cut."""
+gradients of the parameters used on sequence shards (counted, and by the formula; one call
+for all of them); less activation memory per rank — exactly the LayerNorm regions' n-fold
+cut."""
 import pytest
 import torch
 
@@ -31,6 +32,8 @@ def test_sequence_parallel_equals_one_process_same_bytes_less_memory(clusters, n
     assert want["backward"]["all_reduce"] == 2 * (n - 1) / n * params
     for s, t in zip(sp, tp):
         assert {p: s[p] for p in ("forward", "backward")} == want
+        assert s["calls"]["backward"] == {"all_gather": 5, "reduce_scatter": 5,
+                                          "all_reduce": 1}    # the gradients' in one buffer
         total = sum(s["forward"].values()) + sum(s["backward"].values())
         assert total - s["backward"]["all_reduce"] == \
             sum(t["forward"].values()) + sum(t["backward"].values())
