@@ -41,17 +41,15 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     name = trial.name
     for case in trial:
         n, d, scale, dtype = (case.params[k] for k in ("n", "d", "scale", "dtype"))
-        rng = case.rng
-        X = (rng.normal(size=(n, d)) * scale).astype(dtype)
-        y, theta = rng.normal(size=n).astype(dtype), rng.normal(size=d).astype(dtype)
+        X = (case.rng.normal(size=(n, d)) * scale).astype(dtype)
+        y, theta = (case.rng.normal(size=k).astype(dtype) for k in (n, d))
         want = _reference_gradient(*(a.astype(np.float64) for a in (theta, X, y)))
         inputs = Snapshot(theta=theta, X=X, y=y)
         got = trial.call(case, theta, X, y)
         where = f"{name} on {case}"
         judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
               case)
-        diff = differs(want.astype(dtype), got)
-        if diff is None:
+        if (diff := differs(want.astype(dtype), got)) is None:
             continue
         got_a = as_array(got)
         if got_a is None or got_a.size == 1 and d > 1:
@@ -482,18 +480,6 @@ def train(batch: int, lr: float, steps: int, seed: int) -> float:
     return float(hist.loss[steps - 1]) - J_star
 
 
-def _exact_gradients(lr: float, steps: int) -> float:
-    """J − J* after ``steps`` batch-GD steps at ``lr``: the plan without the batches' noise."""
-    from ddl_lab.ml import models
-    X, y, J_star, _, _ = lesson_data()
-    X64, y64 = X.astype(np.float64), y.astype(np.float64)
-    theta = np.zeros(X.shape[1])
-    with np.errstate(all="ignore"):
-        for _ in range(steps):
-            theta = theta - lr * models.linreg_grad(theta, X64, y64)
-        return float(models.linreg_loss(theta, X64, y64)) - J_star
-
-
 @task("gradient_descent")
 def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     """Lesson 01, task 5: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
@@ -544,15 +530,15 @@ def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
     return b, lr
 
 
-def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,
-                max_examples: int) -> str:
+def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float, max_examples: int) -> str:
     """Why a plan missed the target: divergence, too few or too slow steps, or noise."""
     _, _, J_star, J_zero, curv = lesson_data()
     mu, L = float(curv[0]), float(curv[-1])
     if not math.isfinite(gap) or gap > J_zero - J_star:
         return (f"it diverged: exact gradients need γ < 2/L = {2 / L:.3g}, and noisy small "
                 "batches want less")
-    exact = _exact_gradients(lr, steps)
+    X, y = (a.astype(np.float64) for a in lesson_data()[:2])
+    exact = _gd_excess(lr, X, y, steps)[0]      # the plan without the batches' noise
     if exact > SGD_TARGET:
         if used < max_examples / 4:
             return (f"batches of {batch} hit the step limit after {used:,} of the "
@@ -629,9 +615,7 @@ def _adam_mistake(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: d
     computes them (the diagnosis's catalogue; lesson 01 §9 has the right rule)."""
     (b1, b2), lr, eps, wd = hp["betas"], hp["lr"], hp["eps"], hp["weight_decay"]
     theta = [a.astype(np.float64) for a in params]
-    m = [np.zeros_like(a) for a in theta]
-    v = [np.zeros_like(a) for a in theta]
-    out = []
+    m, v, out = [np.zeros_like(a) for a in theta], [np.zeros_like(a) for a in theta], []
     with np.errstate(all="ignore"):
         for k, gs in enumerate(grads):
             t = {"t_plus": k + 2, "t_zero": k, "first_bias": 1, "no_state": 1}.get(mistake, k + 1)

@@ -108,17 +108,16 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not all(isinstance(g, dict) and g.get("from rank") == w["from rank"]
-               and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)):
+    right = [isinstance(g, dict) and g.get("from rank") == w["from rank"]
+             and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)]
+    if not all(right):
         if sorted(map(str, senders)) == sorted(map(str, range(n))) and \
                 list(map(str, senders)) != list(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
                  "any order (here the ANY_SOURCE receives got the latest rank first): receive "
                  "from each rank in turn (source=r), so that index r holds rank r's value.")
-        i = next(i for i, (g, w) in enumerate(zip(res, want)) if not (
-            isinstance(g, dict) and g.get("from rank") == w["from rank"]
-            and np.array_equal(g.get("data"), w["data"])))
+        i = right.index(False)
         fail(f"the root's list at index {i} holds {res[i]!r:.200}; "
              f"expected rank {i}'s value {want[i]!r:.200}, as rank {i} sent it.")
     for r, v in enumerate(got):
@@ -178,14 +177,13 @@ def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: i
     if sorted(pairs) != sorted((root, r) for r in range(n) if r != root):
         fail(f"{len(pairs)} messages were sent ({pairs[:8]} as (from, to)); a scatter needs "
              f"exactly {n - 1}: one from the root to each other rank.")
-    for r in range(n):
-        if r != root:
-            own = chunks[r]["data"].nbytes
-            if sent[(root, r)] > 1.25 * own + 512:
-                fail(f"the root sent rank {r} {sent[(root, r)]:,} bytes, "
-                     f"{sent[(root, r)] / own:.1f}× the size of chunks[{r}] ({own:,} bytes): "
-                     f"send each rank only its own item (chunks[{r}]), not the whole list — "
-                     "that is what makes a scatter cheaper than a broadcast.")
+    for r in sorted(set(range(n)) - {root}):
+        own = chunks[r]["data"].nbytes
+        if sent[(root, r)] > 1.25 * own + 512:
+            fail(f"the root sent rank {r} {sent[(root, r)]:,} bytes, "
+                 f"{sent[(root, r)] / own:.1f}× the size of chunks[{r}] ({own:,} bytes): "
+                 f"send each rank only its own item (chunks[{r}]), not the whole list — "
+                 "that is what makes a scatter cheaper than a broadcast.")
 
 
 # ------------------------------------------------------- task 3: parallel gradient
@@ -410,7 +408,15 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
         out, _ = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k,
                              send_recv_only=True)
-        judge_chain(trial.name, [r for r, _ in out], [log for _, log in out], numel, k)
+        if fault := chain_fault([log for _, log in out], k, numel):
+            fail(f"{trial.name} does not pipeline down the chain ({n} ranks, {k} pieces of "
+                 f"{numel} numbers): {fault}")
+        want = np.arange(numel, dtype=np.float64) * 0.5
+        for r, (got, _) in enumerate(out):
+            if got is None or not np.array_equal(np.asarray(got), want):
+                fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
+                     "numbers in order: every rank (the root too) returns the whole array, its "
+                     "pieces joined in the order they were cut.")
 
     trial.passed(f"on {_each(trial, one)}, every rank got the root's array, each link carrying "
                  "one message per piece, each piece forwarded before the next came")
@@ -457,10 +463,9 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
                  + answers.same_for_all(chosen, "number of pieces", "machines"))
         if not unseen:
             shown.append(text)
-    trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt "
-           f"does not show (3–64 ranks) — within {TARGET - 1:.0%} of the fastest "
-           "chunking each time, the time modelled (α–β, not a clock) from the messages the "
-           "real workers sent")
+    trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt does not show (3–64 "
+                 f"ranks) — within {TARGET - 1:.0%} of the fastest chunking each time, the "
+                 "time modelled (α–β, not a clock) from the messages the real workers sent")
 
 
 # ------------------------------------------------------------------ the tree gather
@@ -783,16 +788,3 @@ def _lag(r: int, ops: list[str], pieces: int) -> str:
             f"{late - 1} before it forwards piece j ({shown}) — the links still overlap, but "
             f"rank {r + 1} waits {late - 1} piece(s) longer than it needs to at every step. "
             "Forward a piece as soon as it arrives.")
-
-
-def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
-    """Fail with the named fault if the chain broadcast's results or shape are wrong."""
-    want = np.arange(numel, dtype=np.float64) * 0.5
-    if fault := chain_fault(logs, pieces, numel):
-        fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
-             f"{numel} numbers): {fault}")
-    for r, got in enumerate(results):
-        if got is None or not np.array_equal(np.asarray(got), want):
-            fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
-                 "numbers in order: every rank (the root too) returns the whole array, its "
-                 "pieces joined in the order they were cut.")
