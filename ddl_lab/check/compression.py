@@ -501,9 +501,8 @@ def _start(n: int, length: int, seed: int) -> np.ndarray:
 
 
 def _gossip_case(fn: Callable, x0: np.ndarray, dtype: str, steps: int) -> dict:
-    """Worker: ``fn(tensor)`` ``steps`` times (in place, or its returned tensor kept) with the
-    process group wiretapped; the values after each step, the collectives it called and
-    whom it sent to and received from."""
+    """Worker: ``fn(tensor)`` ``steps`` times (in place, or its returned tensor kept), wiretapped:
+    the values after each step, the collectives it called and whom it messaged."""
     import torch.distributed as dist
 
     from ddl_lab.runtime.wiretap import Wiretap
@@ -578,9 +577,8 @@ def _structure_fault(got: list[dict], n: int) -> str | None:
 
 
 def _value_fault(got: list[np.ndarray], x0: np.ndarray, n: int, rtol: float) -> str | None:
-    """The steps' fault, judged in order: the first step (the replicas' mean, then a named W,
-    then the first wrong value), the consensus distance after the last (W shrinks it by |λ₂|
-    per step on the slowest mode), every step's values; or None."""
+    """The steps' first fault — the first step's mean, a named W, a wrong value; the
+    consensus distance after the last (W shrinks it by |λ₂| a step); each step's values."""
     scale = float(np.abs(x0).max(initial=1.0))
     named = next((text for text, M in _mistakes(n).items()
                   if same(M @ x0, got[0], rtol=rtol, scale=scale)), None)
@@ -612,9 +610,8 @@ def _value_fault(got: list[np.ndarray], x0: np.ndarray, n: int, rtol: float) -> 
 
 
 def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
-    """Fail with the first fault — whom the ranks talked to (a collective, or a message to a
-    rank that is not a ring neighbour), then the values — else the consensus distance's
-    factor per step."""
+    """Fail with the first fault — whom the ranks talked to, then the values — else the
+    consensus distance's factor per step."""
     n, length = case.params["n"], case.params["length"]
     rtol = 2e-5 if case.params["dtype"] == "float32" else 1e-10
     if fault := _structure_fault(got, n):

@@ -221,8 +221,7 @@ def _sync_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, n
                 "the loop variable).")
     for r in range(1, n):
         if not same(first[0], first[r], _RTOL):
-            own = theta - lr * _grad(theta, *batches[r][0], d)
-            if same(own, first[r], _RTOL):
+            if same(theta - lr * _grad(theta, *batches[r][0], d), first[r], _RTOL):
                 return (f"after one step rank 0 and rank {r} hold different parameters: each rank "
                         "stepped with its own gradient. Sum the gradients of all ranks with "
                         "dist.all_reduce before the update, so every replica takes the same step.")
@@ -278,13 +277,12 @@ def _loss_fault(ret: Any, local: list[float], r: int, t: int, want: list[np.ndar
                 "(`loss.item()`).")
     if np.isclose(ret, local[r], rtol=_RTOL):
         return None
-    after = _loss(want[t], *batches[r][t], d)
     hint = explain(ret, {
         "the mean of the ranks' losses: return this rank's own (local) loss":
             float(np.mean(local)),
         "the sum of the ranks' losses: return this rank's own (local) loss": float(np.sum(local)),
         "the loss after the update: return the loss computed before it, the one backward() "
-        "differentiated": after}, _RTOL)
+        "differentiated": _loss(want[t], *batches[r][t], d)}, _RTOL)
     return (f"step {t + 1} on rank {r} returned {ret:.6g}, but its loss was {local[r]:.6g}"
             + (f": that is {hint}." if hint else "."))
 
@@ -312,13 +310,11 @@ def _local_reference(theta: np.ndarray, batches: list, lr: float, H: int, d: int
     'gradient' of that step, or never zero the gradients ('accumulate')."""
     n, steps = len(batches), len(batches[0])
     sync = sync or (lambda t: (t + 1) % H == 0)
-    models = [theta.copy() for _ in range(n)]
-    acc = [np.zeros_like(theta) for _ in range(n)]
+    models, acc = [theta.copy() for _ in range(n)], [np.zeros_like(theta) for _ in range(n)]
     for t in range(steps):
         grads = [_grad(m, *batches[r][t], d) for r, m in enumerate(models)]
         if how == "accumulate":
-            acc = [a + g for a, g in zip(acc, grads)]
-            grads = acc
+            grads = acc = [a + g for a, g in zip(acc, grads)]
         if sync(t) and how == "gradient":
             g = np.mean(grads, axis=0)
             models = [m - lr * g for m in models]

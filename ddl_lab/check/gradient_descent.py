@@ -127,8 +127,7 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     for case in trial:
         m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
         X, y = _epoch_problem(m, case.rng)
-        theta0 = case.rng.normal(size=3)
-        runs = []
+        theta0, runs = case.rng.normal(size=3), []
         for generator_seed in (0, 0, 1):
             rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
             out = trial.call(case, theta0.copy(), X, y, rec, lr, b, np.random.default_rng(
@@ -267,8 +266,7 @@ LR_STEPS, LR_TOL = 50, 1e-6
 
 def _lr_problem(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """X of m×d with features of about the case's scale (each within ×spread), y = Xθ + noise;
-    m grows with d, so that many features stay well conditioned — drawn again until γ = 1/L
-    does converge within the budget (a well-conditioned X)."""
+    m grows with d — drawn again until γ = 1/L converges within the budget (well conditioned)."""
     p, rng = case.params, case.rng
     d, scale, spread = p["d"], p["scale"], p.get("spread", 1.2)
     while True:
@@ -510,8 +508,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
                  f"batches of {batch} at γ = {lr:g}: {steps} steps, {used:,} examples; J − J* "
                  f"ended at {worst:.3g} on the worst of shuffles "
                  f"{[s + 10 * seed for s in SGD_SEEDS]} (from {start:.3g} at θ = 0; target "
-                 f"≤ {SGD_TARGET:g}) — "
-                 f"{_plan_fault(batch, lr, steps, used, worst, max_examples)}."
+                 f"≤ {SGD_TARGET:g}) — {_plan_fault(batch, lr, steps, used, worst, max_examples)}."
                  f"{answers.same_for_all(plans)} [{case}]")
         report.append(f"({max_examples:,}, {max_steps}): batch {batch}, γ = {lr:.3g} → "
                       f"{steps} steps, J − J* ≤ {max(gaps):.2g}")

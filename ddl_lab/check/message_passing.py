@@ -206,9 +206,8 @@ def _gradient_data(case: Any) -> tuple[np.ndarray, list[tuple[np.ndarray, np.nda
 
 def _gradient_worker(comm: Any, fn: Callable, theta: np.ndarray, shards: list) -> Any:
     X, y = shards[comm.rank]
-    m = sum(len(ys) for _, ys in shards)
     inputs = Snapshot(theta=theta, X=X, y=y)
-    out = fn(comm, theta, X, y, m)
+    out = fn(comm, theta, X, y, sum(len(ys) for _, ys in shards))
     return out, inputs.changed(getattr(fn, "__name__", "my_parallel_gradient"))
 
 
@@ -234,8 +233,7 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
 
 def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
                     sizes: list[int]) -> None:
-    name = getattr(fn, "__name__", "my_parallel_gradient")
-    k, m = len(shards), sum(sizes)
+    name, k, m = getattr(fn, "__name__", "my_parallel_gradient"), len(shards), sum(sizes)
     t64 = theta.astype(np.float64)
     sums = [X.T.astype(np.float64) @ (X.astype(np.float64) @ t64 - y) for X, y in shards]
     want = sum(sums) / m
@@ -356,8 +354,10 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     def one(case: Any) -> None:
         n, name = case.params["n"], trial.name
         values = [gather_value(r, case.index) for r in range(n)]
-        out, _ = _on_workers(trial, worker, n, my_tree_gather, values, send_recv_only=True)
-        if fault := shape_fault([s for _, s in out]):
+        out, _ = _on_workers(trial, logged, n, my_tree_gather, [(v,) for v in values],
+                             send_recv_only=True)
+        if fault := shape_fault([[(d, c) for op, d, c, _ in log if op == "send"]
+                                 for _, log in out]):
             fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
         _judge_gather(name, [r for r, _ in out], values, 0, n)
 
@@ -406,14 +406,14 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
-        out, _ = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k,
-                             send_recv_only=True)
+        data = np.arange(numel, dtype=np.float64) * 0.5        # on rank 0 only
+        out, _ = _on_workers(trial, logged, n, my_chain_bcast,
+                             [(data if r == 0 else None, k) for r in range(n)], send_recv_only=True)
         if fault := chain_fault([log for _, log in out], k, numel):
             fail(f"{trial.name} does not pipeline down the chain ({n} ranks, {k} pieces of "
                  f"{numel} numbers): {fault}")
-        want = np.arange(numel, dtype=np.float64) * 0.5
         for r, (got, _) in enumerate(out):
-            if got is None or not np.array_equal(np.asarray(got), want):
+            if got is None or not np.array_equal(np.asarray(got), data):
                 fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
                      "numbers in order: every rank (the root too) returns the whole array, its "
                      "pieces joined in the order they were cut.")
@@ -568,9 +568,8 @@ def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
 
 def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
                    header: int) -> tuple[bool, str]:
-    """(True, what the run achieved) if its time (``measured`` from its messages; None: not
-    run, judged by the model) is within TARGET of the fastest chunking, else (False, what
-    the run did and why it is slow)."""
+    """(True, what the run achieved) if its time (``measured`` from its messages; None: by
+    the model) is within TARGET of the fastest chunking, else (False, why it is slow)."""
     n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
     numel = S // 8
     best_k, best_t = fastest(n, numel, a, b, header)
@@ -678,12 +677,10 @@ def numbers(obj: Any, depth: int = 0) -> int:
     return 0 if a is None else int(a.size)
 
 
-def worker(comm: Any, fn: Callable, values: list) -> tuple[Any, list]:
-    """Worker: ``fn(comm, value)`` on a logged communicator; (result, its sends as
-    (destination, ranks carried))."""
-    logged = Logged(comm)
-    return fn(logged, values[comm.rank]), [(d, c) for op, d, c, _ in logged.log
-                                          if op == "send"]
+def logged(comm: Any, fn: Callable, args: list[tuple]) -> tuple[Any, list]:
+    """Worker: ``fn(comm, *args[rank])`` on a logged communicator; (result, its log)."""
+    comm = Logged(comm)
+    return fn(comm, *args[comm.rank]), comm.log
 
 
 def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
@@ -721,13 +718,6 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
             f"{sends[r][0][1]}, not its subtree {subtree(r, n)}: it must first receive from "
             f"its children (r + 1, r + 2, r + 4, … below r + 2^k and n) and then forward all "
             f"of it. {tree}")
-
-
-def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any, list]:
-    """Worker: ``fn(comm, data, pieces)`` on a logged communicator (data on rank 0 only)."""
-    logged = Logged(comm)
-    data = np.arange(numel, dtype=np.float64) * 0.5 if comm.rank == 0 else None
-    return fn(logged, data, pieces), logged.log
 
 
 def chain_fault(logs: list[list[tuple]], pieces: int, numel: int) -> str | None:

@@ -241,9 +241,8 @@ def _pi_case(rng: Any) -> dict[str, Any]:
 
 
 def _pi_paper_case(rng: Any) -> dict[str, Any]:
-    """Limits judged by their arithmetic only, far from the real runs': tol 0.002–0.1, a
-    plan aiming at 90 % needing 1–2.6 ranks' worth of darts, a budget 1.5–3 × that (room
-    for a plan aiming at 95 %, too)."""
+    """Limits judged by their arithmetic only, far from the real runs': tol 0.002–0.1, a 90 %
+    plan needing 1–2.6 ranks' worth of darts, a budget 1.5–3 × that (room for 95 % too)."""
     tol = float(f"{10 ** rng.uniform(-2.7, -1):.3g}")
     n90 = _pi_total(tol)
     return {"tol": tol, "per_rank_max": int(n90 / rng.uniform(1, 2.6)) + 1,
@@ -281,9 +280,8 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
         if outcome.failure is not None:
             fail(f"the workers failed running monte_carlo_pi({d}, seed) on {w} ranks: "
                  f"{outcome.failure.line} [{case}]")
-        estimates = outcome.results[0]
         tol = case.params["tol"]
-        within = sum(abs(e - math.pi) <= tol for e in estimates)
+        within = sum(abs(e - math.pi) <= tol for e in outcome.results[0])
         if within < PI_SHARE * PI_RUNS:
             fail(_pi_short(name, w, d, within, tol, case))
         report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")
