@@ -1,7 +1,6 @@
 """Checks for lesson 08 (compressed updates): Strom's threshold, 1-bit SGD with error feedback
-(trained on real workers), QSGD, index coding, a gossip step (on real workers), a Strom
-message's size and a choice of τ — answers in torch or numpy, judged in the learner's dtype
-against references written here, not the package's compressors."""
+(trained on real workers), QSGD, index coding, a gossip step (on real workers), a Strom message's
+size and a choice of τ — judged in the learner's dtype against references written here."""
 from __future__ import annotations
 
 import functools

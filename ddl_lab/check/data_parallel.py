@@ -1,7 +1,6 @@
-"""Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD
-(on 2–5 real workers, against a float64 simulation of all replicas and of named mistakes),
-a straggler's time (a formula), a plan of averagings (trained on real workers, non-IID
-digits) and the gradient noise scale (real per-example gradients)."""
+"""Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD (on
+2–5 real workers, against a float64 simulation of all replicas and of named mistakes), a
+straggler's time, a plan of averagings (trained on non-IID digits) and the gradient noise scale."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +14,6 @@ from ddl_lab.data_parallel.batches import one_thread, per_example_grads
 from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
-from ._answers import FUNCTION_OF_INPUTS, same_for_all
 from ._core import fail, task
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
                         returned_none, same)
@@ -617,8 +615,8 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
         T, N = case.params["steps"], case.params["max_allreduces"]
         call = f"{name}(steps={T}, max_allreduces={N})"
         got = trial.call(case, T, N, where=call)
-        tail = (f" That budget is not one the prompt shows: {FUNCTION_OF_INPUTS}."
-                if trial.unseen(case) else "") + same_for_all([*chosen, got])
+        tail = (f" That budget is not one the prompt shows: {answers.FUNCTION_OF_INPUTS}."
+                if trial.unseen(case) else "") + answers.same_for_all([*chosen, got])
         chosen.append(plan_of(got, call, T, N, tail))
     trained = shown_cases + TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
@@ -633,7 +631,7 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
         good, text = judge_plan(case, plan, outcome.results)
         if not good:
-            fail(text + same_for_all(chosen))
+            fail(text + answers.same_for_all(chosen))
         shown.append(text)
     trial.passed("non-IID digits on 4 real workers: " + "; ".join(shown)
                  + f"; and {len(cases) - shown_cases - TRAINED} more unseen budgets kept")

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._answers import answer_rtol, two_numbers
 from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
@@ -372,8 +371,8 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     for case in trial:
         lams = _bowl(case)
         got = trial.call(case, lams.copy())
-        gamma, rate = two_numbers(got, ("gamma", "rate"), trial.name, case)
-        if fault := _best_step_fault(gamma, rate, lams, answer_rtol(got)):
+        gamma, rate = answers.two_numbers(got, ("gamma", "rate"), trial.name, case)
+        if fault := _best_step_fault(gamma, rate, lams, answers.answer_rtol(got)):
             fail(f"{fault} [{case}].")
     trial.passed(f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
                  "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
