@@ -191,16 +191,18 @@ def _batches_fault(rec: _Recorder, m: int, b: int) -> str | None:
 def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> str | None:
     """What is wrong with the θ each gradient was taken at, or with the θ returned; or None."""
     theta, up = theta0.copy(), None
+    uphill = " — it moved uphill: the update is θ − lr·g, not θ + lr·g"
+
+    def scaled(c: float | None) -> str:         # a step c × lr·g: a rate of its own
+        return ("" if c is None else f" — the step was {c:.4g} × lr·g: use the lr you are "
+                f"given (lr = {lr:g}), not a constant")
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
             g_prev = _reference_gradient(rec.calls[k - 1][0], *rec.calls[k - 1][1:])
             c = factor_of(-lr * g_prev, seen - rec.calls[k - 1][0]) if k else None
             hint = (" — every gradient was taken at the starting θ: update θ after each "
                     "batch, before computing the next gradient" if same(theta0, seen) else
-                    " — it moved uphill: the update is θ − lr·g, not θ + lr·g"
-                    if same(up, seen) else
-                    f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}),"
-                    " not a constant" if c is not None else "")
+                    uphill if same(up, seen) else scaled(c))
             return (f"the gradient of batch {k} was computed at θ = "
                     f"{np.round(seen, 4).tolist()}, expected the θ after the previous updates, "
                     f"{np.round(theta, 4).tolist()}{hint}")
@@ -209,11 +211,8 @@ def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> s
     if same(theta, out):
         return None
     c = factor_of(theta - theta0, as_array(out) - theta0)
-    hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
-                         theta0 + (theta0 - theta),
-                         " — that is the starting θ: return the updated θ": theta0}) or (
-        f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
-        "constant" if c is not None else "")
+    hint = explain(out, {uphill: theta0 + (theta0 - theta),
+                         " — that is the starting θ: return the updated θ": theta0}) or scaled(c)
     return (f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
             f"expected {np.round(theta, 4).tolist()}{hint}")
 

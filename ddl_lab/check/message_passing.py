@@ -66,11 +66,6 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ task 1: gather
 
-def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
-    mine = comm if comm.rank != root else LatestFirst(comm)
-    return my_gather(mine, gather_value(comm.rank, case_index), root)
-
-
 @task("message_passing")
 def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
@@ -81,9 +76,10 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index,
-                                   send_recv_only=True)
-        _judge_gather(trial.name, got, [gather_value(r, case.index) for r in range(n)], root, n)
+        values = [gather_value(r, case.index) for r in range(n)]
+        out, records = _on_workers(trial, logged, n, my_gather, [(v, root) for v in values],
+                                   root, send_recv_only=True)
+        _judge_gather(trial.name, [r for r, _ in out], values, root, n)
         sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
         if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
             fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
@@ -134,11 +130,6 @@ def _scatter_chunks(n: int, case_index: int) -> list:
             for r in range(n)]
 
 
-def _scatter_worker(comm: Any, my_scatter: Callable, root: int, case_index: int) -> Any:
-    chunks = _scatter_chunks(comm.size, case_index) if comm.rank == root else None
-    return my_scatter(comm, chunks, root)
-
-
 @task("message_passing")
 def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
@@ -149,9 +140,10 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index,
-                                   send_recv_only=True)
-        _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
+        chunks = _scatter_chunks(n, case.index)             # the root's, handed to it alone
+        out, records = _on_workers(trial, logged, n, my_scatter, [
+            (chunks if r == root else None, root) for r in range(n)], send_recv_only=True)
+        _judge_scatter([r for r, _ in out], records, chunks, root, n)
 
     trial.passed(f"on {_each(trial, one)} with roots 0, 2, 1 and a drawn one, every rank got its "
                  "own chunk, the root sending each other rank one message of that chunk's size")
@@ -677,9 +669,11 @@ def numbers(obj: Any, depth: int = 0) -> int:
     return 0 if a is None else int(a.size)
 
 
-def logged(comm: Any, fn: Callable, args: list[tuple]) -> tuple[Any, list]:
-    """Worker: ``fn(comm, *args[rank])`` on a logged communicator; (result, its log)."""
-    comm = Logged(comm)
+def logged(comm: Any, fn: Callable, args: list[tuple], latest_first: int | None = None
+           ) -> tuple[Any, list]:
+    """Worker: ``fn(comm, *args[rank])`` on a logged communicator (rank ``latest_first``'s
+    answers its ANY_SOURCE receives latest rank first); (result, its log)."""
+    comm = (LatestFirst if comm.rank == latest_first else Logged)(comm)
     return fn(comm, *args[comm.rank]), comm.log
 
 
