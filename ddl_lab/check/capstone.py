@@ -1,7 +1,6 @@
 """Checks for lesson 12, the capstone: the bytes a local-SGD plan puts on the wire
-(reasoning), and a training plan run on 4 real workers through ``ddl_lab.capstone``'s meter,
-every other channel closed or recorded, judged on held-out accuracy, bytes, agreement,
-shards, steps and time, with a seed drawn from the check's (design)."""
+(reasoning); a training plan run on 4 real workers through ``ddl_lab.capstone``'s meter,
+judged on accuracy, bytes, agreement, shards, steps and time (design)."""
 from __future__ import annotations
 
 import math
@@ -28,12 +27,6 @@ _BYTES_FIXED = [{"params": 9930, "workers": 4, "steps": 150, "period": 4, "value
                 {"params": 9930, "workers": 4, "steps": 150, "period": 30, "value_bytes": 2},
                 {"params": 1000, "workers": 1, "steps": 10, "period": 2, "value_bytes": 4},
                 {"params": 5000, "workers": 3, "steps": 5, "period": 8, "value_bytes": 4}]
-
-
-def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(rng.integers(1_000, 10_000_000)), "workers": int(rng.integers(2, 9)),
-            "steps": int(rng.integers(1, 500)), "period": int(rng.integers(1, 41)),
-            "value_bytes": int(rng.choice([1, 2, 4, 8]))}
 
 
 def _plan_bytes(params: int, workers: int, steps: int, period: int, value_bytes: int,
@@ -81,7 +74,10 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
     compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
     right too)."""
-    trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=_bytes_draw)
+    trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=lambda rng: {
+        "params": int(rng.integers(1_000, 10_000_000)), "workers": int(rng.integers(2, 9)),
+        "steps": int(rng.integers(1, 500)), "period": int(rng.integers(1, 41)),
+        "value_bytes": int(rng.choice([1, 2, 4, 8]))})
     got = [trial.call(case, *case.params.values()) for case in trial]
     for case, value in zip(trial, got):
         trial.judge(_bytes_fault(value, case, trial, got, trial.name))
@@ -182,9 +178,8 @@ def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     if (said := next((x.reported for x in r.reports if x.reported is not None), None)) is not None:
         return (f"{name} returned a number ({said:,.6g}) beside its model, as if reporting "
                 f"a byte count: bytes are counted by the meter where they leave each worker "
-                f"(it counted "
-                f"{size_text(r.bytes)} on the busiest), never reported by the plan — return "
-                "the model alone.")
+                f"(it counted {size_text(r.bytes)} on the busiest), never reported by the plan "
+                "— return the model alone.")
     if rep := next((x for x in r.reports if x.params is None), None):
         return (f"{name} returned {rep.returned} on rank {rep.rank}: return the trained model "
                 "(the nn.Module you were given, or its DDP wrapper).")
@@ -227,9 +222,9 @@ def _past_the_shard(r: Result, name: str, opening: str) -> str | None:
             + f"{who} ran on training examples outside its own shard: rank {rep.rank}'s "
             f"on {rep.foreign:,} examples of other workers' shards{loaded}, beside {rep.own:,} "
             f"of its own (its `batches` handed out {rep.handed:,} of {rep.shard:,}). {name} "
-            "trained on data the worker was not "
-            "given — the whole training set, loaded by the plan itself. Each worker learns from "
-            "its own `batches` only; what the others learnt must reach it over the wire.")
+            "trained on data the worker was not given — the whole training set, loaded by the "
+            "plan itself. Each worker learns from its own `batches` only; what the others "
+            "learnt must reach it over the wire.")
 
 
 def _paths(paths: list[str], most: int = 3) -> str:

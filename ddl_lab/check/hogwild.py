@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,7 +14,7 @@ from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
 from ._diagnose import (Case, Snapshot, as_array, differs, explain, factor_of, returned_none,
                         same, tolerance)
-from .parallel_models import PROCESSES, FileLock, Held, shared_file
+from .parallel_models import PROCESSES, FileLock, SpyLock, Watched, shared_file
 from ._trial import Trial
 
 if TYPE_CHECKING:
@@ -103,14 +102,15 @@ def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.
 
 # ------------------------------------------------------------------ task 2: the worker loop
 
-class _Trail(Held):
+class _Trail(SpyLock):
     """The lock the worker gets in this process, and what the worker did to θ and to it: it
     counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
+    stuck = ("the lock was still held after 2 s: release it after each update (`with lock:` "
+             "does that for you)")
 
     def __init__(self) -> None:
-        self.held, self.taken, self.reads, self.writes = False, 0, 0, 0
-        self.outside: list[str] = []
-        self._lock = threading.Lock()
+        super().__init__()
+        self.reads, self.writes, self.outside = 0, 0, []
 
     def note(self, what: str) -> None:
         if what == "read":
@@ -120,46 +120,18 @@ class _Trail(Held):
         if not self.held:
             self.outside.append(what)
 
-    def acquire(self, *args: object, **kwargs: object) -> bool:
-        if not self._lock.acquire(timeout=2):
-            raise TimeoutError("the lock was still held after 2 s: release it after each "
-                               "update (`with lock:` does that for you)")
-        self.held, self.taken = True, self.taken + 1
-        return True
 
-    def release(self) -> None:
-        self.held = False
-        self._lock.release()
-
-
-class _TrailTheta(np.ndarray):
+class _TrailTheta(Watched):
     """θ as the worker gets it in this process: every read and write is noted."""
-    trail: _Trail | None = None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.trail = getattr(obj, "trail", None)
-
-    def _note(self, what: str) -> None:
-        if self.trail is not None:
-            self.trail.note(what)
+    __iter__ = np.ndarray.__iter__              # element by element, each a read
 
     def __getitem__(self, key: Any) -> Any:
-        self._note("read")
+        self.note("read")
         return np.asarray(self)[key]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._note("write")
+        self.note("write")
         np.asarray(self)[key] = value
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        self._note("read")
-        outs = kwargs.get("out", ())
-        if method == "at" or any(isinstance(o, _TrailTheta) for o in outs):
-            self._note("write")
-        if outs:
-            kwargs["out"] = tuple(np.asarray(o) for o in outs)
-        return getattr(ufunc, method)(*(np.asarray(i) if isinstance(i, _TrailTheta) else i
-                                        for i in inputs), **kwargs)
 
 
 def _serial(problem: "Problem", theta0: np.ndarray, rows: np.ndarray, lr: float) -> np.ndarray:
@@ -237,7 +209,7 @@ def _traced(fn: Callable, name: str, theta0: np.ndarray, problem: "Problem", row
     """Where the learner's code runs (``run_beside``): its loop on a θ and a lock that note
     every access; θ after it, what the trail counted, and what it changed of its inputs."""
     theta, trail, inputs = theta0.copy().view(_TrailTheta), _Trail(), Snapshot(rows=rows)
-    theta.trail = trail
+    theta.watcher = trail
     call_local(fn, theta, problem, rows, lr, trail, locked)
     counted = {k: getattr(trail, k) for k in ("taken", "reads", "writes", "outside")}
     return np.asarray(theta).copy(), counted, inputs.changed(name)
@@ -474,12 +446,11 @@ def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, in
     """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
     p = case.params
     judge(answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}), case)
-    for k in ("workers", "epochs"):
-        if answers.whole(plan[k]) is None or answers.whole(plan[k]) < 1:
+    workers, epochs = (answers.Whole(1).read(plan[k]) for k in ("workers", "epochs"))
+    for k, v in (("workers", workers), ("epochs", epochs)):
+        if v is None:
             fail(f"{k} = {plan[k]!r}: a whole number ≥ 1 [{case}].")
-    workers, epochs, lr = (answers.whole(plan["workers"]), answers.whole(plan["epochs"]),
-                           answers.scalar(plan["lr"]))
-    if lr is None or not math.isfinite(lr) or lr <= 0:
+    if (lr := answers.Real(0, closed="neither").read(plan["lr"])) is None:
         fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0 [{case}].")
     same = answers.same_for_all([*before, (workers, epochs, lr)])
     if workers > p["max_workers"]:

@@ -4,7 +4,6 @@ where possible, else loopback); when adding workers pays; a FedAvg plan (design)
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import tempfile
 from typing import Any, Callable
@@ -488,22 +487,17 @@ FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
 
 
-def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
-    """Budgets the prompt never shows. The first drawn is run for real, so it is one that
-    k = 2 or 3 clients a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by
-    round 5 with them); the others range far (3–40 rounds, 1–10 uploads and 1–20 epochs a
-    round), judged by their arithmetic."""
-    calls = itertools.count()
-
-    def draw(rng: np.random.Generator) -> dict[str, int]:
-        if next(calls) == 0:
-            R, k, E = int(rng.integers(6, 11)), int(rng.integers(2, 4)), int(rng.integers(10, 16))
-            U = k * R + int(rng.integers(0, R))
-            return {"rounds": R, "uploads": U, "epochs": U * E + int(rng.integers(0, U))}
-        R = int(rng.integers(3, 41))
-        U = int(rng.integers(R, 10 * R + 1))
-        return {"rounds": R, "uploads": U, "epochs": int(rng.integers(U, 20 * U + 1))}
-    return draw
+def _draw(rng: np.random.Generator, real: bool) -> dict[str, int]:
+    """Budgets the prompt never shows: run for real (``real``), ones that k = 2 or 3 clients
+    a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by round 5 with them);
+    else far (3–40 rounds, 1–10 uploads and 1–20 epochs a round), judged by arithmetic."""
+    if real:
+        R, k, E = int(rng.integers(6, 11)), int(rng.integers(2, 4)), int(rng.integers(10, 16))
+        U = k * R + int(rng.integers(0, R))
+        return {"rounds": R, "uploads": U, "epochs": U * E + int(rng.integers(0, U))}
+    R = int(rng.integers(3, 41))
+    U = int(rng.integers(R, 10 * R + 1))
+    return {"rounds": R, "uploads": U, "epochs": int(rng.integers(U, 20 * U + 1))}
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
@@ -541,8 +535,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     at most ``epochs`` local epochs in all (each picked client runs E per round). Every
     case's budgets are checked — the fixed ones and budgets drawn per call, far from them —
     and the fixed ones and the first drawn run as federated training on real workers."""
-    name = getattr(my_fedavg_plan, "__name__", "your function")
-    trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN, draw=_draws())
+    real = iter([True] + [False] * (DRAWN - 1))      # the first drawn is run for real
+    trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN,
+                  draw=lambda rng: _draw(rng, next(real)))
+    name = trial.name
     plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
                                        c.index >= len(FIXED)), name, c) for c in trial]
     for case, (E, C) in zip(trial, plans):
