@@ -297,7 +297,6 @@ def _over_bytes(r: Result, name: str, budget: Budget) -> str:
 
 
 def _too_inaccurate(r: Result, budget: Budget) -> str:
-    ops = r.reports[0].calls
     exchanges = Counter()               # calls that carried more than a length (> 8 B)
     for (op, size), calls in r.reports[0].sizes.items():
         exchanges[op] += calls if size > 8 else 0
@@ -307,7 +306,7 @@ def _too_inaccurate(r: Result, budget: Budget) -> str:
     if every >= 4:
         why.append(f"it exchanged about once every {every:.0f} steps, and on these skewed "
                    "shards each worker's model drifts towards its own digits in between")
-    if "all_gather" in ops:
+    if "all_gather" in r.reports[0].calls:
         why.append("a compressor that drops most of each update must keep what it drops (error "
                    "feedback) to send it later")
     why.append("check the rate too (0.3 suits this CNN)")

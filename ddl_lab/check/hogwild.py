@@ -53,8 +53,7 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
         idx = rng.choice(p["d"], size=min(p["nnz"], p["d"]), replace=False)
         val = rng.normal(size=len(idx)) * 10 ** rng.uniform(-0.5, 0.5)
         y, lr, before = float(p["y"]), p["lr"], theta.astype(np.float64)
-        z = float(before[idx] @ val)
-        step = lr * (_sigmoid(z) - y) * val
+        step = lr * (_sigmoid(float(before[idx] @ val)) - y) * val
         inputs = Snapshot(idx=idx, val=val)
         out = trial.call(case, theta, idx, val, y, lr)
         judge(inputs.changed(name), case)

@@ -1,7 +1,6 @@
-"""Checks for lesson 10 (training memory): one ZeRO-2 step on real worlds of 2–5 ranks,
-judged against DDP with the same optimizer, by the bytes each rank sent (``Wiretap``) and the
-state it keeps; the bytes per rank of a configuration (reasoning); a memory plan run on real
-workers (design)."""
+"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers against DDP, by
+the bytes each rank sent and the state it keeps; the bytes per rank of a configuration
+(reasoning); a memory plan run on real workers (design)."""
 from __future__ import annotations
 
 import functools
@@ -260,9 +259,7 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
             "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
     name = trial.name
     for case in trial:
-        p = case.params
-        P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
-                                                 "optimizer"))
+        P, n, stage, prec, opt = case.params.values()          # in the order the cases list
         call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
         got = trial.call(case, P, n, stage, prec, opt)

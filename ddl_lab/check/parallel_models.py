@@ -142,8 +142,7 @@ class Held:
 
 class SpyLock(Held):
     """A threading lock that counts how often it was taken and knows whether it is held;
-    optionally it pauses one thread (``hold``) before acquiring or after releasing (lessons
-    02 and 03). Held 2 s by another, it raises ``stuck``."""
+    optionally it pauses one thread (``hold``) before acquiring or after releasing."""
     stuck = ("the lock was still held by an earlier call after 2 s: release it (`with lock:` "
              "does that for you)")
 
@@ -202,11 +201,10 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
         fail(f"{PROCESSES} processes sharing the counter claimed iteration {k} {seen[k]} times "
              f"({int((seen > 1).sum()):,} claimed twice, {int((seen == 0).sum()):,} never, of "
              f"{stop:,}): every iteration must be handed out exactly once.")
-    counts = [len(p) for p in claims]
     passed("next_chunk", f"right chunks on {len(trial)} cases (chunk 1–50, stop 0–39, "
            "counters already moved on); the read and the write of next_iter[0] happen in "
            f"one hold of the lock; {PROCESSES} processes claimed all {stop:,} iterations "
-           f"exactly once ({' + '.join(f'{c:,}' for c in counts)} chunks of 3)")
+           f"exactly once ({' + '.join(f'{len(c):,}' for c in claims)} chunks of 3)")
 
 
 def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:

@@ -619,23 +619,19 @@ def _chose(name: str, case: Any, n_fetch: int, n_push: int, lr: float) -> str:
 def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int,
                       plans: list[tuple[int, int, float]]) -> str:
     pulls, pushes = _messages(steps, n_fetch, n_push)
-    constant = len(set(plans)) == 1
-    if n_fetch == n_push == (2 * steps) // budget and 2 * steps % budget:
-        hint = (f"2·steps/budget = {2 * steps / budget:.4g} was rounded DOWN to {n_fetch}: when "
-                "the budget does not divide 2·steps, the shorter interval sends too many "
-                "messages — round the interval up.")
-    elif n_fetch == n_push == math.ceil(2 * steps / budget) and budget % 2:
-        hint = (f"With an odd budget ({budget}) the pulls and the pushes cannot each have half "
-                "of it: equal intervals send an even number of messages, ⌈steps/k⌉ of each.")
-    elif pulls >= budget > pushes:
-        hint = (f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less "
-                "often too — a fetch is a message as much as a push is.")
-    elif math.ceil(steps / budget) in (n_fetch, n_push):        # only one kind budgeted
-        hint = ("Pulls count as well as pushes: with n steps between them, a replica sends "
-                "steps/n_fetch + steps/n_push messages.")
-    else:
-        hint = "" if constant else "Choose larger intervals."
-    return hint + answers.same_for_all(plans)
+    hints = {   # the first that holds; a plan that ignores its budgets is told so instead
+        f"2·steps/budget = {2 * steps / budget:.4g} was rounded DOWN to {n_fetch}: when the "
+        "budget does not divide 2·steps, the shorter interval sends too many messages — round "
+        "the interval up.": n_fetch == n_push == (2 * steps) // budget and 2 * steps % budget,
+        f"With an odd budget ({budget}) the pulls and the pushes cannot each have half of it: "
+        "equal intervals send an even number of messages, ⌈steps/k⌉ of each.":
+            n_fetch == n_push == math.ceil(2 * steps / budget) and budget % 2,
+        f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less often too — a "
+        "fetch is a message as much as a push is.": pulls >= budget > pushes,
+        "Pulls count as well as pushes: with n steps between them, a replica sends "
+        "steps/n_fetch + steps/n_push messages.": math.ceil(steps / budget) in (n_fetch, n_push),
+        "Choose larger intervals.": len(set(plans)) > 1}
+    return next((h for h, hit in hints.items() if hit), "") + answers.same_for_all(plans)
 
 
 def _loss_hint(loss: float, lr: float, n_push: int) -> str:

@@ -77,9 +77,7 @@ def _fed_rounds(fn: Callable, cases: list[dict]) -> list | None:
         gathered = [None] * n if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
         if rank == 0:
-            clients = sorted(c for part in gathered for c in part)
-            states = [s for _, _, s in clients]
-            sizes = [m for _, m, _ in clients]
+            _, sizes, states = map(list, zip(*sorted(c for part in gathered for c in part)))
             before = [{k: v.clone() for k, v in s.items()} for s in states]
             got = fn(states, sizes)
             out.append((before, sizes, got, states))
@@ -393,14 +391,13 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
     from ddl_lab.scaling_out.hosts import Layout
-    name = name_of(my_rendezvous_env)
     fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
         (("10.200.0.1", "10.200.0.2"), 2, 29400), (("10.0.0.5", "10.0.0.9"), 1, 23456),
         (("192.168.1.10", "192.168.1.11", "192.168.1.12"), 3, 29500))]
     trial = Trial("rendezvous_env", my_rendezvous_env, seed, fixed, draws=4, draw=_env_case)
     for case in trial:
         layout = Layout(**case.params)
-        judge(_env_message(name, layout, _envs(my_rendezvous_env, layout), case))
+        judge(_env_message(trial.name, layout, _envs(my_rendezvous_env, layout), case))
     where = _real_run(my_rendezvous_env)
     passed("rendezvous_env", f"right for {len(trial)} layouts (2–4 hosts, 1–4 processes "
            f"each), and 2 hosts × 2 processes started with your settings met on {where} "
@@ -422,13 +419,6 @@ def _best(c: dict, mistake: str = "") -> int:
     return min(range(1, max(top, 1) + 1), key=lambda n: (_times(c, n, mistake), n))
 
 
-def _pays_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(10 ** rng.uniform(4, 9)), "batch": int(2 ** rng.integers(5, 15)),
-            "per_example": float(10 ** rng.uniform(-7, -3)),
-            "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** -rng.uniform(8, 11)),
-            "max_workers": int(rng.integers(2, 129))}
-
-
 @task("scaling_out", refuses=("ddl_lab.scaling_out", "step_time", "seed_case"))
 def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     """Lesson 11, task 4: ``my_best_workers(params, batch, per_example, alpha, beta,
@@ -441,7 +431,11 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
                                            (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
                                            (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
                                            (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
-    trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=_pays_case)
+    trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=lambda rng: {
+        "params": int(10 ** rng.uniform(4, 9)), "batch": int(2 ** rng.integers(5, 15)),
+        "per_example": float(10 ** rng.uniform(-7, -3)),
+        "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** -rng.uniform(8, 11)),
+        "max_workers": int(rng.integers(2, 129))})
     got = []
     for case in trial:
         n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
