@@ -1,6 +1,5 @@
-"""Checks for lesson 12, the capstone: the bytes a local-SGD plan puts on the wire
-(reasoning); a training plan run on 4 real workers through ``ddl_lab.capstone``'s meter,
-judged on accuracy, bytes, agreement, shards, steps and time (design)."""
+"""Checks for lesson 12, the capstone: the bytes a local-SGD plan puts on the wire (reasoning); a
+training plan run on 4 real workers through the capstone's meter, judged on its budget (design)."""
 from __future__ import annotations
 
 import math
@@ -133,7 +132,10 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     time, each worker learning from its own shard only, no channel past the meter.
     ``parameter_server``: the options of the lesson-07 server a plan uses."""
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
-    run = _run_seed(seed)
+    # the run's seed (shards, initial weights, batch order), drawn from the check's ``seed``:
+    # never 0, the one ``measure`` tries by default
+    run = next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
+        "run": int(rng.integers(1, 10_000))}))).params["run"]
     result = run_beside(_measured, fn, name, budget, run, parameter_server)
     if message := _run_fault(result, name, budget):
         fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
@@ -159,13 +161,6 @@ def _measured(fn: Callable, name: str, budget: Budget, run: int,
         if parameter_server is None:
             raise
         fail(f"the parameter server could not start with {parameter_server!r}: {e}")
-
-
-def _run_seed(seed: int) -> int:
-    """The seed of the check's run (shards, initial weights, batch order), drawn from the
-    check's ``seed``: never 0, the one ``measure`` tries by default."""
-    return next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
-        "run": int(rng.integers(1, 10_000))}))).params["run"]
 
 
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:

@@ -1,6 +1,5 @@
-"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched here
-(every access to θ, the lock held or not), then on 3 processes sharing θ; the coordinates
-updates share (reasoning); a lock-free plan run on real processes (design)."""
+"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched access by
+access, then on 3 processes; the coordinates updates share (reasoning); a lock-free plan."""
 from __future__ import annotations
 
 import functools
@@ -257,7 +256,6 @@ def _worker_on_process(fn: Callable, path: str, lock: FileLock, problem: "Proble
 
 # ------------------------------------------------------------------ expected overlap
 
-
 @functools.lru_cache(maxsize=1)
 def _lesson_frequencies() -> np.ndarray:
     """How often each feature is used in the lesson's sparse problem (5,000 examples)."""
@@ -344,8 +342,7 @@ PLAN_WINDOW = 50                # updates per worker between two meetings at a b
 
 @functools.lru_cache(maxsize=1)
 def plan_problem() -> "Problem":
-    """The lesson's sparse logistic regression (1,000 features, 10 per example), 2,000
-    examples."""
+    """The lesson's sparse logistic regression (1,000 features, 10 per example), 2,000 examples."""
     from ddl_lab.hogwild.engine import sparse_problem
     return sparse_problem(m=PLAN_EXAMPLES, seed=0)
 

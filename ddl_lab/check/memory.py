@@ -1,6 +1,5 @@
-"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers against DDP, by
-the bytes each rank sent and the state it keeps; the bytes per rank of a configuration
-(reasoning); a memory plan run on real workers (design)."""
+"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers against DDP, by bytes
+sent and state kept; bytes per rank (reasoning); a memory plan run on real workers (design)."""
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,5 @@
-"""Checks for lesson 09: a stage's GPipe step, the 1F1B order and a row-parallel layer (real
-workers, each stage's messages logged so that a deadlock, a pipeline off the chain or out of
-GPipe's order is named), memory per rank (reasoning) and a pipeline plan (design)."""
+"""Checks for lesson 09 (model parallelism): a stage's GPipe step, the 1F1B order, a row-parallel
+layer (real workers); memory per rank (reasoning); a pipeline plan (design)."""
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,5 @@
 """Checks for lesson 02 (parallel models): a race-free threaded sum, a dynamic schedule's
-dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Threads
-are made to meet (``Meeting``) and callers paused inside the lock: no verdict hangs on luck."""
+dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design)."""
 from __future__ import annotations
 
 import dis

@@ -1,6 +1,5 @@
-"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware rate and a
-shard restored from its checkpoint and push log — each judged on seeded cases, then plugged
-into real shards — the worst staleness SSP admits (reasoning) and a Downpour plan (design)."""
+"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware rate, a restored
+shard (seeded cases, then real shards); the worst staleness (reasoning); a Downpour plan."""
 from __future__ import annotations
 
 import math

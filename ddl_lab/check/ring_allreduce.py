@@ -1,6 +1,5 @@
 """Checks for lesson 06 (ring allreduce): the ring's α–β cost; the learner's ring and §7's
-halving/doubling on real gloo workers under the ``Wiretap`` (bytes, refused collectives, the
-messages' shape named); the tree/ring crossover; bucket sizes; the choice of an algorithm."""
+halving/doubling on real workers, wiretapped; the tree/ring crossover; buckets; the algorithm."""
 from __future__ import annotations
 
 import math

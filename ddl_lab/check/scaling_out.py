@@ -1,6 +1,5 @@
-"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on 3 real
-workers; a multi-host layout's env:// settings, real processes joining (two network namespaces
-where possible, else loopback); when adding workers pays; a FedAvg plan (design)."""
+"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on real workers;
+a multi-host layout's env:// settings, met by real processes; when workers pay; a FedAvg plan."""
 from __future__ import annotations
 
 import functools
@@ -240,9 +239,8 @@ def _resume_message(name: str, r: dict, case: Any) -> str | None:
     nofile = ("" if r["saved"] else " — and no file was at `path` after the first attempt: "
               "my_save_checkpoint must write the checkpoint to the path it is given")
     if r["first"] == "FileNotFoundError":
-        return (f"{name} raised FileNotFoundError before any checkpoint existed: a fresh "
-                "job has none yet — if os.path.exists(path) is False, return 0. "
-                f"[{case}]")
+        return (f"{name} raised FileNotFoundError before any checkpoint existed: a fresh job "
+                f"has none yet — if os.path.exists(path) is False, return 0. [{case}]")
     if answers.whole(r["first"]) != 0:
         return (f"{name} returned {describe_value(r['first'])} before any checkpoint "
                 f"existed; with no file at `path` it must return 0. [{case}]")
