@@ -65,9 +65,8 @@ _GATE_MISTAKES: dict[str, Callable[[int, list, int], bool]] = {
 
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     from ddl_lab.parameter_server.downpour import digits_problem, run
-    r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
-            batch=16, gate=must_wait, eval_every=0.2, timeout=REAL_TIMEOUT)
-    return r.report.max_gap
+    return run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
+               batch=16, gate=must_wait, eval_every=0.2, timeout=REAL_TIMEOUT).report.max_gap
 
 
 @task("parameter_server", refuses=(_PACKAGE, "ssp_must_wait", "_ssp_must_wait"))
@@ -109,7 +108,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
            "shards let the fast replicas lead by exactly 2 clocks, never 3")
 
 
-# ------------------------------------------------------- task 1, its second rule: staleness-aware rate
+# ---------------------------------------------------- task 1, its second rule: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
     return {
