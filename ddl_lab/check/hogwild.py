@@ -377,22 +377,20 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     return problem.loss(theta)
 
 
-def _real_budget(rng: np.random.Generator) -> dict[str, Any]:
-    """Budgets for a second real run: 2 or 3 workers with time for at least 3 epochs."""
-    w = int(rng.integers(2, PROCESSES + 1))
-    return {"examples": PLAN_EXAMPLES, "max_updates_per_worker":
-            int(rng.integers(-(-3 * PLAN_EXAMPLES // w), 4001)), "max_workers": w}
-
-
-def _paper_budget(rng: np.random.Generator, tight: bool) -> dict[str, Any]:
-    """Budgets judged by their arithmetic only: 500–20,000 examples, 2–16 workers, time for
-    3–8 epochs — or, ``tight``, for e·⌊examples/workers⌋ updates and less than e epochs
-    (workers not dividing the examples), where counting each worker's share of an epoch
-    as ⌊examples/workers⌋ instead of rounding up breaks the budget."""
+def _budget(rng: np.random.Generator, kind: str) -> dict[str, Any]:
+    """Budgets for a second ``real`` run: 2 or 3 workers with time for at least 3 epochs.
+    Else judged by their arithmetic only: 500–20,000 examples, 2–16 workers, time for 3–8
+    epochs — or, ``tight``, for e·⌊examples/workers⌋ updates and less than e epochs (workers
+    not dividing the examples), where counting each worker's share of an epoch as
+    ⌊examples/workers⌋ instead of rounding up breaks the budget."""
+    if kind == "real":
+        w = int(rng.integers(2, PROCESSES + 1))
+        return {"examples": PLAN_EXAMPLES, "max_updates_per_worker":
+                int(rng.integers(-(-3 * PLAN_EXAMPLES // w), 4001)), "max_workers": w}
     w = int(rng.integers(2, 17))
     n = int(rng.integers(500, 20001)) // w * w + int(rng.integers(1, w))
     e = int(rng.integers(3, 9))
-    if not tight:
+    if kind != "tight":
         return {"examples": n, "max_updates_per_worker": int(-(-rng.uniform(3, 8) * n // w)),
                 "max_workers": w}
     slack = -(-e * (n % w) // w)                     # e·⌊n/w⌋ + slack ≥ e·n/w
@@ -409,12 +407,11 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     workers) and one drawn budget, run for real; and no worker over its budget of updates,
     no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
     20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
-    kinds = iter([_real_budget] + [functools.partial(_paper_budget, tight=tight)
-                                   for tight in (True, False, True, False)])
+    kinds = iter(["real", "tight", "loose", "tight", "loose"])
     prompt = {"examples": PLAN_EXAMPLES, "max_updates_per_worker": PLAN_BUDGET,
               "max_workers": PROCESSES}       # then one drawn budget run for real, four on paper
     trial = Trial("hogwild_plan", my_hogwild_plan, seed, [prompt], draws=5,
-                  draw=lambda rng: next(kinds)(rng), name="my_hogwild_plan", plan=True)
+                  draw=lambda rng: _budget(rng, next(kinds)), name="my_hogwild_plan", plan=True)
     real, plans, reports = 2, [], []          # the first two run for real
     for case in trial:
         p = case.params

@@ -523,19 +523,17 @@ PLAN_CASES = [{"steps": 120, "budget": 120}, {"steps": 120, "budget": 60},
               {"steps": 120, "budget": 40}]          # the budgets the prompt's example names
 
 
-def _budget_draw(rng: np.random.Generator, tight: bool = False) -> dict[str, Any]:
+def _budget_draw(rng: np.random.Generator, kind: str) -> dict[str, Any]:
     """Steps and a budget the prompt never shows: steps/4 to 2·steps messages per replica,
-    or (``tight``) steps/8 to steps/5 — tighter than any the prompt names."""
+    or (``tight``) steps/8 to steps/5 — tighter than any the prompt names; or a case run for
+    ``real``: 160 to 240 steps, a tight budget that rarely divides 2·steps."""
+    if kind == "real":
+        steps = int(rng.choice([160, 200, 240]))
+        return {"steps": steps, "budget": int(rng.integers(steps // 4, steps // 2))}
     steps = int(rng.choice([30, 45, 77, 150, 250, 401, 1000]))
-    low, high = (math.ceil(steps / 8), math.ceil(steps / 5)) if tight else \
+    low, high = (math.ceil(steps / 8), math.ceil(steps / 5)) if kind == "tight" else \
         (math.ceil(steps / 4), 2 * steps + 1)
     return {"steps": steps, "budget": int(rng.integers(low, high))}
-
-
-def _real_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A case run for real: 160 to 240 steps, a tight budget that rarely divides 2·steps."""
-    steps = int(rng.choice([160, 200, 240]))
-    return {"steps": steps, "budget": int(rng.integers(steps // 4, steps // 2))}
 
 
 def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
@@ -575,10 +573,9 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
     each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
     ends at or below 0.5. The check asks for plans at budgets it draws (their messages
     counted) and runs the tightest prompt budget and one drawn one on real processes."""
-    draws = iter([_budget_draw] * 6 + [lambda rng: _budget_draw(rng, tight=True)] * 2
-                 + [_real_draw])                              # the last one runs for real
+    kinds = iter(["far"] * 6 + ["tight"] * 2 + ["real"])      # the last one runs for real
     trial = Trial("downpour_plan", my_downpour_plan, seed, PLAN_CASES, draws=9,
-                  draw=lambda rng: next(draws)(rng), plan=True)
+                  draw=lambda rng: _budget_draw(rng, next(kinds)), plan=True)
     name = trial.name
     plans = [_plan(trial.call(c, c.params["steps"], c.params["budget"]), name, c) for c in trial]
     for i, (case, (n_fetch, n_push, lr)) in enumerate(zip(trial, plans)):
