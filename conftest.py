@@ -5,6 +5,7 @@ the same lesson is deselected; without a browser, nbval runs the lessons. Under 
 first (``pytest_xdist_make_scheduler`` below)."""
 import importlib.util
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ os.environ.setdefault("DDL_LAB_PROGRESS", "off")
 
 CHROMIUM = Path("/usr/bin/chromium")
 LESSONS = Path(__file__).resolve().parent / "lessons"
+
+
+def pytest_configure(config):
+    # this test run's id, the same in every xdist worker (the browser lessons and the site
+    # meet by it: tests/browser/conftest.py, tests/site/conftest.py)
+    config.ddl_run = getattr(config, "workerinput", {}).get("testrunuid") or uuid.uuid4().hex
 
 
 def browser_available() -> bool:
@@ -33,13 +40,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- xdist: who runs what
-# `make test` runs `pytest -n 2 --dist loadscope` (Makefile WORKERS): a module's tests stay on
+# `make test` runs `pytest -n 3 --dist loadscope` (Makefile WORKERS): a module's tests stay on
 # one worker, so its module-scoped fixtures (a warm cluster, a graded class) are made once.
 # Two kinds of module hold one expensive, independent run per notebook instead, and group
 # per notebook so that the workers share them: the browser lessons and the solution notebooks. Groups go out
 # longest first (LONGEST_FIRST, measured with --durations on 2 cores; then every other
-# group, most tests first), so that no worker is left with a long group at the end while
-# the others idle. A group named nowhere (a new lesson) only loses its place in the queue.
+# group, most tests first; the reliability tests and the site last: LAST), so that no worker
+# is left with a long group at the end while the others idle. A group named nowhere (a new lesson) only loses its place in the queue.
 PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
 IN_BROWSER = "tests/browser/test_lessons_in_browser.py"
@@ -55,6 +62,11 @@ LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]"
 
 # Modules that start Spark run in one group: one JVM (the session fixture) for the test run.
 ONE_SPARK = ("tests/message_passing/test_spark_rdd.py", "tests/scaling_out/test_engines.py")
+# Queued after everything else: the reliability tests (faults, soak, scale, loopback: they
+# fill the cores the last long groups leave idle) and the website, one group (one build),
+# which waits for this run's browser lessons (tests/site/conftest.py) and browses them.
+LAST = ("tests/reliability/", "tests/site/")
+SITE = "tests/site"
 
 
 def scope_of(nodeid: str) -> str:
@@ -63,6 +75,8 @@ def scope_of(nodeid: str) -> str:
     module, _, rest = nodeid.partition("::")
     if module in ONE_SPARK:
         return ONE_SPARK[-1]
+    if module.startswith(SITE + "/"):
+        return SITE
     if module in PER_NOTEBOOK and "[" in rest:
         return f"{module}::[{rest.split('[', 1)[1].split('-')[0].rstrip(']')}]"
     return nodeid.rsplit("::", 1)[0]
@@ -73,6 +87,8 @@ def rank_of(scope: str) -> int:
     for name in (scope, scope.partition("::")[0]):
         if name in LONGEST_FIRST:
             return LONGEST_FIRST.index(name)
+    if scope.startswith(LAST) or scope == SITE:
+        return len(LONGEST_FIRST) + 1
     return len(LONGEST_FIRST)
 
 

@@ -1,7 +1,5 @@
-"""Checks for lesson 13, the capstone: the bytes a local-SGD plan puts on the wire
-(reasoning), and a training plan run on 4 real workers through ``ddl_lab.capstone``'s meter,
-every other channel closed or recorded, judged on held-out accuracy, bytes, agreement,
-shards, steps and time, with a seed drawn from the check's (design)."""
+"""Checks for lesson 13, the capstone: the bytes a local-SGD plan puts on the wire (reasoning); a
+training plan run on 4 real workers through the capstone's meter, judged on its budget (design)."""
 from __future__ import annotations
 
 import math
@@ -28,12 +26,6 @@ _BYTES_FIXED = [{"params": 9930, "workers": 4, "steps": 150, "period": 4, "value
                 {"params": 9930, "workers": 4, "steps": 150, "period": 30, "value_bytes": 2},
                 {"params": 1000, "workers": 1, "steps": 10, "period": 2, "value_bytes": 4},
                 {"params": 5000, "workers": 3, "steps": 5, "period": 8, "value_bytes": 4}]
-
-
-def _bytes_draw(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(rng.integers(1_000, 10_000_000)), "workers": int(rng.integers(2, 9)),
-            "steps": int(rng.integers(1, 500)), "period": int(rng.integers(1, 41)),
-            "value_bytes": int(rng.choice([1, 2, 4, 8]))}
 
 
 def _plan_bytes(params: int, workers: int, steps: int, period: int, value_bytes: int,
@@ -81,7 +73,10 @@ def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
     compared at the tolerance of the answer's dtype (a count rounded to whole bytes is
     right too)."""
-    trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=_bytes_draw)
+    trial = Trial("budget_bytes", my_budget_bytes, seed, _BYTES_FIXED, draws=4, draw=lambda rng: {
+        "params": int(rng.integers(1_000, 10_000_000)), "workers": int(rng.integers(2, 9)),
+        "steps": int(rng.integers(1, 500)), "period": int(rng.integers(1, 41)),
+        "value_bytes": int(rng.choice([1, 2, 4, 8]))})
     got = [trial.call(case, *case.params.values()) for case in trial]
     for case, value in zip(trial, got):
         trial.judge(_bytes_fault(value, case, trial, got, trial.name))
@@ -137,7 +132,10 @@ def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = N
     time, each worker learning from its own shard only, no channel past the meter.
     ``parameter_server``: the options of the lesson-07 server a plan uses."""
     fn, name, budget = my_plan, getattr(my_plan, "__name__", "your plan"), BUDGET
-    run = _run_seed(seed)
+    # the run's seed (shards, initial weights, batch order), drawn from the check's ``seed``:
+    # never 0, the one ``measure`` tries by default
+    run = next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
+        "run": int(rng.integers(1, 10_000))}))).params["run"]
     result = run_beside(_measured, fn, name, budget, run, parameter_server)
     if message := _run_fault(result, name, budget):
         fail(f"{message}\nWhat the run achieved: {result.summary()} (shards, initial weights "
@@ -165,13 +163,6 @@ def _measured(fn: Callable, name: str, budget: Budget, run: int,
         fail(f"the parameter server could not start with {parameter_server!r}: {e}")
 
 
-def _run_seed(seed: int) -> int:
-    """The seed of the check's run (shards, initial weights, batch order), drawn from the
-    check's ``seed``: never 0, the one ``measure`` tries by default."""
-    return next(iter(Cases("capstone", seed, draws=1, draw=lambda rng: {
-        "run": int(rng.integers(1, 10_000))}))).params["run"]
-
-
 def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     """The first thing that disqualifies the run, else what misses the budget, else None."""
     if rep := next((x for x in r.reports if x.tampered is not None), None):
@@ -182,9 +173,8 @@ def _run_fault(r: Result, name: str, budget: Budget) -> str | None:
     if (said := next((x.reported for x in r.reports if x.reported is not None), None)) is not None:
         return (f"{name} returned a number ({said:,.6g}) beside its model, as if reporting "
                 f"a byte count: bytes are counted by the meter where they leave each worker "
-                f"(it counted "
-                f"{size_text(r.bytes)} on the busiest), never reported by the plan — return "
-                "the model alone.")
+                f"(it counted {size_text(r.bytes)} on the busiest), never reported by the plan "
+                "— return the model alone.")
     if rep := next((x for x in r.reports if x.params is None), None):
         return (f"{name} returned {rep.returned} on rank {rep.rank}: return the trained model "
                 "(the nn.Module you were given, or its DDP wrapper).")
@@ -227,9 +217,9 @@ def _past_the_shard(r: Result, name: str, opening: str) -> str | None:
             + f"{who} ran on training examples outside its own shard: rank {rep.rank}'s "
             f"on {rep.foreign:,} examples of other workers' shards{loaded}, beside {rep.own:,} "
             f"of its own (its `batches` handed out {rep.handed:,} of {rep.shard:,}). {name} "
-            "trained on data the worker was not "
-            "given — the whole training set, loaded by the plan itself. Each worker learns from "
-            "its own `batches` only; what the others learnt must reach it over the wire.")
+            "trained on data the worker was not given — the whole training set, loaded by the "
+            "plan itself. Each worker learns from its own `batches` only; what the others "
+            "learnt must reach it over the wire.")
 
 
 def _paths(paths: list[str], most: int = 3) -> str:
@@ -302,7 +292,6 @@ def _over_bytes(r: Result, name: str, budget: Budget) -> str:
 
 
 def _too_inaccurate(r: Result, budget: Budget) -> str:
-    ops = r.reports[0].calls
     exchanges = Counter()               # calls that carried more than a length (> 8 B)
     for (op, size), calls in r.reports[0].sizes.items():
         exchanges[op] += calls if size > 8 else 0
@@ -312,7 +301,7 @@ def _too_inaccurate(r: Result, budget: Budget) -> str:
     if every >= 4:
         why.append(f"it exchanged about once every {every:.0f} steps, and on these skewed "
                    "shards each worker's model drifts towards its own digits in between")
-    if "all_gather" in ops:
+    if "all_gather" in r.reports[0].calls:
         why.append("a compressor that drops most of each update must keep what it drops (error "
                    "feedback) to send it later")
     why.append("check the rate too (0.3 suits this CNN)")

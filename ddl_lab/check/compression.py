@@ -1,7 +1,6 @@
 """Checks for lesson 08 (compressed updates): Strom's threshold, 1-bit SGD with error feedback
-(trained on real workers), QSGD, index coding, a gossip step (on real workers), a Strom
-message's size and a choice of τ — answers in torch or numpy, judged in the learner's dtype
-against references written here, not the package's compressors."""
+(trained on real workers), QSGD, index coding, a gossip step (on real workers), a Strom message's
+size and a choice of τ — judged in the learner's dtype against references written here."""
 from __future__ import annotations
 
 import functools
@@ -38,16 +37,6 @@ def _strom_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, float]:
     return grad, residual, tau
 
 
-def _strom_ref(grad: torch.Tensor, residual: torch.Tensor, tau: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    v = (residual + grad).numpy()
-    idx = np.flatnonzero(np.abs(v) >= tau)
-    signs = np.where(v[idx] >= 0, 1, -1)
-    new = v.copy()
-    new[idx] -= tau * signs
-    return idx, signs, new
-
-
 @task("compression", refuses=(_PACKAGE, "strom_step", "_strom_step"))
 def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
     """Lesson 08, task 1: ``my_strom_threshold(grad, residual, tau)`` returns (indices, signs,
@@ -79,8 +68,11 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
 def _strom_fault(idx: np.ndarray, signs: np.ndarray, new: np.ndarray, grad: torch.Tensor,
                  residual: torch.Tensor, tau: float) -> str | None:
     """The first of the indices, the signs and the new residual that is wrong, in words."""
-    want_idx, want_signs, want_new = _strom_ref(grad, residual, tau)
     v, g = (residual + grad).numpy(), grad.numpy()
+    want_idx = np.flatnonzero(np.abs(v) >= tau)
+    want_signs = np.where(v[want_idx] >= 0, 1, -1)
+    want_new = v.copy()
+    want_new[want_idx] -= tau * want_signs
     if idx.dtype == bool:
         return ("the indices came back as a boolean mask; return the positions of the sent "
                 "entries, e.g. `torch.nonzero(mask).flatten()`")
@@ -134,9 +126,7 @@ def _strom_fault(idx: np.ndarray, signs: np.ndarray, new: np.ndarray, grad: torc
 def _conservation(fn: Callable, name: str, tau: float) -> tuple[int, float]:
     """40 steps feeding the learner's residual back: Σ decoded + residual = Σ grads."""
     g = torch.Generator().manual_seed(3)
-    residual = torch.zeros(300)
-    total = torch.zeros(300, dtype=torch.float64)
-    count = 0
+    residual, total, count = torch.zeros(300), torch.zeros(300, dtype=torch.float64), 0
     for _ in range(40):
         grad = torch.randn(300, generator=g) * 0.2 + 0.05
         idx, signs, new = _parts(call_local(fn, grad, residual, tau),
@@ -160,8 +150,7 @@ class LearnerOneBitEF(ErrorFeedback):
 
     def __init__(self, fn: Callable):
         super().__init__(OneBit())
-        self.fn = fn
-        self.name = "your 1-bit + EF"
+        self.fn, self.name = fn, "your 1-bit + EF"
 
     def encode(self, x: torch.Tensor) -> bytes:
         g = torch.as_tensor(x).detach().float().reshape(-1)
@@ -181,9 +170,8 @@ def _train(compressor: Any, epochs: int) -> Any:
 
 
 @task("compression", refuses=(_PACKAGE, "ef_onebit_step", "_ef_onebit_step"))
-def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
-                          world_size: int = 4, epochs: int = 4,
-                          min_accuracy: float = 0.85) -> None:
+def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0, world_size: int = 4,
+                          epochs: int = 4, min_accuracy: float = 0.85) -> None:
     """Lesson 08, task 1: ``my_error_feedback_onebit(grad, residual)`` returns (q, new_residual)
     with v = grad + residual, q = mean|v|·sign(v) (sign(0) = +1), new_residual = v − q; then
     it trains the digits MLP on ``world_size`` real workers."""
@@ -214,8 +202,7 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0,
                  "than fp32.")
 
 
-def _ef_fault(q: np.ndarray, new: np.ndarray, grad: np.ndarray, residual: np.ndarray
-              ) -> str | None:
+def _ef_fault(q: np.ndarray, new: np.ndarray, grad: np.ndarray, residual: np.ndarray) -> str | None:
     """What is wrong with q, else with the new residual, which must be v − q for the
     learner's own (right) q, in the precision of q and new."""
     v = grad + residual
@@ -357,8 +344,7 @@ def _levels(trial: Trial, v: torch.Tensor, s: int, u: torch.Tensor, case: Case |
 def _levels_fault(trial: Trial, got: np.ndarray, want: np.ndarray, v: np.ndarray, s: int,
                   u: np.ndarray) -> str:
     v = v.astype(np.float64)
-    sign = np.sign(v)
-    norm = float(np.linalg.norm(v))
+    sign, norm = np.sign(v), float(np.linalg.norm(v))
     r = np.abs(v) / norm * s
     low = np.floor(r)
     guesses = {
@@ -385,14 +371,12 @@ def _levels_fault(trial: Trial, got: np.ndarray, want: np.ndarray, v: np.ndarray
             "u < r − ⌊r⌋, else ⌊r⌋, times sign(v), with r = |v|/‖v‖₂·s")
 
 
-def _bias(trial: Trial, v: torch.Tensor, s: int, case: Case | None, strict: bool = True
-          ) -> float:
+def _bias(trial: Trial, v: torch.Tensor, s: int, case: Case | None, strict: bool = True) -> float:
     """Largest |mean of ‖v‖/s·level over DRAWS draws − v|, in standard errors of the exact
     QSGD rounding (p(1−p) per entry); with ``strict`` a biased one fails."""
     g = torch.Generator().manual_seed(17)
     v = v.double()
-    norm = float(v.norm())
-    total = np.zeros(v.shape)
+    norm, total = float(v.norm()), np.zeros(v.shape)
     for _ in range(DRAWS):
         u = torch.rand(v.shape, generator=g, dtype=torch.float64)
         total += _levels(trial, v.float(), s, u.float(), case)
@@ -516,9 +500,8 @@ def _start(n: int, length: int, seed: int) -> np.ndarray:
 
 
 def _gossip_case(fn: Callable, x0: np.ndarray, dtype: str, steps: int) -> dict:
-    """Worker: ``fn(tensor)`` ``steps`` times (in place, or its returned tensor kept) with the
-    process group wiretapped; the values after each step, the collectives it called and
-    whom it sent to and received from."""
+    """Worker: ``fn(tensor)`` ``steps`` times (in place, or its returned tensor kept), wiretapped:
+    the values after each step, the collectives it called and whom it messaged."""
     import torch.distributed as dist
 
     from ddl_lab.runtime.wiretap import Wiretap
@@ -593,9 +576,8 @@ def _structure_fault(got: list[dict], n: int) -> str | None:
 
 
 def _value_fault(got: list[np.ndarray], x0: np.ndarray, n: int, rtol: float) -> str | None:
-    """The steps' fault, judged in order: the first step (the replicas' mean, then a named W,
-    then the first wrong value), the consensus distance after the last (W shrinks it by |λ₂|
-    per step on the slowest mode), every step's values; or None."""
+    """The steps' first fault — the first step's mean, a named W, a wrong value; the
+    consensus distance after the last (W shrinks it by |λ₂| a step); each step's values."""
     scale = float(np.abs(x0).max(initial=1.0))
     named = next((text for text, M in _mistakes(n).items()
                   if same(M @ x0, got[0], rtol=rtol, scale=scale)), None)
@@ -627,9 +609,8 @@ def _value_fault(got: list[np.ndarray], x0: np.ndarray, n: int, rtol: float) -> 
 
 
 def _judge(got: list[dict], x0: np.ndarray, case: Case, name: str) -> float:
-    """Fail with the first fault — whom the ranks talked to (a collective, or a message to a
-    rank that is not a ring neighbour), then the values — else the consensus distance's
-    factor per step."""
+    """Fail with the first fault — whom the ranks talked to, then the values — else the
+    consensus distance's factor per step."""
     n, length = case.params["n"], case.params["length"]
     rtol = 2e-5 if case.params["dtype"] == "float32" else 1e-10
     if fault := _structure_fault(got, n):
@@ -746,8 +727,7 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
     as a varint, ⌈k/8⌉ bytes of sign bits, then the first index and the k − 1 gaps g, each
     an LEB128 varint. The lesson's encoder, run on the same entries, agrees."""
     trial = Trial("strom_bytes", my_strom_bytes, seed, _SIZE_FIXED, draws=3, draw=_size_draw)
-    name = trial.name
-    got = []
+    name, got = trial.name, []
     for case in trial:
         d, k = case.params["d"], case.params["k"]
         got.append(answers.answer(trial.call(case, d, k), answers.Real(what="a number of bytes"),

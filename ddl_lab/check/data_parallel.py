@@ -1,7 +1,6 @@
-"""Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD
-(on 2–5 real workers, against a float64 simulation of all replicas and of named mistakes),
-a straggler's time (a formula), a plan of averagings (trained on real workers, non-IID
-digits) and the gradient noise scale (real per-example gradients)."""
+"""Checks for lesson 05 (synchronous data parallelism): a synchronous SGD step and local SGD (on
+2–5 real workers, against a float64 simulation of all replicas and of named mistakes), a
+straggler's time, a plan of averagings (trained on non-IID digits) and the gradient noise scale."""
 from __future__ import annotations
 
 import functools
@@ -15,8 +14,7 @@ from ddl_lab.data_parallel.batches import one_thread, per_example_grads
 from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
-from ._answers import FUNCTION_OF_INPUTS, same_for_all
-from ._core import CheckFailed, fail, task
+from ._core import fail, task
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
                         returned_none, same)
 from ._formula import formula_cases
@@ -82,16 +80,12 @@ def _draw_batches(rng: np.random.Generator, n: int, steps: int, d: int
     """Per rank, ``steps`` minibatches (X, y) as float32: different data on every rank,
     batch sizes 1–9, values far from 0 and 1."""
     w = rng.normal(size=d) * 2
-    out = []
-    for r in range(n):
-        batches = []
-        for _ in range(steps):
-            b = int(rng.integers(1, 10))
-            X = (rng.normal(size=(b, d)) * 1.5 + 0.7 * r).astype(np.float32)
-            y = (X @ w + rng.normal(size=b) + r - 0.5).astype(np.float32)
-            batches.append((X, y))
-        out.append(batches)
-    return out
+
+    def batch(r: int) -> tuple[np.ndarray, np.ndarray]:
+        b = int(rng.integers(1, 10))
+        X = (rng.normal(size=(b, d)) * 1.5 + 0.7 * r).astype(np.float32)
+        return X, (X @ w + rng.normal(size=b) + r - 0.5).astype(np.float32)
+    return [[batch(r) for _ in range(steps)] for r in range(n)]
 
 
 def _grad(theta: np.ndarray, X: np.ndarray, y: np.ndarray, d: int) -> np.ndarray:
@@ -153,9 +147,8 @@ def _sync_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float
     for X, y in batches[dist.get_rank()]:
         X, y = torch.from_numpy(X.copy()), torch.from_numpy(y.copy())
         X0, y0 = X.clone(), y.clone()
-        ret = fn(model, _mse, X, y, lr)
+        out["returned"].append(_portable(fn(model, _mse, X, y, lr)))
         out["params"].append(_flat(model))
-        out["returned"].append(_portable(ret))
         out["changed"].append([k for k, a, b in (("X", X, X0), ("y", y, y0))
                                if not torch.equal(a, b)])
         grads = [p.grad for p in model.linear.parameters()]
@@ -226,8 +219,7 @@ def _sync_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, n
                 "the loop variable).")
     for r in range(1, n):
         if not same(first[0], first[r], _RTOL):
-            own = theta - lr * _grad(theta, *batches[r][0], d)
-            if same(own, first[r], _RTOL):
+            if same(theta - lr * _grad(theta, *batches[r][0], d), first[r], _RTOL):
                 return (f"after one step rank 0 and rank {r} hold different parameters: each rank "
                         "stepped with its own gradient. Sum the gradients of all ranks with "
                         "dist.all_reduce before the update, so every replica takes the same step.")
@@ -283,21 +275,19 @@ def _loss_fault(ret: Any, local: list[float], r: int, t: int, want: list[np.ndar
                 "(`loss.item()`).")
     if np.isclose(ret, local[r], rtol=_RTOL):
         return None
-    after = _loss(want[t], *batches[r][t], d)
     hint = explain(ret, {
         "the mean of the ranks' losses: return this rank's own (local) loss":
             float(np.mean(local)),
         "the sum of the ranks' losses: return this rank's own (local) loss": float(np.sum(local)),
         "the loss after the update: return the loss computed before it, the one backward() "
-        "differentiated": after}, _RTOL)
+        "differentiated": _loss(want[t], *batches[r][t], d)}, _RTOL)
     return (f"step {t + 1} on rank {r} returned {ret:.6g}, but its loss was {local[r]:.6g}"
             + (f": that is {hint}." if hint else "."))
 
 
 # ------------------------------------------------------------------- local SGD
 
-def _local_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float,
-                H: int) -> dict:
+def _local_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float, H: int) -> dict:
     """Worker: the learner's local SGD over this rank's batches; the final parameters."""
     import torch.distributed as dist
     model = _watched_model(d, theta)
@@ -318,13 +308,11 @@ def _local_reference(theta: np.ndarray, batches: list, lr: float, H: int, d: int
     'gradient' of that step, or never zero the gradients ('accumulate')."""
     n, steps = len(batches), len(batches[0])
     sync = sync or (lambda t: (t + 1) % H == 0)
-    models = [theta.copy() for _ in range(n)]
-    acc = [np.zeros_like(theta) for _ in range(n)]
+    models, acc = [theta.copy() for _ in range(n)], [np.zeros_like(theta) for _ in range(n)]
     for t in range(steps):
         grads = [_grad(m, *batches[r][t], d) for r, m in enumerate(models)]
         if how == "accumulate":
-            acc = [a + g for a, g in zip(acc, grads)]
-            grads = acc
+            grads = acc = [a + g for a, g in zip(acc, grads)]
         if sync(t) and how == "gradient":
             g = np.mean(grads, axis=0)
             models = [m - lr * g for m in models]
@@ -521,17 +509,17 @@ def even_spread(steps: int, budget: int) -> list[int]:
     return sorted({round(steps * (i + 1) / budget) for i in range(budget)})
 
 
-def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
-    """The learner's plan as a period H or a sorted list of steps, or a failure (also for a
-    plan that averages more often than the budget allows: no need to train to see it)."""
+def plan_of(got: Any, call: str, steps: int, budget: int, tail: str) -> int | list[int]:
+    """The learner's plan as a period H or a sorted list of steps, or a failure ending in
+    ``tail`` (a plan averaging more often than the budget allows too: no need to train it)."""
     if isinstance(got, (bool, np.bool_)) or got is None:
         fail(f"{call} returned {describe_value(got)}; return the averaging period H (a whole "
-             "number) or the steps after which to average (a list of step numbers).")
+             "number) or the steps after which to average (a list of step numbers)." + tail)
     if answers.scalar(got) is not None:           # a period H: 12, np.int64(12), 12.0
         plan = answers.whole(got)
         if plan is None or plan < 1:
             fail(f"{call} returned H = {describe_value(got)}; the averaging period is a whole "
-                 "number of steps, at least 1.")
+                 "number of steps, at least 1." + tail)
     else:
         try:
             plan = sorted({int(s) for s in got})
@@ -540,14 +528,14 @@ def plan_of(got: Any, call: str, steps: int, budget: int) -> int | list[int]:
             plan, exact = [], False
         if not exact or not plan:
             fail(f"{call} returned {describe_value(got)}; return H (a whole number) or a "
-                 "non-empty list of whole step numbers.")
+                 "non-empty list of whole step numbers." + tail)
         if plan[0] < 1 or plan[-1] > steps:
             fail(f"{call} returned the steps {plan[:8]}{'…' if len(plan) > 8 else ''}: steps "
                  f"are counted from 1 to {steps} (I_T = {{H, 2H, …}}), averaging after step "
-                 f"t; step {plan[0] if plan[0] < 1 else plan[-1]} does not exist.")
+                 f"t; step {plan[0] if plan[0] < 1 else plan[-1]} does not exist." + tail)
     if len(at := sync_steps(plan, steps)) > budget:
         fail(f"{call} returned a plan that averages {len(at)} times in {steps} steps (after "
-             f"steps {at[:6]}…), but the budget is {budget} allreduces.")
+             f"steps {at[:6]}…), but the budget is {budget} allreduces." + tail)
     return plan
 
 
@@ -627,12 +615,9 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
         T, N = case.params["steps"], case.params["max_allreduces"]
         call = f"{name}(steps={T}, max_allreduces={N})"
         got = trial.call(case, T, N, where=call)
-        try:
-            chosen.append(plan_of(got, call, T, N))
-        except CheckFailed as e:
-            raise CheckFailed(f"{e}" + (f" That budget is not one the prompt shows: "
-                                        f"{FUNCTION_OF_INPUTS}." if trial.unseen(case) else "")
-                              + same_for_all([*chosen, got])) from None
+        tail = (f" That budget is not one the prompt shows: {answers.FUNCTION_OF_INPUTS}."
+                if trial.unseen(case) else "") + answers.same_for_all([*chosen, got])
+        chosen.append(plan_of(got, call, T, N, tail))
     trained = shown_cases + TRAINED
     runs = [(c["steps"], p) for c, p in zip(cases[:trained], chosen)]
     missing = [c for c in cases[shown_cases:trained]          # even spreads not yet run
@@ -646,17 +631,15 @@ def sync_plan(my_sync_plan: Callable, seed: int = 0, timeout: float = 120.0) -> 
     for case, plan, outcome in zip(cases[:trained], chosen, outcomes):
         good, text = judge_plan(case, plan, outcome.results)
         if not good:
-            fail(text + same_for_all(chosen))
+            fail(text + answers.same_for_all(chosen))
         shown.append(text)
     trial.passed("non-IID digits on 4 real workers: " + "; ".join(shown)
                  + f"; and {len(cases) - shown_cases - TRAINED} more unseen budgets kept")
 
 
 # ------------------------------------------------------------------ the gradient noise scale
-# B_simple = tr(Σ)/|G|² (McCandlish et al. 2018: their B_noise = tr(HΣ)/(GᵀHG) with H ∝ I, which
-# stands in for B_noise in S(B) = S_min(1 + B_noise/B)) from real per-example gradients of the digits
-# MLP at several points of a training run, on drawn subsets, float32 or float64; two small
-# hand-made cases pin the edges (two examples; all gradients equal).
+# B_simple = tr(Σ)/|G|² (McCandlish et al. 2018's B_noise with H ∝ I) from real per-example
+# gradients of the digits MLP at several points of training; two hand-made cases pin the edges.
 
 _STATES = (30, 100, 300)         # SGD steps trained before the gradients are measured
 _NOISE_FIXED = [

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._answers import answer_rtol, two_numbers
 from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
                         differs, explain, factor_of, name_factor, returned_none, same)
@@ -41,17 +40,15 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     name = trial.name
     for case in trial:
         n, d, scale, dtype = (case.params[k] for k in ("n", "d", "scale", "dtype"))
-        rng = case.rng
-        X = (rng.normal(size=(n, d)) * scale).astype(dtype)
-        y, theta = rng.normal(size=n).astype(dtype), rng.normal(size=d).astype(dtype)
+        X = (case.rng.normal(size=(n, d)) * scale).astype(dtype)
+        y, theta = (case.rng.normal(size=k).astype(dtype) for k in (n, d))
         want = _reference_gradient(*(a.astype(np.float64) for a in (theta, X, y)))
         inputs = Snapshot(theta=theta, X=X, y=y)
         got = trial.call(case, theta, X, y)
         where = f"{name} on {case}"
         judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
               case)
-        diff = differs(want.astype(dtype), got)
-        if diff is None:
+        if (diff := differs(want.astype(dtype), got)) is None:
             continue
         got_a = as_array(got)
         if got_a is None or got_a.size == 1 and d > 1:
@@ -129,8 +126,7 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     for case in trial:
         m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
         X, y = _epoch_problem(m, case.rng)
-        theta0 = case.rng.normal(size=3)
-        runs = []
+        theta0, runs = case.rng.normal(size=3), []
         for generator_seed in (0, 0, 1):
             rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
             out = trial.call(case, theta0.copy(), X, y, rec, lr, b, np.random.default_rng(
@@ -195,16 +191,18 @@ def _batches_fault(rec: _Recorder, m: int, b: int) -> str | None:
 def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> str | None:
     """What is wrong with the θ each gradient was taken at, or with the θ returned; or None."""
     theta, up = theta0.copy(), None
+    uphill = " — it moved uphill: the update is θ − lr·g, not θ + lr·g"
+
+    def scaled(c: float | None) -> str:         # a step c × lr·g: a rate of its own
+        return ("" if c is None else f" — the step was {c:.4g} × lr·g: use the lr you are "
+                f"given (lr = {lr:g}), not a constant")
     for k, (seen, Xb, yb) in enumerate(rec.calls):
         if not same(theta, seen):
             g_prev = _reference_gradient(rec.calls[k - 1][0], *rec.calls[k - 1][1:])
             c = factor_of(-lr * g_prev, seen - rec.calls[k - 1][0]) if k else None
             hint = (" — every gradient was taken at the starting θ: update θ after each "
                     "batch, before computing the next gradient" if same(theta0, seen) else
-                    " — it moved uphill: the update is θ − lr·g, not θ + lr·g"
-                    if same(up, seen) else
-                    f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}),"
-                    " not a constant" if c is not None else "")
+                    uphill if same(up, seen) else scaled(c))
             return (f"the gradient of batch {k} was computed at θ = "
                     f"{np.round(seen, 4).tolist()}, expected the θ after the previous updates, "
                     f"{np.round(theta, 4).tolist()}{hint}")
@@ -213,11 +211,8 @@ def _updates_fault(rec: _Recorder, theta0: np.ndarray, out: Any, lr: float) -> s
     if same(theta, out):
         return None
     c = factor_of(theta - theta0, as_array(out) - theta0)
-    hint = explain(out, {" — it moved uphill: the update is θ − lr·g, not θ + lr·g":
-                         theta0 + (theta0 - theta),
-                         " — that is the starting θ: return the updated θ": theta0}) or (
-        f" — the step was {c:.4g} × lr·g: use the lr you are given (lr = {lr:g}), not a "
-        "constant" if c is not None else "")
+    hint = explain(out, {uphill: theta0 + (theta0 - theta),
+                         " — that is the starting θ: return the updated θ": theta0}) or scaled(c)
     return (f"the θ returned after the epoch is {np.round(as_array(out), 4).tolist()}, "
             f"expected {np.round(theta, 4).tolist()}{hint}")
 
@@ -269,8 +264,7 @@ LR_STEPS, LR_TOL = 50, 1e-6
 
 def _lr_problem(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """X of m×d with features of about the case's scale (each within ×spread), y = Xθ + noise;
-    m grows with d, so that many features stay well conditioned — drawn again until γ = 1/L
-    does converge within the budget (a well-conditioned X)."""
+    m grows with d — drawn again until γ = 1/L converges within the budget (well conditioned)."""
     p, rng = case.params, case.rng
     d, scale, spread = p["d"], p["scale"], p.get("spread", 1.2)
     while True:
@@ -376,8 +370,8 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
     for case in trial:
         lams = _bowl(case)
         got = trial.call(case, lams.copy())
-        gamma, rate = two_numbers(got, ("gamma", "rate"), trial.name, case)
-        if fault := _best_step_fault(gamma, rate, lams, answer_rtol(got)):
+        gamma, rate = answers.two_numbers(got, ("gamma", "rate"), trial.name, case)
+        if fault := _best_step_fault(gamma, rate, lams, answers.answer_rtol(got)):
             fail(f"{fault} [{case}].")
     trial.passed(f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
                  "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
@@ -482,18 +476,6 @@ def train(batch: int, lr: float, steps: int, seed: int) -> float:
     return float(hist.loss[steps - 1]) - J_star
 
 
-def _exact_gradients(lr: float, steps: int) -> float:
-    """J − J* after ``steps`` batch-GD steps at ``lr``: the plan without the batches' noise."""
-    from ddl_lab.ml import models
-    X, y, J_star, _, _ = lesson_data()
-    X64, y64 = X.astype(np.float64), y.astype(np.float64)
-    theta = np.zeros(X.shape[1])
-    with np.errstate(all="ignore"):
-        for _ in range(steps):
-            theta = theta - lr * models.linreg_grad(theta, X64, y64)
-        return float(models.linreg_loss(theta, X64, y64)) - J_star
-
-
 @task("gradient_descent")
 def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     """Lesson 01, task 5: ``my_sgd_plan(max_examples, max_steps)`` returns ``{"batch_size",
@@ -524,8 +506,7 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
                  f"batches of {batch} at γ = {lr:g}: {steps} steps, {used:,} examples; J − J* "
                  f"ended at {worst:.3g} on the worst of shuffles "
                  f"{[s + 10 * seed for s in SGD_SEEDS]} (from {start:.3g} at θ = 0; target "
-                 f"≤ {SGD_TARGET:g}) — "
-                 f"{_plan_fault(batch, lr, steps, used, worst, max_examples)}."
+                 f"≤ {SGD_TARGET:g}) — {_plan_fault(batch, lr, steps, used, worst, max_examples)}."
                  f"{answers.same_for_all(plans)} [{case}]")
         report.append(f"({max_examples:,}, {max_steps}): batch {batch}, γ = {lr:.3g} → "
                       f"{steps} steps, J − J* ≤ {max(gaps):.2g}")
@@ -544,15 +525,15 @@ def _valid_plan(name: str, plan: Any, m: int, where: str) -> tuple[int, float]:
     return b, lr
 
 
-def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float,
-                max_examples: int) -> str:
+def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float, max_examples: int) -> str:
     """Why a plan missed the target: divergence, too few or too slow steps, or noise."""
     _, _, J_star, J_zero, curv = lesson_data()
     mu, L = float(curv[0]), float(curv[-1])
     if not math.isfinite(gap) or gap > J_zero - J_star:
         return (f"it diverged: exact gradients need γ < 2/L = {2 / L:.3g}, and noisy small "
                 "batches want less")
-    exact = _exact_gradients(lr, steps)
+    X, y = (a.astype(np.float64) for a in lesson_data()[:2])
+    exact = _gd_excess(lr, X, y, steps)[0]      # the plan without the batches' noise
     if exact > SGD_TARGET:
         if used < max_examples / 4:
             return (f"batches of {batch} hit the step limit after {used:,} of the "
@@ -629,9 +610,7 @@ def _adam_mistake(params: list[np.ndarray], grads: list[list[np.ndarray]], hp: d
     computes them (the diagnosis's catalogue; lesson 01 §9 has the right rule)."""
     (b1, b2), lr, eps, wd = hp["betas"], hp["lr"], hp["eps"], hp["weight_decay"]
     theta = [a.astype(np.float64) for a in params]
-    m = [np.zeros_like(a) for a in theta]
-    v = [np.zeros_like(a) for a in theta]
-    out = []
+    m, v, out = [np.zeros_like(a) for a in theta], [np.zeros_like(a) for a in theta], []
     with np.errstate(all="ignore"):
         for k, gs in enumerate(grads):
             t = {"t_plus": k + 2, "t_zero": k, "first_bias": 1, "no_state": 1}.get(mistake, k + 1)

@@ -1,11 +1,9 @@
-"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched here
-(every access to θ, the lock held or not), then on 3 processes sharing θ; the coordinates
-updates share (reasoning); a lock-free plan run on real processes (design)."""
+"""Checks for lesson 03 (Hogwild!): the sparse update in place; the worker loop, watched access by
+access, then on 3 processes; the coordinates updates share (reasoning); a lock-free plan."""
 from __future__ import annotations
 
 import functools
 import math
-import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,7 +13,7 @@ from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
 from ._diagnose import (Case, Snapshot, as_array, differs, explain, factor_of, returned_none,
                         same, tolerance)
-from .parallel_models import PROCESSES, FileLock, Held, shared_file
+from .parallel_models import PROCESSES, FileLock, SpyLock, Watched, shared_file
 from ._trial import Trial
 
 if TYPE_CHECKING:
@@ -54,8 +52,7 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
         idx = rng.choice(p["d"], size=min(p["nnz"], p["d"]), replace=False)
         val = rng.normal(size=len(idx)) * 10 ** rng.uniform(-0.5, 0.5)
         y, lr, before = float(p["y"]), p["lr"], theta.astype(np.float64)
-        z = float(before[idx] @ val)
-        step = lr * (_sigmoid(z) - y) * val
+        step = lr * (_sigmoid(float(before[idx] @ val)) - y) * val
         inputs = Snapshot(idx=idx, val=val)
         out = trial.call(case, theta, idx, val, y, lr)
         judge(inputs.changed(name), case)
@@ -103,14 +100,15 @@ def _update_fault(got: np.ndarray, step: np.ndarray, theta: np.ndarray, val: np.
 
 # ------------------------------------------------------------------ task 2: the worker loop
 
-class _Trail(Held):
+class _Trail(SpyLock):
     """The lock the worker gets in this process, and what the worker did to θ and to it: it
     counts acquisitions, knows when it is held, and notes the accesses to θ outside it."""
+    stuck = ("the lock was still held after 2 s: release it after each update (`with lock:` "
+             "does that for you)")
 
     def __init__(self) -> None:
-        self.held, self.taken, self.reads, self.writes = False, 0, 0, 0
-        self.outside: list[str] = []
-        self._lock = threading.Lock()
+        super().__init__()
+        self.reads, self.writes, self.outside = 0, 0, []
 
     def note(self, what: str) -> None:
         if what == "read":
@@ -120,46 +118,18 @@ class _Trail(Held):
         if not self.held:
             self.outside.append(what)
 
-    def acquire(self, *args: object, **kwargs: object) -> bool:
-        if not self._lock.acquire(timeout=2):
-            raise TimeoutError("the lock was still held after 2 s: release it after each "
-                               "update (`with lock:` does that for you)")
-        self.held, self.taken = True, self.taken + 1
-        return True
 
-    def release(self) -> None:
-        self.held = False
-        self._lock.release()
-
-
-class _TrailTheta(np.ndarray):
+class _TrailTheta(Watched):
     """θ as the worker gets it in this process: every read and write is noted."""
-    trail: _Trail | None = None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.trail = getattr(obj, "trail", None)
-
-    def _note(self, what: str) -> None:
-        if self.trail is not None:
-            self.trail.note(what)
+    __iter__ = np.ndarray.__iter__              # element by element, each a read
 
     def __getitem__(self, key: Any) -> Any:
-        self._note("read")
+        self.note("read")
         return np.asarray(self)[key]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._note("write")
+        self.note("write")
         np.asarray(self)[key] = value
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        self._note("read")
-        outs = kwargs.get("out", ())
-        if method == "at" or any(isinstance(o, _TrailTheta) for o in outs):
-            self._note("write")
-        if outs:
-            kwargs["out"] = tuple(np.asarray(o) for o in outs)
-        return getattr(ufunc, method)(*(np.asarray(i) if isinstance(i, _TrailTheta) else i
-                                        for i in inputs), **kwargs)
 
 
 def _serial(problem: "Problem", theta0: np.ndarray, rows: np.ndarray, lr: float) -> np.ndarray:
@@ -237,7 +207,7 @@ def _traced(fn: Callable, name: str, theta0: np.ndarray, problem: "Problem", row
     """Where the learner's code runs (``run_beside``): its loop on a θ and a lock that note
     every access; θ after it, what the trail counted, and what it changed of its inputs."""
     theta, trail, inputs = theta0.copy().view(_TrailTheta), _Trail(), Snapshot(rows=rows)
-    theta.trail = trail
+    theta.watcher = trail
     call_local(fn, theta, problem, rows, lr, trail, locked)
     counted = {k: getattr(trail, k) for k in ("taken", "reads", "writes", "outside")}
     return np.asarray(theta).copy(), counted, inputs.changed(name)
@@ -285,7 +255,6 @@ def _worker_on_process(fn: Callable, path: str, lock: FileLock, problem: "Proble
 
 
 # ------------------------------------------------------------------ expected overlap
-
 
 @functools.lru_cache(maxsize=1)
 def _lesson_frequencies() -> np.ndarray:
@@ -373,8 +342,7 @@ PLAN_WINDOW = 50                # updates per worker between two meetings at a b
 
 @functools.lru_cache(maxsize=1)
 def plan_problem() -> "Problem":
-    """The lesson's sparse logistic regression (1,000 features, 10 per example), 2,000
-    examples."""
+    """The lesson's sparse logistic regression (1,000 features, 10 per example), 2,000 examples."""
     from ddl_lab.hogwild.engine import sparse_problem
     return sparse_problem(m=PLAN_EXAMPLES, seed=0)
 
@@ -409,22 +377,20 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     return problem.loss(theta)
 
 
-def _real_budget(rng: np.random.Generator) -> dict[str, Any]:
-    """Budgets for a second real run: 2 or 3 workers with time for at least 3 epochs."""
-    w = int(rng.integers(2, PROCESSES + 1))
-    return {"examples": PLAN_EXAMPLES, "max_updates_per_worker":
-            int(rng.integers(-(-3 * PLAN_EXAMPLES // w), 4001)), "max_workers": w}
-
-
-def _paper_budget(rng: np.random.Generator, tight: bool) -> dict[str, Any]:
-    """Budgets judged by their arithmetic only: 500–20,000 examples, 2–16 workers, time for
-    3–8 epochs — or, ``tight``, for e·⌊examples/workers⌋ updates and less than e epochs
-    (workers not dividing the examples), where counting each worker's share of an epoch
-    as ⌊examples/workers⌋ instead of rounding up breaks the budget."""
+def _budget(rng: np.random.Generator, kind: str) -> dict[str, Any]:
+    """Budgets for a second ``real`` run: 2 or 3 workers with time for at least 3 epochs.
+    Else judged by their arithmetic only: 500–20,000 examples, 2–16 workers, time for 3–8
+    epochs — or, ``tight``, for e·⌊examples/workers⌋ updates and less than e epochs (workers
+    not dividing the examples), where counting each worker's share of an epoch as
+    ⌊examples/workers⌋ instead of rounding up breaks the budget."""
+    if kind == "real":
+        w = int(rng.integers(2, PROCESSES + 1))
+        return {"examples": PLAN_EXAMPLES, "max_updates_per_worker":
+                int(rng.integers(-(-3 * PLAN_EXAMPLES // w), 4001)), "max_workers": w}
     w = int(rng.integers(2, 17))
     n = int(rng.integers(500, 20001)) // w * w + int(rng.integers(1, w))
     e = int(rng.integers(3, 9))
-    if not tight:
+    if kind != "tight":
         return {"examples": n, "max_updates_per_worker": int(-(-rng.uniform(3, 8) * n // w)),
                 "max_workers": w}
     slack = -(-e * (n % w) // w)                     # e·⌊n/w⌋ + slack ≥ e·n/w
@@ -441,12 +407,11 @@ def hogwild_plan(my_hogwild_plan: Callable, seed: int = 0) -> None:
     workers) and one drawn budget, run for real; and no worker over its budget of updates,
     no more workers than allowed, for four more budgets drawn far from the prompt's (500 to
     20,000 examples, 1–16 workers), so that the plan must be computed from its inputs."""
-    kinds = iter([_real_budget] + [functools.partial(_paper_budget, tight=tight)
-                                   for tight in (True, False, True, False)])
+    kinds = iter(["real", "tight", "loose", "tight", "loose"])
     prompt = {"examples": PLAN_EXAMPLES, "max_updates_per_worker": PLAN_BUDGET,
               "max_workers": PROCESSES}       # then one drawn budget run for real, four on paper
     trial = Trial("hogwild_plan", my_hogwild_plan, seed, [prompt], draws=5,
-                  draw=lambda rng: next(kinds)(rng), name="my_hogwild_plan", plan=True)
+                  draw=lambda rng: _budget(rng, next(kinds)), name="my_hogwild_plan", plan=True)
     real, plans, reports = 2, [], []          # the first two run for real
     for case in trial:
         p = case.params
@@ -474,12 +439,11 @@ def _valid_plan(name: str, plan: Any, case: Case, before: list) -> tuple[int, in
     """The plan's (workers, epochs, lr), or a CheckFailed naming the budget it broke."""
     p = case.params
     judge(answers.plan(plan, name, {"workers": "", "epochs": "", "lr": ""}), case)
-    for k in ("workers", "epochs"):
-        if answers.whole(plan[k]) is None or answers.whole(plan[k]) < 1:
+    workers, epochs = (answers.Whole(1).read(plan[k]) for k in ("workers", "epochs"))
+    for k, v in (("workers", workers), ("epochs", epochs)):
+        if v is None:
             fail(f"{k} = {plan[k]!r}: a whole number ≥ 1 [{case}].")
-    workers, epochs, lr = (answers.whole(plan["workers"]), answers.whole(plan["epochs"]),
-                           answers.scalar(plan["lr"]))
-    if lr is None or not math.isfinite(lr) or lr <= 0:
+    if (lr := answers.Real(0, closed="neither").read(plan["lr"])) is None:
         fail(f"lr = {plan['lr']!r}: a learning rate is a number > 0 [{case}].")
     same = answers.same_for_all([*before, (workers, epochs, lr)])
     if workers > p["max_workers"]:

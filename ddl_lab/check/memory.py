@@ -1,7 +1,5 @@
-"""Checks for lesson 10 (training memory): one ZeRO-2 step on real worlds of 2–5 ranks,
-judged against DDP with the same optimizer, by the bytes each rank sent (``Wiretap``) and the
-state it keeps; the bytes per rank of a configuration (reasoning); a memory plan run on real
-workers (design)."""
+"""Checks for lesson 10 (training memory): one ZeRO-2 step on real workers against DDP, by bytes
+sent and state kept; bytes per rank (reasoning); a memory plan run on real workers (design)."""
 from __future__ import annotations
 
 import functools
@@ -88,8 +86,7 @@ def _reference(length: int, n: int, dtype: str, kind: str, hyper: dict, seed: in
                mean: bool = True) -> np.ndarray:
     """DDP with the same optimizer: the whole vector, the mean gradient over the ranks."""
     import torch
-    param, grads = _data(length, n, dtype, seed)
-    p = param.clone()
+    p, grads = _data(length, n, dtype, seed)
     opt = make_optimizer(kind, hyper, [p])
     for step in range(STEPS):
         total = torch.stack(grads[step]).sum(0)
@@ -261,9 +258,7 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
             "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
     name = trial.name
     for case in trial:
-        p = case.params
-        P, n, stage, prec, opt = (p[k] for k in ("params", "ranks", "stage", "precision",
-                                                 "optimizer"))
+        P, n, stage, prec, opt = case.params.values()          # in the order the cases list
         call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
         got = trial.call(case, P, n, stage, prec, opt)
@@ -309,13 +304,8 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
 
 
 # ------------------------------------------------------------------ task 3 (design): a plan
-#
-# What a rank keeps is measured by ``memory.zero.zero_run`` (parameters, gradients and
-# optimizer state counted from the tensors, the activations kept for backward by saved-
-# tensor hooks and each recomputed segment's input), the bytes it sends by the wiretap, and
-# the loss after three steps against fp32 data parallelism's. Budgets drawn far from the
-# lesson's (billions of parameters, up to 64 ranks) are judged by the same accounting, in
-# closed form.
+# What a rank keeps is measured by ``memory.zero.zero_run`` (its tensors, the activations
+# saved for backward, each recomputed segment's input), what it sends by the wiretap.
 
 LOSS_TOLERANCE = 0.02              # the plan's last loss within 2 % of fp32 DDP's
 OPTIONS = [(s, p, r) for s in range(4) for p in ("fp32", "bf16") for r in (False, True)]
@@ -381,26 +371,20 @@ def _budgets(c: dict, rng: np.random.Generator, separate: bool = False) -> dict 
     return {**c, "budget": int(budget), "max_sent": int(cap)}
 
 
-def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
-    """The first draw runs on workers (a model of the lesson's size); the rest are judged
-    by the accounting only (up to 10⁹ parameters, 64 ranks), every other one with budgets
-    that separate stage 3's traffic from the other stages'."""
-    calls = itertools.count()
-
-    def draw(rng: np.random.Generator) -> dict[str, Any]:
-        index = next(calls)
-        real = index == 0
-        while True:
-            if real:
-                n, hidden = int(rng.integers(2, 5)), int(rng.choice([64, 96, 128]))
-                depth, batch = int(rng.integers(3, 9)), n * int(rng.integers(32, 129))
-            else:
-                n, hidden = int(rng.choice([4, 8, 16, 64])), int(rng.choice([1024, 4096, 8192]))
-                depth, batch = int(rng.integers(4, 49)), n * int(rng.integers(1, 33))
-            case = _budgets(_model(n, hidden, depth, batch), rng, separate=index % 2 == 1)
-            if case is not None:
-                return case
-    return draw
+def _draw(rng: np.random.Generator, index: int) -> dict[str, Any]:
+    """Draw ``index``: the first runs on workers (a model of the lesson's size); the rest are
+    judged by the accounting only (up to 10⁹ parameters, 64 ranks), every other one with
+    budgets that separate stage 3's traffic from the other stages'."""
+    while True:
+        if index == 0:
+            n, hidden = int(rng.integers(2, 5)), int(rng.choice([64, 96, 128]))
+            depth, batch = int(rng.integers(3, 9)), n * int(rng.integers(32, 129))
+        else:
+            n, hidden = int(rng.choice([4, 8, 16, 64])), int(rng.choice([1024, 4096, 8192]))
+            depth, batch = int(rng.integers(4, 49)), n * int(rng.integers(1, 33))
+        case = _budgets(_model(n, hidden, depth, batch), rng, separate=index % 2 == 1)
+        if case is not None:
+            return case
 
 
 def _fixed() -> list[dict]:
@@ -454,7 +438,9 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     gradients, optimizer state, activations) or sends more than ``max_sent`` bytes a step,
     and the loss stays within 2 % of fp32 data parallelism's. Three plans run on real
     workers (the fixed models and one drawn); the others are judged by the accounting."""
-    trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6, draw=_draws())
+    index = itertools.count()
+    trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6,
+                  draw=lambda rng: _draw(rng, next(index)))
     name = trial.name
     plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
                                        str(c), c.index >= len(FIXED)), name, c)

@@ -66,11 +66,6 @@ def _root_case(rng: np.random.Generator) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ task 1: gather
 
-def _gather_worker(comm: Any, my_gather: Callable, root: int, case_index: int) -> Any:
-    mine = comm if comm.rank != root else LatestFirst(comm)
-    return my_gather(mine, gather_value(comm.rank, case_index), root)
-
-
 @task("message_passing")
 def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
@@ -81,9 +76,10 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _gather_worker, n, my_gather, root, case.index,
-                                   send_recv_only=True)
-        _judge_gather(trial.name, got, [gather_value(r, case.index) for r in range(n)], root, n)
+        values = [gather_value(r, case.index) for r in range(n)]
+        out, records = _on_workers(trial, logged, n, my_gather, [(v, root) for v in values],
+                                   root, send_recv_only=True)
+        _judge_gather(trial.name, [r for r, _ in out], values, root, n)
         sent = [(rec["rank"], s[0]) for rec in records for s in rec["sent"] if s[0] != rec["rank"]]
         if sorted(sent) != sorted((r, root) for r in range(n) if r != root):
             fail(f"{len(sent)} messages were sent ({sent[:8]} as (from, to)); a gather needs "
@@ -108,17 +104,16 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
                 if len(res) == n - 1 and root not in senders else "")
         fail(f"the root returned {len(res)} values from ranks {senders}, expected {n}, one "
              f"per rank.{hint}")
-    if not all(isinstance(g, dict) and g.get("from rank") == w["from rank"]
-               and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)):
+    right = [isinstance(g, dict) and g.get("from rank") == w["from rank"]
+             and np.array_equal(g.get("data"), w["data"]) for g, w in zip(res, want)]
+    if not all(right):
         if sorted(map(str, senders)) == sorted(map(str, range(n))) and \
                 list(map(str, senders)) != list(map(str, range(n))):
             fail(f"the root's list holds the values of ranks {senders}, in that order; "
                  f"expected ranks {list(range(n))}. Messages from different ranks arrive in "
                  "any order (here the ANY_SOURCE receives got the latest rank first): receive "
                  "from each rank in turn (source=r), so that index r holds rank r's value.")
-        i = next(i for i, (g, w) in enumerate(zip(res, want)) if not (
-            isinstance(g, dict) and g.get("from rank") == w["from rank"]
-            and np.array_equal(g.get("data"), w["data"])))
+        i = right.index(False)
         fail(f"the root's list at index {i} holds {res[i]!r:.200}; "
              f"expected rank {i}'s value {want[i]!r:.200}, as rank {i} sent it.")
     for r, v in enumerate(got):
@@ -135,11 +130,6 @@ def _scatter_chunks(n: int, case_index: int) -> list:
             for r in range(n)]
 
 
-def _scatter_worker(comm: Any, my_scatter: Callable, root: int, case_index: int) -> Any:
-    chunks = _scatter_chunks(comm.size, case_index) if comm.rank == root else None
-    return my_scatter(comm, chunks, root)
-
-
 @task("message_passing")
 def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
@@ -150,9 +140,10 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        got, records = _on_workers(trial, _scatter_worker, n, my_scatter, root, case.index,
-                                   send_recv_only=True)
-        _judge_scatter(got, records, _scatter_chunks(n, case.index), root, n)
+        chunks = _scatter_chunks(n, case.index)             # the root's, handed to it alone
+        out, records = _on_workers(trial, logged, n, my_scatter, [
+            (chunks if r == root else None, root) for r in range(n)], send_recv_only=True)
+        _judge_scatter([r for r, _ in out], records, chunks, root, n)
 
     trial.passed(f"on {_each(trial, one)} with roots 0, 2, 1 and a drawn one, every rank got its "
                  "own chunk, the root sending each other rank one message of that chunk's size")
@@ -178,14 +169,13 @@ def _judge_scatter(got: list, records: list[dict], chunks: list, root: int, n: i
     if sorted(pairs) != sorted((root, r) for r in range(n) if r != root):
         fail(f"{len(pairs)} messages were sent ({pairs[:8]} as (from, to)); a scatter needs "
              f"exactly {n - 1}: one from the root to each other rank.")
-    for r in range(n):
-        if r != root:
-            own = chunks[r]["data"].nbytes
-            if sent[(root, r)] > 1.25 * own + 512:
-                fail(f"the root sent rank {r} {sent[(root, r)]:,} bytes, "
-                     f"{sent[(root, r)] / own:.1f}× the size of chunks[{r}] ({own:,} bytes): "
-                     f"send each rank only its own item (chunks[{r}]), not the whole list — "
-                     "that is what makes a scatter cheaper than a broadcast.")
+    for r in sorted(set(range(n)) - {root}):
+        own = chunks[r]["data"].nbytes
+        if sent[(root, r)] > 1.25 * own + 512:
+            fail(f"the root sent rank {r} {sent[(root, r)]:,} bytes, "
+                 f"{sent[(root, r)] / own:.1f}× the size of chunks[{r}] ({own:,} bytes): "
+                 f"send each rank only its own item (chunks[{r}]), not the whole list — "
+                 "that is what makes a scatter cheaper than a broadcast.")
 
 
 # ------------------------------------------------------- task 3: parallel gradient
@@ -208,9 +198,8 @@ def _gradient_data(case: Any) -> tuple[np.ndarray, list[tuple[np.ndarray, np.nda
 
 def _gradient_worker(comm: Any, fn: Callable, theta: np.ndarray, shards: list) -> Any:
     X, y = shards[comm.rank]
-    m = sum(len(ys) for _, ys in shards)
     inputs = Snapshot(theta=theta, X=X, y=y)
-    out = fn(comm, theta, X, y, m)
+    out = fn(comm, theta, X, y, sum(len(ys) for _, ys in shards))
     return out, inputs.changed(getattr(fn, "__name__", "my_parallel_gradient"))
 
 
@@ -236,8 +225,7 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
 
 def _judge_gradient(fn: Callable, got: list, theta: np.ndarray, shards: list,
                     sizes: list[int]) -> None:
-    name = getattr(fn, "__name__", "my_parallel_gradient")
-    k, m = len(shards), sum(sizes)
+    name, k, m = getattr(fn, "__name__", "my_parallel_gradient"), len(shards), sum(sizes)
     t64 = theta.astype(np.float64)
     sums = [X.T.astype(np.float64) @ (X.astype(np.float64) @ t64 - y) for X, y in shards]
     want = sum(sums) / m
@@ -358,8 +346,10 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
     def one(case: Any) -> None:
         n, name = case.params["n"], trial.name
         values = [gather_value(r, case.index) for r in range(n)]
-        out, _ = _on_workers(trial, worker, n, my_tree_gather, values, send_recv_only=True)
-        if fault := shape_fault([s for _, s in out]):
+        out, _ = _on_workers(trial, logged, n, my_tree_gather, [(v,) for v in values],
+                             send_recv_only=True)
+        if fault := shape_fault([[(d, c) for op, d, c, _ in log if op == "send"]
+                                 for _, log in out]):
             fail(f"{name} does not gather along the binomial tree ({n} ranks): {fault}")
         _judge_gather(name, [r for r, _ in out], values, 0, n)
 
@@ -408,9 +398,17 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, numel, k = (case.params[key] for key in ("n", "numel", "pieces"))
-        out, _ = _on_workers(trial, chain_worker, n, my_chain_bcast, numel, k,
-                             send_recv_only=True)
-        judge_chain(trial.name, [r for r, _ in out], [log for _, log in out], numel, k)
+        data = np.arange(numel, dtype=np.float64) * 0.5        # on rank 0 only
+        out, _ = _on_workers(trial, logged, n, my_chain_bcast,
+                             [(data if r == 0 else None, k) for r in range(n)], send_recv_only=True)
+        if fault := chain_fault([log for _, log in out], k, numel):
+            fail(f"{trial.name} does not pipeline down the chain ({n} ranks, {k} pieces of "
+                 f"{numel} numbers): {fault}")
+        for r, (got, _) in enumerate(out):
+            if got is None or not np.array_equal(np.asarray(got), data):
+                fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
+                     "numbers in order: every rank (the root too) returns the whole array, its "
+                     "pieces joined in the order they were cut.")
 
     trial.passed(f"on {_each(trial, one)}, every rank got the root's array, each link carrying "
                  "one message per piece, each piece forwarded before the next came")
@@ -457,10 +455,9 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
                  + answers.same_for_all(chosen, "number of pieces", "machines"))
         if not unseen:
             shown.append(text)
-    trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt "
-           f"does not show (3–64 ranks) — within {TARGET - 1:.0%} of the fastest "
-           "chunking each time, the time modelled (α–β, not a clock) from the messages the "
-           "real workers sent")
+    trial.passed("; ".join(shown) + f"; and {DRAWS} machines the prompt does not show (3–64 "
+                 f"ranks) — within {TARGET - 1:.0%} of the fastest chunking each time, the "
+                 "time modelled (α–β, not a clock) from the messages the real workers sent")
 
 
 # ------------------------------------------------------------------ the tree gather
@@ -563,9 +560,8 @@ def pieces_of(got: Any, name: str, call: str, numel: int) -> int:
 
 def judge_pipeline(case: Case, pieces: int, measured: float | None, sent: int,
                    header: int) -> tuple[bool, str]:
-    """(True, what the run achieved) if its time (``measured`` from its messages; None: not
-    run, judged by the model) is within TARGET of the fastest chunking, else (False, what
-    the run did and why it is slow)."""
+    """(True, what the run achieved) if its time (``measured`` from its messages; None: by
+    the model) is within TARGET of the fastest chunking, else (False, why it is slow)."""
     n, S, a, b = (case.params[k] for k in ("n", "nbytes", "alpha", "beta"))
     numel = S // 8
     best_k, best_t = fastest(n, numel, a, b, header)
@@ -673,12 +669,12 @@ def numbers(obj: Any, depth: int = 0) -> int:
     return 0 if a is None else int(a.size)
 
 
-def worker(comm: Any, fn: Callable, values: list) -> tuple[Any, list]:
-    """Worker: ``fn(comm, value)`` on a logged communicator; (result, its sends as
-    (destination, ranks carried))."""
-    logged = Logged(comm)
-    return fn(logged, values[comm.rank]), [(d, c) for op, d, c, _ in logged.log
-                                          if op == "send"]
+def logged(comm: Any, fn: Callable, args: list[tuple], latest_first: int | None = None
+           ) -> tuple[Any, list]:
+    """Worker: ``fn(comm, *args[rank])`` on a logged communicator (rank ``latest_first``'s
+    answers its ANY_SOURCE receives latest rank first); (result, its log)."""
+    comm = (LatestFirst if comm.rank == latest_first else Logged)(comm)
+    return fn(comm, *args[comm.rank]), comm.log
 
 
 def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
@@ -716,13 +712,6 @@ def shape_fault(sends: list[list[tuple[int, list[int]]]]) -> str | None:
             f"{sends[r][0][1]}, not its subtree {subtree(r, n)}: it must first receive from "
             f"its children (r + 1, r + 2, r + 4, … below r + 2^k and n) and then forward all "
             f"of it. {tree}")
-
-
-def chain_worker(comm: Any, fn: Callable, numel: int, pieces: int) -> tuple[Any, list]:
-    """Worker: ``fn(comm, data, pieces)`` on a logged communicator (data on rank 0 only)."""
-    logged = Logged(comm)
-    data = np.arange(numel, dtype=np.float64) * 0.5 if comm.rank == 0 else None
-    return fn(logged, data, pieces), logged.log
 
 
 def chain_fault(logs: list[list[tuple]], pieces: int, numel: int) -> str | None:
@@ -783,16 +772,3 @@ def _lag(r: int, ops: list[str], pieces: int) -> str:
             f"{late - 1} before it forwards piece j ({shown}) — the links still overlap, but "
             f"rank {r + 1} waits {late - 1} piece(s) longer than it needs to at every step. "
             "Forward a piece as soon as it arrives.")
-
-
-def judge_chain(name: str, results: list, logs: list, numel: int, pieces: int) -> None:
-    """Fail with the named fault if the chain broadcast's results or shape are wrong."""
-    want = np.arange(numel, dtype=np.float64) * 0.5
-    if fault := chain_fault(logs, pieces, numel):
-        fail(f"{name} does not pipeline down the chain ({len(logs)} ranks, {pieces} pieces of "
-             f"{numel} numbers): {fault}")
-    for r, got in enumerate(results):
-        if got is None or not np.array_equal(np.asarray(got), want):
-            fail(f"rank {r} returned {describe_value(got)}, not the root's array of {numel} "
-                 "numbers in order: every rank (the root too) returns the whole array, its "
-                 "pieces joined in the order they were cut.")

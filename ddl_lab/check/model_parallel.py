@@ -1,10 +1,8 @@
-"""Checks for lesson 09: a stage's GPipe step, the 1F1B order and a row-parallel layer (real
-workers, each stage's messages logged so that a deadlock, a pipeline off the chain or out of
-GPipe's order is named), memory per rank (reasoning) and a pipeline plan (design)."""
+"""Checks for lesson 09 (model parallelism): a stage's GPipe step, the 1F1B order, a row-parallel
+layer (real workers); memory per rank (reasoning); a pipeline plan (design)."""
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import tempfile
 from contextlib import contextmanager
@@ -573,21 +571,16 @@ FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
 
 
-def _draws() -> Callable[[np.random.Generator], dict[str, Any]]:
-    """Feasible cases: 1F1B with some m0 meets each (bubble rounded up, its memory). The
-    first drawn is small enough to run on the workers; the others range far (up to 8
-    stages, batches up to 512), judged by the schedules' arithmetic."""
-    calls = itertools.count()
-
-    def draw(rng: np.random.Generator) -> dict[str, Any]:
-        far = next(calls) > 0
-        p, batch = int(rng.integers(2, 9 if far else 5)), int(rng.integers(16, 513 if far else 49))
-        m0 = int(rng.integers(p, batch // 2 + 1))
-        bubble = np.ceil(100 * (p - 1) / (m0 + p - 1)) / 100
-        roomy = far and rng.random() < 0.3              # memory to spare: GPipe fits too
-        return {"p": p, "batch": batch, "max_bubble": float(bubble),
-                "max_examples": batch if roomy else min(p, m0) * -(-batch // m0)}
-    return draw
+def _draw(rng: np.random.Generator, far: bool) -> dict[str, Any]:
+    """A feasible case: 1F1B with some m0 meets it (bubble rounded up, its memory). Small
+    enough to run on the workers, or ``far`` (up to 8 stages, batches up to 512), judged by
+    the schedules' arithmetic."""
+    p, batch = int(rng.integers(2, 9 if far else 5)), int(rng.integers(16, 513 if far else 49))
+    m0 = int(rng.integers(p, batch // 2 + 1))
+    bubble = np.ceil(100 * (p - 1) / (m0 + p - 1)) / 100
+    roomy = far and rng.random() < 0.3              # memory to spare: GPipe fits too
+    return {"p": p, "batch": batch, "max_bubble": float(bubble),
+            "max_examples": batch if roomy else min(p, m0) * -(-batch // m0)}
 
 
 def _kept(p: int, batch: int, schedule: str, m: int) -> int:
@@ -658,7 +651,9 @@ def pipeline_plan(my_pipeline_plan: Callable[[int, int, float, int], dict],
     by the schedules' arithmetic — the fixed ones and budgets drawn per call, far from them —
     and two (the first fixed, the first drawn) run on p real workers: the bubble counted in
     slots, the memory measured."""
-    trial = Trial("pipeline_plan", my_pipeline_plan, seed, FIXED, draws=DRAWN, draw=_draws())
+    far = iter([False] + [True] * (DRAWN - 1))    # the first drawn runs on the workers
+    trial = Trial("pipeline_plan", my_pipeline_plan, seed, FIXED, draws=DRAWN,
+                  draw=lambda rng: _draw(rng, next(far)))
     name = trial.name
     plans = [_choice(answers.plan_call(my_pipeline_plan, c.params, name, str(c), trial.unseen(c)),
                      name, c) for c in trial]

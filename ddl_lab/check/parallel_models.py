@@ -1,6 +1,5 @@
 """Checks for lesson 02 (parallel models): a race-free threaded sum, a dynamic schedule's
-dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design). Threads
-are made to meet (``Meeting``) and callers paused inside the lock: no verdict hangs on luck."""
+dispenser, Amdahl's bound (reasoning) and a chunk size for an uneven loop (design)."""
 from __future__ import annotations
 
 import dis
@@ -68,7 +67,7 @@ def _sum_one(fn: Callable, name: str, case: Any, pausing: bool) -> bool:
     meeting = Meeting(t if busy else 1)
     meeting.gave_up = not pausing
     x = data.copy().view(Watched)
-    x.meeting = meeting
+    x.watcher = meeting
     inputs = Snapshot(x=np.asarray(x))
     with watch_threads(meeting):
         got = call_local(fn, x, t)
@@ -140,9 +139,11 @@ class Held:
         self.release()
 
 
-class _SpyLock(Held):
+class SpyLock(Held):
     """A threading lock that counts how often it was taken and knows whether it is held;
     optionally it pauses one thread (``hold``) before acquiring or after releasing."""
+    stuck = ("the lock was still held by an earlier call after 2 s: release it (`with lock:` "
+             "does that for you)")
 
     def __init__(self, pause: str | None = None):
         self._lock, self.taken, self.held = threading.Lock(), 0, False
@@ -157,8 +158,7 @@ class _SpyLock(Held):
     def acquire(self, *args: object, **kwargs: object) -> bool:
         self._maybe_pause("acquire")
         if not self._lock.acquire(timeout=2):
-            raise TimeoutError("the lock was still held by an earlier call after 2 s: "
-                               "release it (`with lock:` does that for you)")
+            raise TimeoutError(self.stuck)
         self.taken, self.held = self.taken + 1, True
         return True
 
@@ -200,16 +200,15 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
         fail(f"{PROCESSES} processes sharing the counter claimed iteration {k} {seen[k]} times "
              f"({int((seen > 1).sum()):,} claimed twice, {int((seen == 0).sum()):,} never, of "
              f"{stop:,}): every iteration must be handed out exactly once.")
-    counts = [len(p) for p in claims]
     passed("next_chunk", f"right chunks on {len(trial)} cases (chunk 1–50, stop 0–39, "
            "counters already moved on); the read and the write of next_iter[0] happen in "
            f"one hold of the lock; {PROCESSES} processes claimed all {stop:,} iterations "
-           f"exactly once ({' + '.join(f'{c:,}' for c in counts)} chunks of 3)")
+           f"exactly once ({' + '.join(f'{len(c):,}' for c in claims)} chunks of 3)")
 
 
 def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
     c, stop, start = case.params["chunk"], case.params["stop"], case.params["start"]
-    counter, lock = np.array([start], np.int64), _SpyLock()
+    counter, lock = np.array([start], np.int64), SpyLock()
     want = [range(lo, min(lo + c, stop)) for lo in range(start, stop, c)] + [None, None]
     got = []
     for _ in want:
@@ -241,7 +240,7 @@ def _claims_in_turn(fn: Callable, name: str, case: Any) -> None:
 def _forced_interleaving(fn: Callable, name: str, pause: str) -> None:
     """Pause one caller just before it takes the lock (or just after it lets go), let a
     second caller claim meanwhile, then let the first go on: their chunks must not overlap."""
-    counter, lock = np.zeros(1, np.int64), _SpyLock(pause)
+    counter, lock = np.zeros(1, np.int64), SpyLock(pause)
     first: list[Any] = []
 
     def paused_worker() -> None:
@@ -439,20 +438,16 @@ def balance(costs: np.ndarray, threads: int, chunk: int) -> tuple[float, list[fl
     return max(finish) / (sum(finish) / threads), finish
 
 
-def _random_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
-    """A heavy-tailed loop whose bound some chunk within the claims meets (by 0.05)."""
-    n, threads = int(rng.integers(60, 161)), int(rng.integers(2, 7))
-    max_claims = math.ceil(n / int(rng.integers(2, 7)))
-    return {"loop": "random", "n": n, "threads": threads, "max_claims": max_claims,
-            "max_imbalance": None}
-
-
-def _paper_chunk_case(rng: np.random.Generator) -> dict[str, Any]:
-    """A loop judged on paper, far from the prompt's: triangular, uniform or heavy-tailed,
-    40–400 iterations, 2–8 threads, 2–8 claims per thread's share."""
-    n, threads = int(rng.integers(40, 401)), int(rng.integers(2, 9))
-    return {"loop": str(rng.choice(["triangular", "uniform", "random"])), "n": n,
-            "threads": threads, "max_claims": math.ceil(n / int(rng.integers(2, 9))),
+def _chunk_draw(rng: np.random.Generator, real: bool) -> dict[str, Any]:
+    """A loop the prompt does not show: run on threads (``real``: heavy-tailed, 60–160
+    iterations, 2–6 threads and claims per thread's share) or judged on paper, far from the
+    prompt's (triangular, uniform or heavy-tailed, 40–400 iterations, 2–8 threads and claims
+    per thread's share); its bound is set by ``_chunk_loop``."""
+    n = int(rng.integers(60, 161) if real else rng.integers(40, 401))
+    threads = int(rng.integers(2, 7 if real else 9))
+    loop = "random" if real else str(rng.choice(["triangular", "uniform", "random"]))
+    return {"loop": loop, "n": n, "threads": threads,
+            "max_claims": math.ceil(n / int(rng.integers(2, 7 if real else 9))),
             "max_imbalance": None}
 
 
@@ -496,9 +491,10 @@ def dynamic_chunk(my_dynamic_chunk: Callable, seed: int = 0) -> None:
     (each chunk going to the first free thread): on real threads for a triangular, a uniform
     and a random heavy-tailed loop, on paper for four more loops drawn far from them (40–400
     iterations, 2–8 threads), so that the chunk must be computed from its inputs."""
-    kinds = iter([_random_chunk_case] + [_paper_chunk_case] * 4)   # one real, four on paper
+    threads = iter([True] + [False] * 4)          # one drawn loop on threads, four on paper
     trial = Trial("dynamic_chunk", my_dynamic_chunk, seed, CHUNK_CASES, draws=5,
-                  draw=lambda rng: next(kinds)(rng), name="my_dynamic_chunk", plan=True)
+                  draw=lambda rng: _chunk_draw(rng, next(threads)), name="my_dynamic_chunk",
+                  plan=True)
     name, loops = trial.name, [_chunk_loop(case) for case in trial]
     outs = [trial.call(c, costs.copy(), *(c.params[k] for k in ("threads", "max_claims",
                                                                 "max_imbalance")),
@@ -591,7 +587,8 @@ class Meeting:
         self.waiting_on: dict[int, "_NotedLock"] = {}
         self.writes: list[str] = []                  # what the paused writes wrote
 
-    def touch(self) -> None:
+    def note(self, what: str) -> None:
+        """A thread touched x (read or write alike)."""
         me = threading.get_ident()
         with self.cond:
             if me in self.touched:
@@ -631,26 +628,29 @@ class Meeting:
 
 
 class Watched(np.ndarray):
-    """x as the learner gets it: its slices too tell the meeting when a thread uses them."""
-    meeting: Meeting | None = None
+    """An array, its slices too, that tells its ``watcher`` (``note``) when a thread reads or
+    writes it: x as lesson 02's learner gets it (a ``Meeting``), θ in lesson 03's."""
+    watcher: Any = None
 
     def __array_finalize__(self, obj: Any) -> None:
-        self.meeting = getattr(obj, "meeting", None)
+        self.watcher = getattr(obj, "watcher", None)
 
-    def _arrive(self) -> None:
-        if self.meeting is not None:
-            self.meeting.touch()
+    def note(self, what: str) -> None:
+        if self.watcher is not None:
+            self.watcher.note(what)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        self._arrive()
-        plain = [np.asarray(i) if isinstance(i, Watched) else i for i in inputs]
-        if "out" in kwargs:
-            kwargs["out"] = tuple(np.asarray(o) if isinstance(o, Watched) else o
-                                  for o in kwargs["out"])
-        return getattr(ufunc, method)(*plain, **kwargs)
+        self.note("read")
+        outs = kwargs.get("out", ())
+        if method == "at" or any(isinstance(o, Watched) for o in outs):
+            self.note("write")
+        if outs:
+            kwargs["out"] = tuple(np.asarray(o) if isinstance(o, Watched) else o for o in outs)
+        return getattr(ufunc, method)(*(np.asarray(i) if isinstance(i, Watched) else i
+                                        for i in inputs), **kwargs)
 
     def __iter__(self) -> Iterator[Any]:
-        self._arrive()
+        self.note("read")
         return iter(np.asarray(self).tolist())
 
 

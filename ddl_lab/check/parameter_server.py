@@ -1,6 +1,5 @@
-"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware rate and a
-shard restored from its checkpoint and push log — each judged on seeded cases, then plugged
-into real shards — the worst staleness SSP admits (reasoning) and a Downpour plan (design)."""
+"""Checks for lesson 07 (the parameter server): the SSP gate, the staleness-aware rate, a restored
+shard (seeded cases, then real shards); the worst staleness (reasoning); a Downpour plan."""
 from __future__ import annotations
 
 import math
@@ -66,9 +65,8 @@ _GATE_MISTAKES: dict[str, Callable[[int, list, int], bool]] = {
 
 def _ssp_max_lead(must_wait: Callable, s: int) -> int:
     from ddl_lab.parameter_server.downpour import digits_problem, run
-    r = run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
-            batch=16, gate=must_wait, eval_every=0.2, timeout=REAL_TIMEOUT)
-    return r.report.max_gap
+    return run(digits_problem(), replicas=3, shards=2, mode="ssp", s=s, slow=4.0, steps=40,
+               batch=16, gate=must_wait, eval_every=0.2, timeout=REAL_TIMEOUT).report.max_gap
 
 
 @task("parameter_server", refuses=(_PACKAGE, "ssp_must_wait", "_ssp_must_wait"))
@@ -110,7 +108,7 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
            "shards let the fast replicas lead by exactly 2 clocks, never 3")
 
 
-# ------------------------------------------------------- task 1, its second rule: staleness-aware rate
+# ---------------------------------------------------- task 1, its second rule: staleness-aware rate
 
 def _rate_mistakes(cases: list[dict]) -> dict[str, Callable[[float, int], float]]:
     return {
@@ -525,19 +523,17 @@ PLAN_CASES = [{"steps": 120, "budget": 120}, {"steps": 120, "budget": 60},
               {"steps": 120, "budget": 40}]          # the budgets the prompt's example names
 
 
-def _budget_draw(rng: np.random.Generator, tight: bool = False) -> dict[str, Any]:
+def _budget_draw(rng: np.random.Generator, kind: str) -> dict[str, Any]:
     """Steps and a budget the prompt never shows: steps/4 to 2·steps messages per replica,
-    or (``tight``) steps/8 to steps/5 — tighter than any the prompt names."""
+    or (``tight``) steps/8 to steps/5 — tighter than any the prompt names; or a case run for
+    ``real``: 160 to 240 steps, a tight budget that rarely divides 2·steps."""
+    if kind == "real":
+        steps = int(rng.choice([160, 200, 240]))
+        return {"steps": steps, "budget": int(rng.integers(steps // 4, steps // 2))}
     steps = int(rng.choice([30, 45, 77, 150, 250, 401, 1000]))
-    low, high = (math.ceil(steps / 8), math.ceil(steps / 5)) if tight else \
+    low, high = (math.ceil(steps / 8), math.ceil(steps / 5)) if kind == "tight" else \
         (math.ceil(steps / 4), 2 * steps + 1)
     return {"steps": steps, "budget": int(rng.integers(low, high))}
-
-
-def _real_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A case run for real: 160 to 240 steps, a tight budget that rarely divides 2·steps."""
-    steps = int(rng.choice([160, 200, 240]))
-    return {"steps": steps, "budget": int(rng.integers(steps // 4, steps // 2))}
 
 
 def _messages(steps: int, n_fetch: int, n_push: int) -> tuple[int, int]:
@@ -577,10 +573,9 @@ def downpour_plan(my_downpour_plan: Callable[[int, int], dict], seed: int = 0) -
     each replica sends at most ``budget`` messages (pulls + pushes) and the training loss
     ends at or below 0.5. The check asks for plans at budgets it draws (their messages
     counted) and runs the tightest prompt budget and one drawn one on real processes."""
-    draws = iter([_budget_draw] * 6 + [lambda rng: _budget_draw(rng, tight=True)] * 2
-                 + [_real_draw])                              # the last one runs for real
+    kinds = iter(["far"] * 6 + ["tight"] * 2 + ["real"])      # the last one runs for real
     trial = Trial("downpour_plan", my_downpour_plan, seed, PLAN_CASES, draws=9,
-                  draw=lambda rng: next(draws)(rng), plan=True)
+                  draw=lambda rng: _budget_draw(rng, next(kinds)), plan=True)
     name = trial.name
     plans = [_plan(trial.call(c, c.params["steps"], c.params["budget"]), name, c) for c in trial]
     for i, (case, (n_fetch, n_push, lr)) in enumerate(zip(trial, plans)):
@@ -619,23 +614,19 @@ def _chose(name: str, case: Any, n_fetch: int, n_push: int, lr: float) -> str:
 def _over_budget_hint(steps: int, budget: int, n_fetch: int, n_push: int,
                       plans: list[tuple[int, int, float]]) -> str:
     pulls, pushes = _messages(steps, n_fetch, n_push)
-    constant = len(set(plans)) == 1
-    if n_fetch == n_push == (2 * steps) // budget and 2 * steps % budget:
-        hint = (f"2·steps/budget = {2 * steps / budget:.4g} was rounded DOWN to {n_fetch}: when "
-                "the budget does not divide 2·steps, the shorter interval sends too many "
-                "messages — round the interval up.")
-    elif n_fetch == n_push == math.ceil(2 * steps / budget) and budget % 2:
-        hint = (f"With an odd budget ({budget}) the pulls and the pushes cannot each have half "
-                "of it: equal intervals send an even number of messages, ⌈steps/k⌉ of each.")
-    elif pulls >= budget > pushes:
-        hint = (f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less "
-                "often too — a fetch is a message as much as a push is.")
-    elif math.ceil(steps / budget) in (n_fetch, n_push):        # only one kind budgeted
-        hint = ("Pulls count as well as pushes: with n steps between them, a replica sends "
-                "steps/n_fetch + steps/n_push messages.")
-    else:
-        hint = "" if constant else "Choose larger intervals."
-    return hint + answers.same_for_all(plans)
+    hints = {   # the first that holds; a plan that ignores its budgets is told so instead
+        f"2·steps/budget = {2 * steps / budget:.4g} was rounded DOWN to {n_fetch}: when the "
+        "budget does not divide 2·steps, the shorter interval sends too many messages — round "
+        "the interval up.": n_fetch == n_push == (2 * steps) // budget and 2 * steps % budget,
+        f"With an odd budget ({budget}) the pulls and the pushes cannot each have half of it: "
+        "equal intervals send an even number of messages, ⌈steps/k⌉ of each.":
+            n_fetch == n_push == math.ceil(2 * steps / budget) and budget % 2,
+        f"Fetching every {n_fetch} step(s) alone costs {pulls} pulls: fetch less often too — a "
+        "fetch is a message as much as a push is.": pulls >= budget > pushes,
+        "Pulls count as well as pushes: with n steps between them, a replica sends "
+        "steps/n_fetch + steps/n_push messages.": math.ceil(steps / budget) in (n_fetch, n_push),
+        "Choose larger intervals.": len(set(plans)) > 1}
+    return next((h for h, hit in hints.items() if hit), "") + answers.same_for_all(plans)
 
 
 def _loss_hint(loss: float, lr: float, n_push: int) -> str:

@@ -1,6 +1,5 @@
 """Checks for lesson 06 (ring allreduce): the ring's α–β cost; the learner's ring and §7's
-halving/doubling on real gloo workers under the ``Wiretap`` (bytes, refused collectives, the
-messages' shape named); the tree/ring crossover; bucket sizes; the choice of an algorithm."""
+halving/doubling on real workers, wiretapped; the tree/ring crossover; buckets; the algorithm."""
 from __future__ import annotations
 
 import math
@@ -86,17 +85,6 @@ def inputs(length: int, rank: int, dtype: str, seed: int):
     return torch.randint(-40, 40, (length,), generator=g).to(getattr(torch, dtype)) / 4
 
 
-def _guard(what: str, tensors: list, dtype: Any) -> None:
-    """Refuse a send/recv buffer of another dtype than the tensor being summed."""
-    for t in tensors:
-        if t.dtype != dtype:
-            raise TypeError(
-                f"{DTYPE_MARK} called dist.{what} with a {str(t.dtype)[6:]} buffer while the "
-                f"tensor being summed is {str(dtype)[6:]}: a message must land in a "
-                "buffer of the same dtype and length as the chunk sent "
-                "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
-
-
 def run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
     """Worker: call ``fn(tensor)`` with the process group wiretapped; report what it did."""
     import torch
@@ -106,8 +94,13 @@ def run_case(fn: Callable, length: int, dtype: str, seed: int) -> dict:
     before, used = tensor.clone(), []
 
     def watch(op: Any, args: tuple) -> None:
-        if op.method in ("send", "recv"):
-            _guard(op.method, args[0], tensor.dtype)
+        if op.method in ("send", "recv"):       # a buffer of another dtype is refused
+            if (t := next((b for b in args[0] if b.dtype != tensor.dtype), None)) is not None:
+                raise TypeError(
+                    f"{DTYPE_MARK} called dist.{op.method} with a {str(t.dtype)[6:]} buffer "
+                    f"while the tensor being summed is {str(tensor.dtype)[6:]}: a message must "
+                    "land in a buffer of the same dtype and length as the chunk sent "
+                    "(torch.empty_like(chunk)), or gloo reads the bytes wrongly.")
         elif op.op not in ("send", "recv", "barrier"):      # a built-in collective
             used.append(op.call or op.op)
 
@@ -196,10 +189,9 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
             "dtype": str(rng.choice(["float32", "float64"]))},
         timeout=timeout, word=lambda f, case: _failure_message(f, trial, case))
     ratios: dict[int, float] = {}
-    for case, data_seed, got in _allreduces(trial, "a hand-written allreduce may use only "
-                                            "point-to-point messages (dist.send, dist.recv, "
-                                            "dist.isend, dist.irecv). Build the ring from "
-                                            "those."):
+    for case, data_seed, got in _allreduces(trial, (
+            "a hand-written allreduce may use only point-to-point messages (dist.send, "
+            "dist.recv, dist.isend, dist.irecv). Build the ring from those.")):
         n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
         if shape := _shape_fault(got, n):
             fail(f"{trial.name} is not a ring ({_where(case)}): {shape}")

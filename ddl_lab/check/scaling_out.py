@@ -1,10 +1,8 @@
-"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on 3 real
-workers; a multi-host layout's env:// settings, real processes joining (two network namespaces
-where possible, else loopback); when adding workers pays; a FedAvg plan (design)."""
+"""Checks for lesson 11 (scaling out): FedAvg's aggregation and checkpoint/resume on real workers;
+a multi-host layout's env:// settings, met by real processes; when workers pay; a FedAvg plan."""
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import tempfile
 from typing import Any, Callable
@@ -78,9 +76,7 @@ def _fed_rounds(fn: Callable, cases: list[dict]) -> list | None:
         gathered = [None] * n if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
         if rank == 0:
-            clients = sorted(c for part in gathered for c in part)
-            states = [s for _, _, s in clients]
-            sizes = [m for _, m, _ in clients]
+            _, sizes, states = map(list, zip(*sorted(c for part in gathered for c in part)))
             before = [{k: v.clone() for k, v in s.items()} for s in states]
             got = fn(states, sizes)
             out.append((before, sizes, got, states))
@@ -243,9 +239,8 @@ def _resume_message(name: str, r: dict, case: Any) -> str | None:
     nofile = ("" if r["saved"] else " — and no file was at `path` after the first attempt: "
               "my_save_checkpoint must write the checkpoint to the path it is given")
     if r["first"] == "FileNotFoundError":
-        return (f"{name} raised FileNotFoundError before any checkpoint existed: a fresh "
-                "job has none yet — if os.path.exists(path) is False, return 0. "
-                f"[{case}]")
+        return (f"{name} raised FileNotFoundError before any checkpoint existed: a fresh job "
+                f"has none yet — if os.path.exists(path) is False, return 0. [{case}]")
     if answers.whole(r["first"]) != 0:
         return (f"{name} returned {describe_value(r['first'])} before any checkpoint "
                 f"existed; with no file at `path` it must return 0. [{case}]")
@@ -394,14 +389,13 @@ def rendezvous_env(my_rendezvous_env: Callable, seed: int = 0) -> None:
     ``local_rank`` on host ``host`` of ``layout`` (a ``Layout``: the hosts' addresses, the
     store on ``hosts[0]``, ``nproc`` processes per host, the store's ``port``)."""
     from ddl_lab.scaling_out.hosts import Layout
-    name = name_of(my_rendezvous_env)
     fixed = [{"hosts": h, "nproc": p, "port": port} for h, p, port in (
         (("10.200.0.1", "10.200.0.2"), 2, 29400), (("10.0.0.5", "10.0.0.9"), 1, 23456),
         (("192.168.1.10", "192.168.1.11", "192.168.1.12"), 3, 29500))]
     trial = Trial("rendezvous_env", my_rendezvous_env, seed, fixed, draws=4, draw=_env_case)
     for case in trial:
         layout = Layout(**case.params)
-        judge(_env_message(name, layout, _envs(my_rendezvous_env, layout), case))
+        judge(_env_message(trial.name, layout, _envs(my_rendezvous_env, layout), case))
     where = _real_run(my_rendezvous_env)
     passed("rendezvous_env", f"right for {len(trial)} layouts (2–4 hosts, 1–4 processes "
            f"each), and 2 hosts × 2 processes started with your settings met on {where} "
@@ -423,13 +417,6 @@ def _best(c: dict, mistake: str = "") -> int:
     return min(range(1, max(top, 1) + 1), key=lambda n: (_times(c, n, mistake), n))
 
 
-def _pays_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"params": int(10 ** rng.uniform(4, 9)), "batch": int(2 ** rng.integers(5, 15)),
-            "per_example": float(10 ** rng.uniform(-7, -3)),
-            "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** -rng.uniform(8, 11)),
-            "max_workers": int(rng.integers(2, 129))}
-
-
 @task("scaling_out", refuses=("ddl_lab.scaling_out", "step_time", "seed_case"))
 def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     """Lesson 11, task 4: ``my_best_workers(params, batch, per_example, alpha, beta,
@@ -442,7 +429,11 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
                                            (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
                                            (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
                                            (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
-    trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=_pays_case)
+    trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=lambda rng: {
+        "params": int(10 ** rng.uniform(4, 9)), "batch": int(2 ** rng.integers(5, 15)),
+        "per_example": float(10 ** rng.uniform(-7, -3)),
+        "alpha": float(10 ** rng.uniform(-6, -3)), "beta": float(10 ** -rng.uniform(8, 11)),
+        "max_workers": int(rng.integers(2, 129))})
     got = []
     for case in trial:
         n = answers.plan_call(my_best_workers, {k: case.params[k] for k in order}, name,
@@ -488,22 +479,17 @@ FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
 
 
-def _draws() -> Callable[[np.random.Generator], dict[str, int]]:
-    """Budgets the prompt never shows. The first drawn is run for real, so it is one that
-    k = 2 or 3 clients a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by
-    round 5 with them); the others range far (3–40 rounds, 1–10 uploads and 1–20 epochs a
-    round), judged by their arithmetic."""
-    calls = itertools.count()
-
-    def draw(rng: np.random.Generator) -> dict[str, int]:
-        if next(calls) == 0:
-            R, k, E = int(rng.integers(6, 11)), int(rng.integers(2, 4)), int(rng.integers(10, 16))
-            U = k * R + int(rng.integers(0, R))
-            return {"rounds": R, "uploads": U, "epochs": U * E + int(rng.integers(0, U))}
-        R = int(rng.integers(3, 41))
-        U = int(rng.integers(R, 10 * R + 1))
-        return {"rounds": R, "uploads": U, "epochs": int(rng.integers(U, 20 * U + 1))}
-    return draw
+def _draw(rng: np.random.Generator, real: bool) -> dict[str, int]:
+    """Budgets the prompt never shows: run for real (``real``), ones that k = 2 or 3 clients
+    a round with 10–15 local epochs meet (lesson 11's runs reach 85 % by round 5 with them);
+    else far (3–40 rounds, 1–10 uploads and 1–20 epochs a round), judged by arithmetic."""
+    if real:
+        R, k, E = int(rng.integers(6, 11)), int(rng.integers(2, 4)), int(rng.integers(10, 16))
+        U = k * R + int(rng.integers(0, R))
+        return {"rounds": R, "uploads": U, "epochs": U * E + int(rng.integers(0, U))}
+    R = int(rng.integers(3, 41))
+    U = int(rng.integers(R, 10 * R + 1))
+    return {"rounds": R, "uploads": U, "epochs": int(rng.integers(U, 20 * U + 1))}
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[int, float]:
@@ -541,8 +527,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     at most ``epochs`` local epochs in all (each picked client runs E per round). Every
     case's budgets are checked — the fixed ones and budgets drawn per call, far from them —
     and the fixed ones and the first drawn run as federated training on real workers."""
-    name = getattr(my_fedavg_plan, "__name__", "your function")
-    trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN, draw=_draws())
+    real = iter([True] + [False] * (DRAWN - 1))      # the first drawn is run for real
+    trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN,
+                  draw=lambda rng: _draw(rng, next(real)))
+    name = trial.name
     plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
                                        c.index >= len(FIXED)), name, c) for c in trial]
     for case, (E, C) in zip(trial, plans):

@@ -1,8 +1,6 @@
-"""Checks for lesson 00 (welcome): every rank returns its rank; one all_reduce that gives
-every rank where its examples start and how many there are in all (both on worlds of 4
-ranks, then 3, so that a hard-coded world size shows); the darts each
-rank throws for a Monte Carlo π of a given standard error; a plan of workers × darts that
-lands within a tolerance of π in most runs (on worlds of 1–4 ranks)."""
+"""Checks for lesson 00 (welcome): ranks, and one all_reduce of offsets (on 4 ranks, then 3:
+a hard-coded world size shows); darts per rank for a Monte Carlo π of a given standard error;
+a plan of workers × darts that lands within a tolerance of π in most runs (1–4 ranks)."""
 from __future__ import annotations
 
 import math
@@ -21,21 +19,23 @@ __all__ = ["rank", "offsets", "darts_per_rank", "pi_plan"]
 WORLD_SIZES = (4, 3)
 
 
-def _ints(name: str, n: int, got: list) -> list[int]:
-    """The ranks' answers as ints, or the check fails naming the first that is not one."""
-    for r, value in enumerate(got):
-        if answers.whole(value) is None:
-            what = ("None: the function has no `return`" if value is None else
-                    f"{value!r:.40} ({type(value).__name__})")
-            fail(f"{name} on rank {r} of {n} returned {what}; return the value as a plain int, "
-                 "e.g. `return dist.get_rank()` or `int(t.item())`.")
-    return [answers.whole(v) for v in got]
+def _ints(name: str, n: int, r: int, value: Any, pair: bool = False) -> Any:
+    """Rank r's answer as an int (``pair``: a tuple of two, (start, total)), or the check
+    fails naming what it returned."""
+    parts = list(value) if pair and isinstance(value, (tuple, list)) else [value]
+    if len(parts) != 1 + pair or any(answers.whole(v) is None for v in parts):
+        what = ("None: the function has no `return`" if value is None else
+                f"{value!r:.{60 if pair else 40}} ({type(value).__name__})")
+        fail(f"{name} on rank {r} of {n} returned {what}; " + (
+            "return two plain ints, (start, total)." if pair else "return the value as a plain "
+            "int, e.g. `return dist.get_rank()` or `int(t.item())`."))
+    ints = tuple(answers.whole(v) for v in parts)
+    return ints if pair else ints[0]
 
 
 def _on_worlds(body: Callable, fn: Callable, cases: list[tuple[int, tuple]]):
     """``body(*args)`` for each case (n, args) on an n-rank world in turn: (n, the ranks'
-    results), or the check fails as the first failing world did (``_core.DEFAULT_TIMEOUT``:
-    their time limit)."""
+    results), or the check fails as the first failing world did."""
     try:
         outcomes = run_cases(body, cases, fn=fn, timeout=_core.DEFAULT_TIMEOUT)
     except WorldFailed as e:
@@ -53,7 +53,7 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
     """Lesson 00, task 1: ``my_rank()`` run on every worker returns that worker's rank."""
     name, right = getattr(my_rank, "__name__", "my_rank"), []
     for n, got in _on_worlds(my_rank, my_rank, [(n, ()) for n in world_sizes]):
-        values = _ints(name, n, got)
+        values = [_ints(name, n, r, v) for r, v in enumerate(got)]
         if values == list(range(n)):
             right.append(f"{n} ranks")
             continue
@@ -95,17 +95,6 @@ def _spied_offsets(fn: Callable, counts: list[int]) -> tuple[Any, list[tuple[str
         return fn(counts[dist.get_rank()]), calls
 
 
-def _pair(name: str, n: int, r: int, value: Any) -> tuple[int, int]:
-    """A rank's (start, total) as ints, or the check fails naming what it returned."""
-    pair = list(value) if isinstance(value, (tuple, list)) else None
-    if pair is None or len(pair) != 2 or any(answers.whole(v) is None for v in pair):
-        what = ("None: the function has no `return`" if value is None else
-                f"{value!r:.60} ({type(value).__name__})")
-        fail(f"{name} on rank {r} of {n} returned {what}; return two plain ints, "
-             "(start, total).")
-    return answers.whole(pair[0]), answers.whole(pair[1])
-
-
 @task("welcome")
 def offsets(my_offsets: Callable[[int], tuple[int, int]],
             world_sizes: tuple[int, ...] = WORLD_SIZES) -> None:
@@ -117,7 +106,7 @@ def offsets(my_offsets: Callable[[int], tuple[int, int]],
                              [(n, (my_offsets, _counts(n))) for n in world_sizes]):
         counts = _counts(n)
         want = [(sum(counts[:r]), sum(counts)) for r in range(n)]
-        got = [_pair(name, n, r, v) for r, (v, _) in enumerate(out)]
+        got = [_ints(name, n, r, v, pair=True) for r, (v, _) in enumerate(out)]
         runs.append((n, [c for _, c in out]))
         if got != want:
             fail(f"with {n} ranks holding {counts} examples, the ranks returned {got}, "
@@ -252,9 +241,8 @@ def _pi_case(rng: Any) -> dict[str, Any]:
 
 
 def _pi_paper_case(rng: Any) -> dict[str, Any]:
-    """Limits judged by their arithmetic only, far from the real runs': tol 0.002–0.1, a
-    plan aiming at 90 % needing 1–2.6 ranks' worth of darts, a budget 1.5–3 × that (room
-    for a plan aiming at 95 %, too)."""
+    """Limits judged by their arithmetic only, far from the real runs': tol 0.002–0.1, a 90 %
+    plan needing 1–2.6 ranks' worth of darts, a budget 1.5–3 × that (room for 95 % too)."""
     tol = float(f"{10 ** rng.uniform(-2.7, -1):.3g}")
     n90 = _pi_total(tol)
     return {"tol": tol, "per_rank_max": int(n90 / rng.uniform(1, 2.6)) + 1,
@@ -292,9 +280,8 @@ def pi_plan(my_pi_plan: Callable[[float, int, int], tuple[int, int]], seed: int 
         if outcome.failure is not None:
             fail(f"the workers failed running monte_carlo_pi({d}, seed) on {w} ranks: "
                  f"{outcome.failure.line} [{case}]")
-        estimates = outcome.results[0]
         tol = case.params["tol"]
-        within = sum(abs(e - math.pi) <= tol for e in estimates)
+        within = sum(abs(e - math.pi) <= tol for e in outcome.results[0])
         if within < PI_SHARE * PI_RUNS:
             fail(_pi_short(name, w, d, within, tol, case))
         report.append(f"{w} × {d:,} darts: {within} of {PI_RUNS} within {tol:g}")

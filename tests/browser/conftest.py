@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lab_harness import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Lab, NotebookPage, copy_course
+from lab_harness import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, EXECUTED, Lab, NotebookPage,
+                         copy_course)
 
 SKIP = "browser tests skipped: {}"
+IN_BROWSER = "test_lesson_runs_and_its_widgets_redraw"
 
 
 def pytest_configure(config):
@@ -46,6 +48,17 @@ def lab(playwright_browser, tmp_path_factory):
     server = Lab(root, tmp_path_factory.mktemp("jupyter"))
     yield server
     server.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """After a lesson's browser test, however it ended (passed, failed, skipped), write
+    ``<lesson>.run`` beside where it saves the lesson: the website's tests, queued last in
+    the same test run, wait for these (tests/site/conftest.py)."""
+    yield
+    if getattr(item, "originalname", "") == IN_BROWSER:
+        EXECUTED.mkdir(parents=True, exist_ok=True)
+        (EXECUTED / f"{item.callspec.params['lesson']}.run").write_text(item.config.ddl_run)
 
 
 @pytest.hookimpl(hookwrapper=True)

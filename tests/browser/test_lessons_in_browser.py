@@ -8,9 +8,7 @@ first experiment panel, so a new lesson gets its browser test without touching t
 """
 import pytest
 
-from lab_harness import ROOT, Control, check_lesson, exercise_panel
-
-EXECUTED = ROOT / "build" / "lessons"        # what `python -m ddl_lab site` reads
+from lab_harness import EXECUTED, ROOT, Control, check_lesson, exercise_panel
 
 pytestmark = pytest.mark.browser
 

@@ -1,8 +1,8 @@
-"""The reliability phase: every test here carries the ``reliability`` marker and
+"""The reliability tests: every test here carries the ``reliability`` marker and
 runs with a private temporary folder, so any file the runtime leaves behind is seen.
 
-``make test`` runs this phase on its own after the main suite
-(``pytest -m reliability tests/reliability``). ``DDL_SOAK_SCALE`` (default 1) multiplies
+``make test`` queues them after every other group (conftest.py), where they fill the
+cores the last long tests leave idle; alone: ``pytest -m reliability tests/reliability``. ``DDL_SOAK_SCALE`` (default 1) multiplies
 the soak's cycles and runs and adds the larger worlds (``DDL_SOAK_SCALE=10``:
 the full soak's 200 cycles and 2,000 runs... and Cluster(16)).
 """

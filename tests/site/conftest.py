@@ -1,8 +1,9 @@
 """The website (``python -m ddl_lab site``), built once per session from the lessons the
 test suite already executed, and served on 127.0.0.1 to Chromium.
 
-``make test`` runs these tests in a phase of their own, after the main suite: its browser
-tests save every lesson as it ran into build/lessons/, so no lesson is executed twice. Where
+``make test`` queues these tests last, as one group; its browser tests save every lesson as
+it ran into build/lessons/, and the site waits for this run's (``wait_for_the_browser``),
+so no lesson is executed twice. Where
 no browser ran the lessons (no Chromium), there is nothing to build from and the tests skip,
 saying so (``make site`` executes the lessons itself).
 """
@@ -23,8 +24,32 @@ EXECUTED = ROOT / "build" / "lessons"
 REPOSITORY = "https://github.com/ddl-lab/ddl_lab"    # any URL: the tests read the links it makes
 
 
+IN_BROWSER = "test_lesson_runs_and_its_widgets_redraw"
+WAIT_S = 900        # for this run's browser lessons: longer than any lesson's browser test
+
+
+def wait_for_the_browser(session: pytest.Session, run: str) -> list[str]:
+    """Wait until every lesson that this test run drives in the browser has finished
+    there, however it ended (its ``<lesson>.run`` in EXECUTED names ``run``: written by
+    tests/browser/conftest.py); return those still running
+    after WAIT_S seconds. None are waited for where the run has no browser lessons."""
+    lessons = {i.callspec.params["lesson"] for i in session.items
+               if getattr(i, "originalname", "") == IN_BROWSER}
+
+    def running() -> list[str]:
+        marks = {name: EXECUTED / f"{name}.run" for name in lessons}
+        return sorted(n for n, m in marks.items() if not m.exists() or m.read_text() != run)
+    deadline = time.monotonic() + WAIT_S
+    while running() and time.monotonic() < deadline:
+        time.sleep(1)
+    return running()
+
+
 @pytest.fixture(scope="session")
-def site_dir(tmp_path_factory) -> Path:
+def site_dir(request) -> Path:
+    late = wait_for_the_browser(request.session, request.config.ddl_run)
+    if late:
+        print(f"the browser tests of {late} had not finished after {WAIT_S} s")
     stale = site.stale_lessons(ROOT, EXECUTED)
     if stale and len(stale) == len(list((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))):
         pytest.skip(f"no executed lessons in {EXECUTED}: the browser tests save them "

@@ -227,3 +227,21 @@ def test_the_instructors_page_shows_every_rubric_as_written():
             plain = " ".join(said.split()).replace("&", "&amp;").replace("<", "&lt;") \
                 .replace(">", "&gt;").replace('"', "&quot;")
             assert plain in text, (r.task, plain[:80])
+
+
+def test_the_site_waits_for_this_runs_browser_lessons_and_no_others(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from . import conftest as C
+    monkeypatch.setattr(C, "EXECUTED", tmp_path)
+    monkeypatch.setattr(C, "WAIT_S", 0.2)
+
+    def item(lesson, name=C.IN_BROWSER):
+        return SimpleNamespace(originalname=name, callspec=SimpleNamespace(params={"lesson": lesson}))
+    run = SimpleNamespace(items=[item("00_a"), item("01_b"), item("x", name="test_other")])
+    (tmp_path / "00_a.run").write_text("this run")
+    (tmp_path / "01_b.run").write_text("an earlier run")      # its lesson still runs now
+    assert C.wait_for_the_browser(run, "this run") == ["01_b"]
+    (tmp_path / "01_b.run").write_text("this run")
+    assert C.wait_for_the_browser(run, "this run") == []
+    assert C.wait_for_the_browser(SimpleNamespace(items=[item("x", name="test_other")]), "r") == []
