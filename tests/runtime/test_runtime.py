@@ -125,6 +125,32 @@ def test_a_stopped_held_shared_cluster_comes_back_inside_the_pool():
     assert sum(c is mine for c in _POOL.values()) == 1
 
 
+def _sum_in_a_new_group():
+    t = torch.tensor([1.0])
+    dist.all_reduce(t, group=dist.new_group([0, 1]))   # a new group needs the store
+    return t.item()
+
+
+def test_a_cluster_whose_store_folder_was_removed_starts_fresh_workers(tmp_path, monkeypatch):
+    """The grading judge's temporary files go to a run's folder, removed when the run ends,
+    while its warm cluster is kept for the next learner: a cluster whose file store is gone
+    is not run on again (its groups could no longer be made) but started afresh."""
+    import shutil
+    import tempfile
+
+    from ddl_lab.runtime.process import start_server
+    start_server()                  # the forkserver's socket lies elsewhere (as the judge's)
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(run))
+    with Cluster(2, timeout=10) as c:
+        pids = c.pids
+        shutil.rmtree(run)                        # the run ended; the cluster is kept
+        run.mkdir()                               # the next run's folder
+        assert c.run(_sum_in_a_new_group) == [2.0, 2.0]
+        assert c.pids != pids and _gone(pids)
+
+
 def test_printing_arrives_line_by_line_prefixed_with_the_rank(cluster4, capsys):
     def chatty():
         import sys

@@ -73,7 +73,8 @@ class Judge:
         self.token = secrets.token_hex(8)
         self.home = Path(tempfile.mkdtemp(prefix="ddl-lab-judge-"))
         env = {**os.environ, TOKEN_ENV: self.token, "MPLBACKEND": "Agg",
-               "DDL_LAB_PROGRESS": "off", "PYTHONDONTWRITEBYTECODE": "1"}
+               "DDL_LAB_PROGRESS": "off", "PYTHONDONTWRITEBYTECODE": "1",
+               "TMPDIR": str(self.home)}   # its own temporary files, removed with it
         with open(self.log, "ab") as log:     # -P: its folder is not on sys.path; -s: no
             self.proc = subprocess.Popen(     # user site-packages
                 [sys.executable, "-P", "-s", "-c", self.entry],
@@ -241,6 +242,7 @@ def serve() -> None:
     entries: list[dict] = []
     _record.grade_with(entries.append, seed)
     checks = {name: getattr(check, name) for name in check.__all__}
+    _keep_for_the_class()
     failure, text = _core.CheckFailed, BaseException.__str__
     channel.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
@@ -303,6 +305,16 @@ def _refused(spec: Any) -> list[tuple[str, str]]:
     from ddl_lab.runtime.reach import ident
     return [i for f in package_functions(spec.refuses[0], *spec.refuses[1:])
             if (i := ident(f)) is not None]
+
+
+def _keep_for_the_class() -> None:
+    """What the judge keeps from one run to the next lies in its own folder (its TMPDIR,
+    removed with it), never in a run's (``_in_folder``), which the grader removes as the run
+    ends: the folder of the socket of the forkserver that the workers of the checks' own runs
+    start from, made now. (A warm cluster made during a run keeps its store in the run's
+    folder; ``Cluster`` starts fresh workers when that is gone.)"""
+    from multiprocess import util
+    util.get_temp_dir()
 
 
 def _in_folder(work: Path) -> None:

@@ -2,10 +2,11 @@
 plain, no code run while reading), the sandbox hides and forbids what it should, the
 grader refuses to grade unsandboxed without the flag, the instructor's seed gives other
 cases (only under grading), the scan flags forgeries, the nbgrader round trip reaches the
-check's verdict in a judge, and a learner's function that never returns ends its task at
-the limit."""
+check's verdict in a judge, a learner's function that never returns ends its task at
+the limit, and a check's own run on the judge's workers works run after run."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -246,3 +247,61 @@ def test_the_graders_processes_leave_out_the_iri_parser_and_still_validate_noteb
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "True"]
+
+
+OWN_RUN = '''
+"""A check that runs its own code on workers in the judge, as a design check runs its
+reference (memory_plan, fedavg_plan)."""
+import torch
+import torch.distributed as dist
+
+import ddl_lab.check as check
+from ddl_lab.check._core import fail, on_workers, passed, task
+
+
+def _sum_of_ones():
+    t = torch.ones(1)
+    dist.all_reduce(t)                      # in the case's own group, made on the store
+    return t.item()
+
+
+@task("toy")
+def own_run(n):
+    """The check's own code on ``n`` workers."""
+    got = on_workers(_sum_of_ones, n, fn=_sum_of_ones)
+    if got != [float(n)] * n:
+        fail(f"{n} workers summed {got}")
+    passed("own_run", f"{n} workers")
+
+
+check.own_run = own_run
+check.__all__.append("own_run")
+'''
+
+
+def test_a_judge_runs_a_checks_own_code_on_workers_in_one_run_after_another(tmp_path,
+                                                                         monkeypatch):
+    """One judge serves a class run after run, and the grader removes each run's folder (its
+    temporary folder) as the run ends: a check that runs its own code on the judge's warm
+    workers passes in every run, not only in the first, whose folder held the workers' file
+    store and their forkserver's socket (grading several notebooks failed memory_plan and
+    fedavg_plan with DistStoreError)."""
+    from ddl_lab.tools.grading.judge import Judge, tail
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "own_run_check.py").write_text(OWN_RUN)
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "checks"), *path]))
+    judge = Judge(None, tmp_path / "judge.log", ("own_run_check",))
+    judge.start()
+    try:
+        for learner in ("first", "second"):
+            work = tmp_path / learner
+            work.mkdir()
+            manifest = work / "manifest-0.json"
+            manifest.write_text(json.dumps([{"task": "own_run", "args": [{"plain": 2}]}]))
+            answer = judge.judge_all([(manifest, 0, "own_run")], 60.0, key="k" * 32,
+                                     link=str(work / "link.sock"), work=work)["own_run"]
+            assert answer["outcome"] == "passed", (learner, answer, tail(judge.log, 3000))
+            shutil.rmtree(work)                 # the run ended (grade.grade_one)
+    finally:
+        judge.stop()
