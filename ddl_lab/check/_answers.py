@@ -10,10 +10,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._core import fail, stub_message
 from ._diagnose import describe_value, returned_arrays, returned_none, tolerance
-
-__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "answer_rtol", "two_numbers",
-           "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
                       "targets it is given, not looked up in a table of the prompt's cases")
@@ -29,7 +27,7 @@ def scalar(x: Any) -> float | None:
     n = size() if callable(size) else size
     if n is not None and n != 1:
         return None
-    if getattr(x, "dtype", None) is not None and str(x.dtype) in ("bool", "torch.bool"):
+    if str(getattr(x, "dtype", "")) in ("bool", "torch.bool"):
         return None
     try:
         return float(x.reshape(()) if n == 1 and getattr(x, "ndim", 0) else x)
@@ -63,12 +61,8 @@ class Real:
     what: str = "a number"
 
     def read(self, x: Any) -> float | None:
-        v = self._value(x)
+        v = scalar(x)                   # nan holds in no interval
         return v if v is not None and self.holds(v) else None
-
-    def _value(self, x: Any) -> float | None:
-        v = scalar(x)
-        return v if v is not None and not math.isnan(v) else None
 
     def holds(self, v: float) -> bool:
         low = v >= self.lo if self.closed in ("both", "left") else v > self.lo
@@ -108,7 +102,6 @@ def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
     ``case`` the case): one wording for every one-number answer."""
     value = rule.read(got)
     if value is None:
-        from ._core import fail
         where = f" ({case})" if case is not None else ""
         fail(returned_none(got, name, str(rule)) or
              f"{call} returned {describe_value(got)}{where}; return {rule}.")
@@ -126,7 +119,6 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
     """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
     array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
     02's reasoning tasks)."""
-    from ._core import fail as _fail
     both = pair(got)
     if both is not None and all(math.isfinite(v) for v in both):
         return both
@@ -134,8 +126,8 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
         got = tuple(got)
     parts = returned_arrays(got, names, name)
     if isinstance(parts, str):
-        _fail(f"{parts} [{case}]")
-    _fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+        fail(f"{parts} [{case}]")
+    fail(f"{name} returned {describe_value(got)}; return two finite numbers "
           f"({', '.join(names)}) [{case}].")
 
 
@@ -159,19 +151,16 @@ def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where
     ones a LookupError is named so too, another crash fails as it is, and None is the
     caller's to judge."""
     __tracebackhide__ = True
-    from ._core import fail, stub_message
     values = list(args.values()) if isinstance(args, Mapping) else list(args)
     unshown = f" for {where} — budgets the prompt never showed: {FUNCTION_OF_INPUTS}."
     try:
         out = fn(*values)
     except NotImplementedError:
         message = stub_message(fn)
-    except LookupError as e:                    # a table's miss, wherever it happens
-        message = f"{name} raised {type(e).__name__}: {e}" + (
-            unshown if unseen else f" for {where}: {FUNCTION_OF_INPUTS}.")
     except Exception as e:
+        looked_up = f": {FUNCTION_OF_INPUTS}" if isinstance(e, LookupError) else ""  # a table's
         message = f"{name} raised {type(e).__name__}: {e}" + (unshown if unseen else
-                                                              f" for {where}.")
+                                                              f" for {where}{looked_up}.")
     else:
         if out is not None or not unseen:
             return out

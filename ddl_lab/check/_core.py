@@ -11,13 +11,10 @@ from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 from . import _record
 
 DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
-# Set by the grading judge (``tools/grading/judge.py``): ``route(body, cases, fn, timeout)``
-# runs the cases on the sandboxed kernel's workers when the learner's function lives there
-# (their Outcomes), or returns None to run them here.
+# Set by the grading judge (``tools/grading/judge.py``) to run where the learner's function
+# lives, the sandboxed kernel: ``route(body, cases, fn, timeout)`` gives the cases' Outcomes,
+# ``beside(procedure, args, kwargs)`` gives ``(True, result)``; None, ``(False, None)``: here.
 route: Callable[..., list[Outcome] | None] | None = None
-# Set by the grading judge too: ``beside(procedure, args, kwargs)`` runs a check's procedure
-# in the sandboxed kernel when a learner's function among ``args`` lives there — as
-# ``(True, result)`` — or returns ``(False, None)``.
 beside: Callable[..., tuple[bool, Any]] | None = None
 Check = TypeVar("Check", bound=Callable[..., None])
 
@@ -31,7 +28,6 @@ class CheckFailed(AssertionError):
 
 
 def passed(task: str, detail: str) -> None:
-    """Print the pass line of a task."""
     print(f"✔ {task}: passed — {detail}")
     _record.write(task, True, detail)
 
@@ -139,9 +135,8 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
     """Declare a graded check (CONTRIBUTING.md, "Checks"): ``@task("ring_allreduce",
     refuses=("ddl_lab.ring_allreduce", "ring_allreduce"))`` above ``def ring_allreduce``.
 
-    While it runs, its verdicts are recorded under its name and lesson (a failure once, as it
-    leaves the outermost check); every function the learner hands it is first refused if it
-    is, or calls, one of the named implementations."""
+    Its verdicts are recorded under its name and lesson (a failure once, by the outermost
+    check); a function handed to it that is, or calls, one of those implementations is refused."""
     def declare(check: Check) -> Check:
         spec = Task(check.__name__, lesson, tuple(refuses))
         if spec.name in TASKS:
@@ -153,7 +148,11 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
             __tracebackhide__ = True
             token = _record.enter(spec.name, spec.lesson)
             try:
-                _refuse_answers(spec, [*args, *kwargs.values()])
+                if spec.refuses:
+                    from ._diagnose import package_functions, refuse_package_copy
+                    banned = package_functions(*spec.refuses)
+                    for fn in [*args, *kwargs.values()]:
+                        judge(callable(fn) and refuse_package_copy(fn, spec.name, *banned))
                 return check(*args, **kwargs)
             except CheckFailed as e:            # the verdict: recorded by the outermost check
                 if token is not None:
@@ -164,14 +163,3 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
         run.task = spec                             # type: ignore[attr-defined]
         return run                                  # type: ignore[return-value]
     return declare
-
-
-def _refuse_answers(spec: Task, given: list[Any]) -> None:
-    if not spec.refuses:
-        return
-    from ._diagnose import package_functions, refuse_package_copy
-    banned = package_functions(spec.refuses[0], *spec.refuses[1:])
-    for fn in given:
-        message = callable(fn) and refuse_package_copy(fn, spec.name, *banned)
-        if message:
-            fail(message)

@@ -25,9 +25,7 @@ def as_array(value: Any) -> np.ndarray | None:
     try:
         if type(value).__module__.startswith("torch"):
             t = value.detach().cpu()
-            if str(t.dtype) == "torch.bfloat16":
-                return t.float().numpy()
-            return t.numpy()
+            return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
         if isinstance(value, (list, tuple)) and any(
                 type(v).__module__.startswith("torch") for v in value):
             value = [as_array(v) for v in value]
@@ -48,15 +46,11 @@ def dtype_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _precision(value: Any) -> str:
-    """The floating dtype of ``value`` ('float64' for Python numbers, ints and lists)."""
-    name = str(getattr(value, "dtype", "float64")).replace("torch.", "")
-    return name if name in _RTOL else "float64"
-
-
 def tolerance(*values: Any) -> float:
-    """The relative tolerance of the least precise floating dtype among ``values``."""
-    return max(_RTOL[_precision(v)] for v in values) if values else _RTOL["float64"]
+    """The relative tolerance of the least precise floating dtype among ``values`` (float64's
+    for Python numbers, ints and lists)."""
+    dtypes = (str(getattr(v, "dtype", "")).replace("torch.", "") for v in values)
+    return max((_RTOL.get(d, _RTOL["float64"]) for d in dtypes), default=_RTOL["float64"])
 
 
 def describe_value(value: Any, limit: int = 60) -> str:
@@ -106,12 +100,9 @@ def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndar
 
 def differs(expected: Any, got: Any, rtol: float | None = None,
             scale: float | None = None) -> str | None:
-    """None if ``got`` equals ``expected`` within the learner's dtype, else what differs.
-
-    The tolerance is the looser of the learner's and the reference's dtypes (``rtol``
-    overrides); the absolute floor is ``rtol × scale`` (``scale`` defaults to the largest
-    |expected|), so cancellation near zero does not fail a right answer. Never raises.
-    """
+    """None if ``got`` equals ``expected`` within the looser of their dtypes (or ``rtol``),
+    else what differs. The absolute floor, ``rtol × scale`` (by default the largest
+    |expected|), keeps cancellation near zero from failing a right answer. Never raises."""
     e, g = as_array(expected), as_array(got)
     if g is None:
         return f"got {describe_value(got)}, expected {describe_value(expected)}"
@@ -220,7 +211,8 @@ class Snapshot:
     """Copies of the learner's inputs before a call; ``changed()`` names the one it mutated."""
 
     def __init__(self, **inputs: Any):
-        self._before = {k: _copy(v) for k, v in inputs.items()}
+        arrays = {k: as_array(v) for k, v in inputs.items()}
+        self._before = {k: None if a is None else a.copy() for k, a in arrays.items()}
         self._live = inputs
 
     def changed(self, fn_name: str) -> str | None:
@@ -236,11 +228,6 @@ class Snapshot:
         return None
 
 
-def _copy(value: Any) -> np.ndarray | None:
-    a = as_array(value)
-    return None if a is None else np.array(a, copy=True)
-
-
 # ------------------------------------------------------------------ seeded cases
 
 @dataclass
@@ -253,12 +240,9 @@ class Case:
     rng: np.random.Generator = field(repr=False)
 
     def __str__(self) -> str:
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, (float, np.floating)) else f"{k}={v}"
+                          for k, v in self.params.items())
         return f"case {self.index} ({shown}; replay: check.{self.task}(…, seed={self.seed}))"
-
-
-def _short(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
 GRADING_SEED: int | None = None     # ``ddl-lab grade --seed S``: set in the judge only

@@ -34,7 +34,8 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
     right: list[str] = []
     for case in trial:
         values = [case.params[a] for a in args]
-        call = f"{name}({', '.join(f'{a}={_show(v)}' for a, v in zip(args, values))})"
+        shown = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+        call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, shown))})"
         if zero_division is not None:
             try:
                 got = trial.fn(*values)
@@ -59,7 +60,3 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
         shown, wanted = apart(value, expected)
         fail(f"{call} returned {shown}{unit}, expected {wanted}{unit} ({case}): "
              + (why if why[-1] in ".?!" else why + "."))
-
-
-def _show(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
