@@ -25,9 +25,7 @@ def scalar(x: Any) -> float | None:
         return None
     size = getattr(x, "numel", None) or getattr(x, "size", None)
     n = size() if callable(size) else size
-    if n is not None and n != 1:
-        return None
-    if str(getattr(x, "dtype", "")) in ("bool", "torch.bool"):
+    if n not in (None, 1) or str(getattr(x, "dtype", "")) in ("bool", "torch.bool"):
         return None
     try:
         return float(x.reshape(()) if n == 1 and getattr(x, "ndim", 0) else x)
@@ -65,20 +63,19 @@ class Real:
         return v if v is not None and self.holds(v) else None
 
     def holds(self, v: float) -> bool:
-        low = v >= self.lo if self.closed in ("both", "left") else v > self.lo
-        high = v <= self.hi if self.closed in ("both", "right") else v < self.hi
-        return low and high
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        return (v >= self.lo if left else v > self.lo) and (v <= self.hi if right else v < self.hi)
 
     def __str__(self) -> str:
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
         if (self.lo, self.hi) == (-math.inf, math.inf):
             return self.what
         if self.hi == math.inf:
-            return f"{self.what} {'≥' if self.closed in ('both', 'left') else '>'} {self.lo:g}"
+            return f"{self.what} {'≥' if left else '>'} {self.lo:g}"
         if self.lo == -math.inf:
-            return f"{self.what} {'≤' if self.closed in ('both', 'right') else '<'} {self.hi:g}"
-        left = "[" if self.closed in ("both", "left") else "("
-        right = "]" if self.closed in ("both", "right") else ")"
-        return f"{self.what} in {left}{self.lo:g}, {self.hi:g}{right}"
+            return f"{self.what} {'≤' if right else '<'} {self.hi:g}"
+        return (f"{self.what} in {'[' if left else '('}{self.lo:g}, "
+                f"{self.hi:g}{']' if right else ')'}")
 
 
 @dataclass(frozen=True)
@@ -157,10 +154,10 @@ def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where
         out = fn(*values)
     except NotImplementedError:
         message = stub_message(fn)
-    except Exception as e:
-        looked_up = f": {FUNCTION_OF_INPUTS}" if isinstance(e, LookupError) else ""  # a table's
+    except Exception as e:          # a LookupError: a table's miss, wherever it happens
+        table = f": {FUNCTION_OF_INPUTS}" if isinstance(e, LookupError) else ""
         message = f"{name} raised {type(e).__name__}: {e}" + (unshown if unseen else
-                                                              f" for {where}{looked_up}.")
+                                                              f" for {where}{table}.")
     else:
         if out is not None or not unseen:
             return out

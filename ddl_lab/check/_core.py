@@ -63,10 +63,9 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def run_beside(procedure: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``procedure(*args, **kwargs)`` where the learner's code runs: a measurement that has
-    to watch it from inside its process (threads, locks, shard processes, a meter). Here in a
-    learner's notebook; in the sandbox when grading, where the verdict on what it returns
-    rests on the learner's side (README, "Grading a class")."""
+    """``procedure(*args, **kwargs)`` where the learner's code runs (here, or in the sandbox
+    when grading): a measurement that watches it from inside its process (threads, locks, a
+    meter) and whose verdict rests on the learner's side (README, "Grading a class")."""
     __tracebackhide__ = True
     if beside is not None:
         there, result = beside(procedure, args, kwargs)
@@ -76,7 +75,6 @@ def run_beside(procedure: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def worded(failure: RankFailure, fn: Callable) -> RankFailure:
-    """``failure`` as a check words it: a stub's line is ``stub_message(fn)``."""
     return replace(failure, line=stub_message(fn)) if failure.kind == "stub" else failure
 
 
@@ -95,9 +93,8 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
 
 def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
                timeout: float | None = None) -> list:
-    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster: the ranks'
-    results (``fn``: the learner's function its failures name, or the body itself for a
-    run of the check's own); a failure fails the check (``failed_on_workers``)."""
+    """The results of ``body(*args)`` on ranks 0…n−1 of an n-rank world; a failure fails the
+    check, naming ``fn`` (the learner's function, or the body of a run of the check's own)."""
     try:
         outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
     except WorldFailed as e:

@@ -20,8 +20,6 @@ _RTOL = {"float16": 5e-3, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
 def as_array(value: Any) -> np.ndarray | None:
     """``value`` (numpy, torch, list, scalar) as a numeric numpy array in its own dtype, or
     None if it is not numeric (None, a string, a dict, ragged lists). Never raises."""
-    if value is None or isinstance(value, (str, bytes, dict)):
-        return None
     try:
         if type(value).__module__.startswith("torch"):
             t = value.detach().cpu()
@@ -77,8 +75,8 @@ def returned_none(got: Any, name: str, what: str, instead: str | None = None,
 
 
 def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray] | str:
-    """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (a
-    boolean mask included), or the message saying what came back instead."""
+    """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (boolean
+    masks too), or the message saying what came back instead."""
     what = f"a tuple ({', '.join(names)})"
     if not isinstance(out, (tuple, list)) or len(out) != len(names):
         got = (f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list))
@@ -109,14 +107,12 @@ def differs(expected: Any, got: Any, rtol: float | None = None,
     if e is None:
         return "the expected value is not numeric"          # a bug of the check, not the learner
     if e.shape != g.shape:
-        if g.size == e.size and g.size > 0:
-            return f"shape {tuple(g.shape)}, expected {tuple(e.shape)} (same values, another shape)"
-        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        same_size = " (same values, another shape)" if g.size == e.size and g.size > 0 else ""
+        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}{same_size}"
     if e.size == 0:
         return None
     rtol = tolerance(expected, got) if rtol is None else rtol
-    e64, g64 = e.astype(np.complex128 if e.dtype.kind == "c" else np.float64), \
-        g.astype(np.complex128 if g.dtype.kind == "c" else np.float64)
+    e64, g64 = (a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in (e, g))
     if scale is None:
         finite = np.abs(e64[np.isfinite(e64)])
         scale = float(finite.max()) if finite.size else 1.0
@@ -188,9 +184,7 @@ def factor_of(expected: Any, got: Any, rtol: float | None = None) -> float | Non
     if not np.isfinite(norm) or norm == 0 or not np.all(np.isfinite(g64)):
         return None
     c = float(e64 @ g64) / norm
-    if c == 0 or abs(c - 1) < 1e-6 or not same(c * e64, g64, rtol):
-        return None
-    return c
+    return None if c == 0 or abs(c - 1) < 1e-6 or not same(c * e64, g64, rtol) else c
 
 
 def name_factor(c: float, names: dict[float, str], rtol: float = 1e-6) -> str | None:
@@ -257,17 +251,14 @@ class Cases:
     def __init__(self, task: str, seed: int, fixed: Iterable[dict[str, Any]] = (),
                  draws: int = 0, draw: Callable[[np.random.Generator], dict] | None = None):
         self.task, self.seed = task, int(seed)
-        self._params = list(fixed)
         self._key = [zlib.crc32(task.encode()), self.seed] + \
             ([] if GRADING_SEED is None else [0x5EED, GRADING_SEED])
         base = np.random.default_rng(self._key)
-        if draws and draw is not None:
-            self._params += [draw(base) for _ in range(draws)]
+        self._params = list(fixed) + [draw(base) for _ in range(draws if draw else 0)]
 
     def __iter__(self) -> Iterator[Case]:
         for i, p in enumerate(self._params):
-            rng = np.random.default_rng(self._key + [i])
-            yield Case(self.task, self.seed, i, dict(p), rng)
+            yield Case(self.task, self.seed, i, dict(p), np.random.default_rng(self._key + [i]))
 
 
 # ------------------------------------------------------------------ the package's own answer
@@ -280,10 +271,9 @@ def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str |
     reached = getattr(fn, "reaches", None)          # a function judged from the sandbox
     for name in (reached if reached is not None else course_names(fn)):
         if tuple(name) in banned:
-            where = f"{name[0]}.{name[1]}"
-            return (f"{getattr(fn, '__name__', 'your function')} is or calls {where}, the "
-                    f"package's own implementation of this task: the task is to write it "
-                    f"yourself, so check.{task} does not accept it.")
+            return (f"{getattr(fn, '__name__', 'your function')} is or calls "
+                    f"{name[0]}.{name[1]}, the package's own implementation of this task: the "
+                    f"task is to write it yourself, so check.{task} does not accept it.")
     return None
 
 
