@@ -18,9 +18,8 @@ FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from th
 
 
 def scalar(x: Any) -> float | None:
-    """One real number — an int, a float, a numpy number, an array or tensor of one element —
-    as a float (nan and ±inf included: the check judges them); None for anything else (a
-    bool, a string, None, a list or tuple, several elements)."""
+    """One real number (an int, a float, a numpy number, a one-element array or tensor; nan
+    and ±inf too) as a float; None for anything else (a bool, a string, a list, many elements)."""
     if x is None or isinstance(x, (bool, np.bool_, str, bytes, list, tuple, dict)):
         return None
     size = getattr(x, "numel", None) or getattr(x, "size", None)
@@ -113,9 +112,8 @@ def answer_rtol(got: Any) -> float:
 
 
 def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple[float, float]:
-    """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
-    array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
-    02's reasoning tasks)."""
+    """The learner's pair of finite numbers (as ``pair`` reads it), or a CheckFailed saying
+    what came back instead (lessons 01 and 02's reasoning tasks)."""
     both = pair(got)
     if both is not None and all(math.isfinite(v) for v in both):
         return both
@@ -141,12 +139,10 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
 
 def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where: str,
               unseen: bool = True) -> Any:
-    """Design tasks: ``fn(*args)`` (a mapping's values, in order) for budgets the check drew;
-    ``where`` names them (the case, or the call). The stub fails as not implemented. For
-    ``unseen`` budgets — ones the prompt never shows — a crash (the KeyError of a looked-up
-    table) or None fails, saying that a plan must be a function of its inputs; for shown
-    ones a LookupError is named so too, another crash fails as it is, and None is the
-    caller's to judge."""
+    """Design tasks: ``fn(*args)`` (a mapping's values, in order) on budgets named ``where``;
+    the stub fails as not implemented. A crash fails, and for ``unseen`` budgets (the prompt
+    never shows them) so does None, saying that a plan must be a function of its inputs — as
+    a LookupError (a looked-up table's miss) always does."""
     __tracebackhide__ = True
     values = list(args.values()) if isinstance(args, Mapping) else list(args)
     unshown = f" for {where} — budgets the prompt never showed: {FUNCTION_OF_INPUTS}."

@@ -153,7 +153,7 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
                 return check(*args, **kwargs)
             except CheckFailed as e:            # the verdict: recorded by the outermost check
                 if token is not None:
-                    _record.failed(str(e))
+                    _record.write(spec.name, False, str(e))
                 raise
             finally:
                 _record.leave(token)

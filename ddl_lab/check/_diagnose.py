@@ -30,9 +30,7 @@ def as_array(value: Any) -> np.ndarray | None:
         a = np.asarray(value)
     except Exception:
         return None
-    if a.dtype == bool or a.dtype.kind not in "iufc":
-        return None
-    return a
+    return a if a.dtype.kind in "iufc" else None        # not bool ("b"), str, object
 
 
 def dtype_name(value: Any) -> str:
@@ -140,8 +138,7 @@ def _fmt(x: Any, digits: int = 6, spec: str = "") -> str:
 
 def apart(got: Any, expected: Any, spec: str = "") -> tuple[str, str]:
     """``got`` and ``expected`` as a message prints them (``spec``: e.g. ',' for thousands):
-    6 significant digits, more until the two read differently — a message never shows the
-    same text for both; values whose 17 digits agree get their difference appended."""
+    6 significant digits or more until they read differently (past 17, their difference)."""
     for digits in range(6, 18):
         g, e = _fmt(got, digits, spec), _fmt(expected, digits, spec)
         if g != e:
@@ -243,10 +240,9 @@ GRADING_SEED: int | None = None     # ``ddl-lab grade --seed S``: set in the jud
 
 
 class Cases:
-    """Seeded cases of a check: ``for case in Cases(task, seed, [fixed params…], draws=k,
-    draw=lambda rng: {...})`` yields the fixed edge cases first, then k random ones. Under
-    ``ddl-lab grade --seed S`` (``GRADING_SEED``) every draw also mixes in S: cases the
-    learner never ran."""
+    """Seeded cases: ``Cases(task, seed, [fixed params…], draws=k, draw=lambda rng: {...})``
+    yields the fixed edge cases, then k drawn ones; under ``ddl-lab grade --seed S``
+    (``GRADING_SEED``) every draw mixes in S too: cases the learner never ran."""
 
     def __init__(self, task: str, seed: int, fixed: Iterable[dict[str, Any]] = (),
                  draws: int = 0, draw: Callable[[np.random.Generator], dict] | None = None):

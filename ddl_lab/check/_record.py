@@ -57,18 +57,12 @@ def progress_path() -> Path | None:
 
 
 def grade_with(sink: Callable[[dict], None], seed: int | None) -> None:
-    """The grading judge's seam: from now on in this process every verdict goes to ``sink``
-    (not to a file), and ``Cases`` mixes ``seed`` into every draw (``ddl-lab grade --seed``;
-    None: the learner's own cases)."""
+    """The grading judge's seam: every verdict of this process goes to ``sink`` from now on,
+    and ``Cases`` mixes ``seed`` (None: none) into every draw (``ddl-lab grade --seed``)."""
     global SINK
     from . import _diagnose
     SINK = sink
     _diagnose.GRADING_SEED = seed
-
-
-def failed(message: str) -> None:
-    """Record a failure of the check now running."""
-    write(current_task(), False, message)
 
 
 def current_task() -> str | None:
