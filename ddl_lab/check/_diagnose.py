@@ -1,8 +1,9 @@
-"""The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"): dtype-fair comparison
-(``differs``; ``apart`` prints expected and got with the digits that tell them apart), named
-mistakes (``explain``, ``factor_of``), answers in the learner's terms
-(``describe_value``, ``returned_none``, ``Snapshot``), seeded cases (``Cases``), the refusal
-of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
+"""The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"), in this order: values
+in the learner's terms (``describe_value``, ``returned_none``); dtype-fair comparison
+(``differs``; ``apart`` prints expected and got with the digits that tell them apart); named
+mistakes (``explain``, ``factor_of``) and mutated inputs (``Snapshot``); seeded cases
+(``Cases``); the refusal of the package's own implementation (``refuse_package_copy``);
+Adagrad's diagnosis (lessons 01 and 07)."""
 from __future__ import annotations
 
 import zlib
@@ -14,8 +15,6 @@ import numpy as np
 # rtol per floating dtype: a few thousand ulps, far below any real mistake (a factor, a sign)
 _RTOL = {"float16": 5e-3, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
 
-
-# ------------------------------------------------------------------ values in the learner's terms
 
 def as_array(value: Any) -> np.ndarray | None:
     """``value`` (numpy, torch, list, scalar) as a numeric numpy array in its own dtype, or
@@ -92,8 +91,6 @@ def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndar
     return arrays
 
 
-# ------------------------------------------------------------------ comparisons
-
 def differs(expected: Any, got: Any, rtol: float | None = None,
             scale: float | None = None) -> str | None:
     """None if ``got`` equals ``expected`` within the looser of their dtypes (or ``rtol``),
@@ -148,8 +145,6 @@ def apart(got: Any, expected: Any, spec: str = "") -> tuple[str, str]:
     except TypeError:
         return f"{g} (differing by {got - expected})", e
 
-
-# ------------------------------------------------------------------ named mistakes
 
 def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
             rtol: float | None = None, right: Any = None, scale: float | None = None
@@ -219,8 +214,6 @@ class Snapshot:
         return None
 
 
-# ------------------------------------------------------------------ seeded cases
-
 @dataclass
 class Case:
     """One drawn case: its parameters (quoted in messages) and its own generator."""
@@ -257,8 +250,6 @@ class Cases:
             yield Case(self.task, self.seed, i, dict(p), np.random.default_rng(self._key + [i]))
 
 
-# ------------------------------------------------------------------ the package's own answer
-
 def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str | None:
     """The message refusing ``fn`` if it is, or calls, one of the package's own
     implementations of the task (CONTRIBUTING.md, "Checks"), else None."""
@@ -283,8 +274,6 @@ def package_functions(package: str, *names: str) -> list[Any]:
                         for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
 
-
-# ------------------------------------------------------------------ Adagrad (lessons 01 and 07)
 
 def adagrad(theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float, eps: float,
             inside: bool = False) -> tuple[np.ndarray, np.ndarray]:

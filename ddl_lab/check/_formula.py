@@ -32,8 +32,8 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
     right: list[str] = []
     for case in trial:
         values = [case.params[a] for a in args]
-        shown = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
-        call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, shown))})"
+        texts = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+        call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, texts))})"
         if zero_division is not None:
             try:
                 got = trial.fn(*values)

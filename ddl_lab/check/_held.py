@@ -3,6 +3,7 @@ check, ``check.memory``)."""
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 import numpy as np
@@ -14,8 +15,6 @@ def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, li
     them, (bytes, elements, where, in an optimizer's state), largest first. Followed:
     containers, optimizers, ``.grad``, attributes (``__dict__``, ``__slots__``), closures and
     defaults — not modules, classes or globals. Views of one storage count once."""
-    import types
-
     import torch
     seen, seen_ids, held = set(exclude), set(), []
     stack = [(x, where, False) for where, x in roots]

@@ -1,7 +1,8 @@
 """The one case loop every check uses (CONTRIBUTING.md, "Checks"): ``Trial``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
@@ -10,7 +11,7 @@ from ._core import CheckFailed, call_local, fail, judge, name_of, passed, run_ca
 from ._diagnose import Cases
 
 
-class Trial:
+class Trial(Sequence):
     """A check's one case loop (CONTRIBUTING.md, "Checks"): the seeded cases (the ``fixed``
     ones the prompt shows, then ``draws`` it does not), the learner's function called here
     (``call``) or on n-rank worlds of the warm cluster (``run``, ``world``), failures that
@@ -33,9 +34,6 @@ class Trial:
         self.right: list = []               # the cases passed so far, for "right only for …"
         self.cases = list(Cases(task, seed, fixed, draws=draws, draw=draw))
         self._word = word
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.cases)
 
     def __len__(self) -> int:
         return len(self.cases)
