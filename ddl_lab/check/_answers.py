@@ -123,7 +123,7 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
     if isinstance(parts, str):
         fail(f"{parts} [{case}]")
     fail(f"{name} returned {describe_value(got)}; return two finite numbers "
-          f"({', '.join(names)}) [{case}].")
+         f"({', '.join(names)}) [{case}].")
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:

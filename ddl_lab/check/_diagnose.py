@@ -166,8 +166,7 @@ def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
 
 
 def factor_of(expected: Any, got: Any, rtol: float | None = None) -> float | None:
-    """c if ``got`` ≈ c · ``expected`` for one constant c ≠ 1 (sign, sum vs mean, a missing
-    ×n), else None."""
+    """c if ``got`` ≈ c · ``expected`` for one constant c ≠ 1 (a sign, sum vs mean), else None."""
     e, g = as_array(expected), as_array(got)
     if e is None or g is None or e.shape != g.shape or e.size == 0:
         return None
