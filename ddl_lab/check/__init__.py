@@ -1,12 +1,7 @@
-"""Graded checks, one function per task, called from the cell after the learner's code.
-
-``check.rank(my_rank)`` prints a pass line or raises ``CheckFailed`` with a message that
-says what is wrong. Each lesson's checks live in ``ddl_lab/check/<slug>.py`` (named by the
-lesson's slug) and are listed here, lesson by lesson; each is declared once with
-``@task(lesson, refuses=...)`` (``check/_core.py``), which puts it in ``_core.TASKS`` — the
-one registry that progress, the site, grading and the generic tests read. A check that is
-not listed here, or is listed under another lesson, fails ``tests/tools/test_tasks.py``.
-"""
+"""Graded checks, one function per task: ``check.rank(my_rank)`` prints a pass line or raises
+``CheckFailed`` saying what is wrong. Each lesson's checks live in ``check/<slug>.py``, are
+declared with ``@task`` (``_core.TASKS``, the one registry) and are listed here, lesson by
+lesson (``tests/tools/test_tasks.py``)."""
 from ._core import CheckFailed
 from .welcome import rank, offsets, darts_per_rank, pi_plan
 from .gradient_descent import (batch_gradient, minibatch_sgd_epoch, adagrad_step,

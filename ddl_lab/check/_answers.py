@@ -10,26 +10,21 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._core import fail, stub_message
 from ._diagnose import describe_value, returned_arrays, returned_none, tolerance
-
-__all__ = ["scalar", "whole", "pair", "Real", "Whole", "answer", "answer_rtol", "two_numbers",
-           "plan", "plan_call", "same_for_all", "FUNCTION_OF_INPUTS"]
 
 FUNCTION_OF_INPUTS = ("a plan must be a function of its inputs, computed from the budgets and "
                       "targets it is given, not looked up in a table of the prompt's cases")
 
 
 def scalar(x: Any) -> float | None:
-    """One real number — an int, a float, a numpy number, an array or tensor of one element —
-    as a float (nan and ±inf included: the check judges them); None for anything else (a
-    bool, a string, None, a list or tuple, several elements)."""
+    """One real number (an int, a float, a numpy number, a one-element array or tensor; nan
+    and ±inf too) as a float; None for anything else (a bool, a string, a list, many elements)."""
     if x is None or isinstance(x, (bool, np.bool_, str, bytes, list, tuple, dict)):
         return None
     size = getattr(x, "numel", None) or getattr(x, "size", None)
     n = size() if callable(size) else size
-    if n is not None and n != 1:
-        return None
-    if getattr(x, "dtype", None) is not None and str(x.dtype) in ("bool", "torch.bool"):
+    if n not in (None, 1) or str(getattr(x, "dtype", "")) in ("bool", "torch.bool"):
         return None
     try:
         return float(x.reshape(()) if n == 1 and getattr(x, "ndim", 0) else x)
@@ -63,28 +58,23 @@ class Real:
     what: str = "a number"
 
     def read(self, x: Any) -> float | None:
-        v = self._value(x)
+        v = scalar(x)                   # nan holds in no interval
         return v if v is not None and self.holds(v) else None
 
-    def _value(self, x: Any) -> float | None:
-        v = scalar(x)
-        return v if v is not None and not math.isnan(v) else None
-
     def holds(self, v: float) -> bool:
-        low = v >= self.lo if self.closed in ("both", "left") else v > self.lo
-        high = v <= self.hi if self.closed in ("both", "right") else v < self.hi
-        return low and high
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        return (v >= self.lo if left else v > self.lo) and (v <= self.hi if right else v < self.hi)
 
     def __str__(self) -> str:
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
         if (self.lo, self.hi) == (-math.inf, math.inf):
             return self.what
         if self.hi == math.inf:
-            return f"{self.what} {'≥' if self.closed in ('both', 'left') else '>'} {self.lo:g}"
+            return f"{self.what} {'≥' if left else '>'} {self.lo:g}"
         if self.lo == -math.inf:
-            return f"{self.what} {'≤' if self.closed in ('both', 'right') else '<'} {self.hi:g}"
-        left = "[" if self.closed in ("both", "left") else "("
-        right = "]" if self.closed in ("both", "right") else ")"
-        return f"{self.what} in {left}{self.lo:g}, {self.hi:g}{right}"
+            return f"{self.what} {'≤' if right else '<'} {self.hi:g}"
+        return (f"{self.what} in {'[' if left else '('}{self.lo:g}, "
+                f"{self.hi:g}{']' if right else ')'}")
 
 
 @dataclass(frozen=True)
@@ -108,7 +98,6 @@ def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
     ``case`` the case): one wording for every one-number answer."""
     value = rule.read(got)
     if value is None:
-        from ._core import fail
         where = f" ({case})" if case is not None else ""
         fail(returned_none(got, name, str(rule)) or
              f"{call} returned {describe_value(got)}{where}; return {rule}.")
@@ -123,10 +112,8 @@ def answer_rtol(got: Any) -> float:
 
 
 def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple[float, float]:
-    """The learner's pair of finite numbers (``_answers.pair``: a tuple or list of two, an
-    array or tensor of two), or a CheckFailed saying what came back instead (lessons 01 and
-    02's reasoning tasks)."""
-    from ._core import fail as _fail
+    """The learner's pair of finite numbers (as ``pair`` reads it), or a CheckFailed saying
+    what came back instead (lessons 01 and 02's reasoning tasks)."""
     both = pair(got)
     if both is not None and all(math.isfinite(v) for v in both):
         return both
@@ -134,9 +121,9 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
         got = tuple(got)
     parts = returned_arrays(got, names, name)
     if isinstance(parts, str):
-        _fail(f"{parts} [{case}]")
-    _fail(f"{name} returned {describe_value(got)}; return two finite numbers "
-          f"({', '.join(names)}) [{case}].")
+        fail(f"{parts} [{case}]")
+    fail(f"{name} returned {describe_value(got)}; return two finite numbers "
+         f"({', '.join(names)}) [{case}].")
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:
@@ -152,26 +139,21 @@ def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | No
 
 def plan_call(fn: Any, args: Sequence[Any] | Mapping[str, Any], name: str, where: str,
               unseen: bool = True) -> Any:
-    """Design tasks: ``fn(*args)`` (a mapping's values, in order) for budgets the check drew;
-    ``where`` names them (the case, or the call). The stub fails as not implemented. For
-    ``unseen`` budgets — ones the prompt never shows — a crash (the KeyError of a looked-up
-    table) or None fails, saying that a plan must be a function of its inputs; for shown
-    ones a LookupError is named so too, another crash fails as it is, and None is the
-    caller's to judge."""
+    """Design tasks: ``fn(*args)`` (a mapping's values, in order) on budgets named ``where``;
+    the stub fails as not implemented. A crash fails, and for ``unseen`` budgets (the prompt
+    never shows them) so does None, saying that a plan must be a function of its inputs — as
+    a LookupError (a looked-up table's miss) always does."""
     __tracebackhide__ = True
-    from ._core import fail, stub_message
     values = list(args.values()) if isinstance(args, Mapping) else list(args)
     unshown = f" for {where} — budgets the prompt never showed: {FUNCTION_OF_INPUTS}."
     try:
         out = fn(*values)
     except NotImplementedError:
         message = stub_message(fn)
-    except LookupError as e:                    # a table's miss, wherever it happens
-        message = f"{name} raised {type(e).__name__}: {e}" + (
-            unshown if unseen else f" for {where}: {FUNCTION_OF_INPUTS}.")
-    except Exception as e:
+    except Exception as e:          # a LookupError: a table's miss, wherever it happens
+        table = f": {FUNCTION_OF_INPUTS}" if isinstance(e, LookupError) else ""
         message = f"{name} raised {type(e).__name__}: {e}" + (unshown if unseen else
-                                                              f" for {where}.")
+                                                              f" for {where}{table}.")
     else:
         if out is not None or not unseen:
             return out

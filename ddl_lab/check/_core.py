@@ -11,13 +11,10 @@ from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 from . import _record
 
 DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
-# Set by the grading judge (``tools/grading/judge.py``): ``route(body, cases, fn, timeout)``
-# runs the cases on the sandboxed kernel's workers when the learner's function lives there
-# (their Outcomes), or returns None to run them here.
+# Set by the grading judge (``tools/grading/judge.py``) to run where the learner's function
+# lives, the sandboxed kernel: ``route(body, cases, fn, timeout)`` gives the cases' Outcomes,
+# ``beside(procedure, args, kwargs)`` gives ``(True, result)``; None, ``(False, None)``: here.
 route: Callable[..., list[Outcome] | None] | None = None
-# Set by the grading judge too: ``beside(procedure, args, kwargs)`` runs a check's procedure
-# in the sandboxed kernel when a learner's function among ``args`` lives there — as
-# ``(True, result)`` — or returns ``(False, None)``.
 beside: Callable[..., tuple[bool, Any]] | None = None
 Check = TypeVar("Check", bound=Callable[..., None])
 
@@ -31,7 +28,6 @@ class CheckFailed(AssertionError):
 
 
 def passed(task: str, detail: str) -> None:
-    """Print the pass line of a task."""
     print(f"✔ {task}: passed — {detail}")
     _record.write(task, True, detail)
 
@@ -67,10 +63,9 @@ def call_local(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def run_beside(procedure: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``procedure(*args, **kwargs)`` where the learner's code runs: a measurement that has
-    to watch it from inside its process (threads, locks, shard processes, a meter). Here in a
-    learner's notebook; in the sandbox when grading, where the verdict on what it returns
-    rests on the learner's side (README, "Grading a class")."""
+    """``procedure(*args, **kwargs)`` where the learner's code runs (here, or in the sandbox
+    when grading): a measurement that watches it from inside its process (threads, locks, a
+    meter) and whose verdict rests on the learner's side (README, "Grading a class")."""
     __tracebackhide__ = True
     if beside is not None:
         there, result = beside(procedure, args, kwargs)
@@ -80,7 +75,6 @@ def run_beside(procedure: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def worded(failure: RankFailure, fn: Callable) -> RankFailure:
-    """``failure`` as a check words it: a stub's line is ``stub_message(fn)``."""
     return replace(failure, line=stub_message(fn)) if failure.kind == "stub" else failure
 
 
@@ -99,9 +93,8 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
 
 def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
                timeout: float | None = None) -> list:
-    """``body(*args)`` on ranks 0…n−1 of an n-rank world of the one warm cluster: the ranks'
-    results (``fn``: the learner's function its failures name, or the body itself for a
-    run of the check's own); a failure fails the check (``failed_on_workers``)."""
+    """The results of ``body(*args)`` on ranks 0…n−1 of an n-rank world; a failure fails the
+    check, naming ``fn`` (the learner's function, or the body of a run of the check's own)."""
     try:
         outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
     except WorldFailed as e:
@@ -139,9 +132,8 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
     """Declare a graded check (CONTRIBUTING.md, "Checks"): ``@task("ring_allreduce",
     refuses=("ddl_lab.ring_allreduce", "ring_allreduce"))`` above ``def ring_allreduce``.
 
-    While it runs, its verdicts are recorded under its name and lesson (a failure once, as it
-    leaves the outermost check); every function the learner hands it is first refused if it
-    is, or calls, one of the named implementations."""
+    Its verdicts are recorded under its name and lesson (a failure once, by the outermost
+    check); a function handed to it that is, or calls, one of those implementations is refused."""
     def declare(check: Check) -> Check:
         spec = Task(check.__name__, lesson, tuple(refuses))
         if spec.name in TASKS:
@@ -153,25 +145,18 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
             __tracebackhide__ = True
             token = _record.enter(spec.name, spec.lesson)
             try:
-                _refuse_answers(spec, [*args, *kwargs.values()])
+                if spec.refuses:
+                    from ._diagnose import package_functions, refuse_package_copy
+                    banned = package_functions(*spec.refuses)
+                    for fn in [*args, *kwargs.values()]:
+                        judge(callable(fn) and refuse_package_copy(fn, spec.name, *banned))
                 return check(*args, **kwargs)
             except CheckFailed as e:            # the verdict: recorded by the outermost check
                 if token is not None:
-                    _record.failed(str(e))
+                    _record.write(spec.name, False, str(e))
                 raise
             finally:
                 _record.leave(token)
         run.task = spec                             # type: ignore[attr-defined]
         return run                                  # type: ignore[return-value]
     return declare
-
-
-def _refuse_answers(spec: Task, given: list[Any]) -> None:
-    if not spec.refuses:
-        return
-    from ._diagnose import package_functions, refuse_package_copy
-    banned = package_functions(spec.refuses[0], *spec.refuses[1:])
-    for fn in given:
-        message = callable(fn) and refuse_package_copy(fn, spec.name, *banned)
-        if message:
-            fail(message)

@@ -1,8 +1,9 @@
-"""The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"): dtype-fair comparison
-(``differs``; ``apart`` prints expected and got with the digits that tell them apart), named
-mistakes (``explain``, ``factor_of``), answers in the learner's terms
-(``describe_value``, ``returned_none``, ``Snapshot``), seeded cases (``Cases``), the refusal
-of the package's own implementation (``refuse_package_copy``) and Adagrad's diagnosis."""
+"""The diagnosis layer every check shares (CONTRIBUTING.md, "Checks"), in this order: values
+in the learner's terms (``describe_value``, ``returned_none``); dtype-fair comparison
+(``differs``; ``apart`` prints expected and got with the digits that tell them apart); named
+mistakes (``explain``, ``factor_of``) and mutated inputs (``Snapshot``); seeded cases
+(``Cases``); the refusal of the package's own implementation (``refuse_package_copy``);
+Adagrad's diagnosis (lessons 01 and 07)."""
 from __future__ import annotations
 
 import zlib
@@ -15,28 +16,20 @@ import numpy as np
 _RTOL = {"float16": 5e-3, "bfloat16": 3e-2, "float32": 2e-4, "float64": 1e-9}
 
 
-# ------------------------------------------------------------------ values in the learner's terms
-
 def as_array(value: Any) -> np.ndarray | None:
     """``value`` (numpy, torch, list, scalar) as a numeric numpy array in its own dtype, or
     None if it is not numeric (None, a string, a dict, ragged lists). Never raises."""
-    if value is None or isinstance(value, (str, bytes, dict)):
-        return None
     try:
         if type(value).__module__.startswith("torch"):
             t = value.detach().cpu()
-            if str(t.dtype) == "torch.bfloat16":
-                return t.float().numpy()
-            return t.numpy()
+            return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
         if isinstance(value, (list, tuple)) and any(
                 type(v).__module__.startswith("torch") for v in value):
             value = [as_array(v) for v in value]
         a = np.asarray(value)
     except Exception:
         return None
-    if a.dtype == bool or a.dtype.kind not in "iufc":
-        return None
-    return a
+    return a if a.dtype.kind in "iufc" else None        # not bool ("b"), str, object
 
 
 def dtype_name(value: Any) -> str:
@@ -48,15 +41,11 @@ def dtype_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _precision(value: Any) -> str:
-    """The floating dtype of ``value`` ('float64' for Python numbers, ints and lists)."""
-    name = str(getattr(value, "dtype", "float64")).replace("torch.", "")
-    return name if name in _RTOL else "float64"
-
-
 def tolerance(*values: Any) -> float:
-    """The relative tolerance of the least precise floating dtype among ``values``."""
-    return max(_RTOL[_precision(v)] for v in values) if values else _RTOL["float64"]
+    """The relative tolerance of the least precise floating dtype among ``values`` (float64's
+    for Python numbers, ints and lists)."""
+    dtypes = (str(getattr(v, "dtype", "")).replace("torch.", "") for v in values)
+    return max((_RTOL.get(d, _RTOL["float64"]) for d in dtypes), default=_RTOL["float64"])
 
 
 def describe_value(value: Any, limit: int = 60) -> str:
@@ -83,8 +72,8 @@ def returned_none(got: Any, name: str, what: str, instead: str | None = None,
 
 
 def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray] | str:
-    """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (a
-    boolean mask included), or the message saying what came back instead."""
+    """The parts of a returned tuple (or list) as numpy arrays in their own dtypes (boolean
+    masks too), or the message saying what came back instead."""
     what = f"a tuple ({', '.join(names)})"
     if not isinstance(out, (tuple, list)) or len(out) != len(names):
         got = (f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list))
@@ -102,30 +91,23 @@ def returned_arrays(out: Any, names: tuple[str, ...], name: str) -> list[np.ndar
     return arrays
 
 
-# ------------------------------------------------------------------ comparisons
-
 def differs(expected: Any, got: Any, rtol: float | None = None,
             scale: float | None = None) -> str | None:
-    """None if ``got`` equals ``expected`` within the learner's dtype, else what differs.
-
-    The tolerance is the looser of the learner's and the reference's dtypes (``rtol``
-    overrides); the absolute floor is ``rtol × scale`` (``scale`` defaults to the largest
-    |expected|), so cancellation near zero does not fail a right answer. Never raises.
-    """
+    """None if ``got`` equals ``expected`` within the looser of their dtypes (or ``rtol``),
+    else what differs. The absolute floor, ``rtol × scale`` (by default the largest
+    |expected|), keeps cancellation near zero from failing a right answer. Never raises."""
     e, g = as_array(expected), as_array(got)
     if g is None:
         return f"got {describe_value(got)}, expected {describe_value(expected)}"
     if e is None:
         return "the expected value is not numeric"          # a bug of the check, not the learner
     if e.shape != g.shape:
-        if g.size == e.size and g.size > 0:
-            return f"shape {tuple(g.shape)}, expected {tuple(e.shape)} (same values, another shape)"
-        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        same_size = " (same values, another shape)" if g.size == e.size and g.size > 0 else ""
+        return f"shape {tuple(g.shape)}, expected {tuple(e.shape)}{same_size}"
     if e.size == 0:
         return None
     rtol = tolerance(expected, got) if rtol is None else rtol
-    e64, g64 = e.astype(np.complex128 if e.dtype.kind == "c" else np.float64), \
-        g.astype(np.complex128 if g.dtype.kind == "c" else np.float64)
+    e64, g64 = (a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in (e, g))
     if scale is None:
         finite = np.abs(e64[np.isfinite(e64)])
         scale = float(finite.max()) if finite.size else 1.0
@@ -153,8 +135,7 @@ def _fmt(x: Any, digits: int = 6, spec: str = "") -> str:
 
 def apart(got: Any, expected: Any, spec: str = "") -> tuple[str, str]:
     """``got`` and ``expected`` as a message prints them (``spec``: e.g. ',' for thousands):
-    6 significant digits, more until the two read differently — a message never shows the
-    same text for both; values whose 17 digits agree get their difference appended."""
+    6 significant digits or more until they read differently (past 17, their difference)."""
     for digits in range(6, 18):
         g, e = _fmt(got, digits, spec), _fmt(expected, digits, spec)
         if g != e:
@@ -164,8 +145,6 @@ def apart(got: Any, expected: Any, spec: str = "") -> tuple[str, str]:
     except TypeError:
         return f"{g} (differing by {got - expected})", e
 
-
-# ------------------------------------------------------------------ named mistakes
 
 def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
             rtol: float | None = None, right: Any = None, scale: float | None = None
@@ -187,8 +166,7 @@ def explain(got: Any, mistakes: dict[str, Any] | Iterable[tuple[str, Any]],
 
 
 def factor_of(expected: Any, got: Any, rtol: float | None = None) -> float | None:
-    """c if ``got`` ≈ c · ``expected`` for one constant c ≠ 1 (sign, sum vs mean, a missing
-    ×n), else None."""
+    """c if ``got`` ≈ c · ``expected`` for one constant c ≠ 1 (a sign, sum vs mean), else None."""
     e, g = as_array(expected), as_array(got)
     if e is None or g is None or e.shape != g.shape or e.size == 0:
         return None
@@ -197,9 +175,7 @@ def factor_of(expected: Any, got: Any, rtol: float | None = None) -> float | Non
     if not np.isfinite(norm) or norm == 0 or not np.all(np.isfinite(g64)):
         return None
     c = float(e64 @ g64) / norm
-    if c == 0 or abs(c - 1) < 1e-6 or not same(c * e64, g64, rtol):
-        return None
-    return c
+    return None if c == 0 or abs(c - 1) < 1e-6 or not same(c * e64, g64, rtol) else c
 
 
 def name_factor(c: float, names: dict[float, str], rtol: float = 1e-6) -> str | None:
@@ -220,7 +196,8 @@ class Snapshot:
     """Copies of the learner's inputs before a call; ``changed()`` names the one it mutated."""
 
     def __init__(self, **inputs: Any):
-        self._before = {k: _copy(v) for k, v in inputs.items()}
+        arrays = {k: as_array(v) for k, v in inputs.items()}
+        self._before = {k: None if a is None else a.copy() for k, a in arrays.items()}
         self._live = inputs
 
     def changed(self, fn_name: str) -> str | None:
@@ -236,13 +213,6 @@ class Snapshot:
         return None
 
 
-def _copy(value: Any) -> np.ndarray | None:
-    a = as_array(value)
-    return None if a is None else np.array(a, copy=True)
-
-
-# ------------------------------------------------------------------ seeded cases
-
 @dataclass
 class Case:
     """One drawn case: its parameters (quoted in messages) and its own generator."""
@@ -253,40 +223,31 @@ class Case:
     rng: np.random.Generator = field(repr=False)
 
     def __str__(self) -> str:
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, (float, np.floating)) else f"{k}={v}"
+                          for k, v in self.params.items())
         return f"case {self.index} ({shown}; replay: check.{self.task}(…, seed={self.seed}))"
-
-
-def _short(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
 GRADING_SEED: int | None = None     # ``ddl-lab grade --seed S``: set in the judge only
 
 
 class Cases:
-    """Seeded cases of a check: ``for case in Cases(task, seed, [fixed params…], draws=k,
-    draw=lambda rng: {...})`` yields the fixed edge cases first, then k random ones. Under
-    ``ddl-lab grade --seed S`` (``GRADING_SEED``) every draw also mixes in S: cases the
-    learner never ran."""
+    """Seeded cases: ``Cases(task, seed, [fixed params…], draws=k, draw=lambda rng: {...})``
+    yields the fixed edge cases, then k drawn ones; under ``ddl-lab grade --seed S``
+    (``GRADING_SEED``) every draw mixes in S too: cases the learner never ran."""
 
     def __init__(self, task: str, seed: int, fixed: Iterable[dict[str, Any]] = (),
                  draws: int = 0, draw: Callable[[np.random.Generator], dict] | None = None):
         self.task, self.seed = task, int(seed)
-        self._params = list(fixed)
         self._key = [zlib.crc32(task.encode()), self.seed] + \
             ([] if GRADING_SEED is None else [0x5EED, GRADING_SEED])
         base = np.random.default_rng(self._key)
-        if draws and draw is not None:
-            self._params += [draw(base) for _ in range(draws)]
+        self._params = list(fixed) + [draw(base) for _ in range(draws if draw else 0)]
 
     def __iter__(self) -> Iterator[Case]:
         for i, p in enumerate(self._params):
-            rng = np.random.default_rng(self._key + [i])
-            yield Case(self.task, self.seed, i, dict(p), rng)
+            yield Case(self.task, self.seed, i, dict(p), np.random.default_rng(self._key + [i]))
 
-
-# ------------------------------------------------------------------ the package's own answer
 
 def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str | None:
     """The message refusing ``fn`` if it is, or calls, one of the package's own
@@ -296,10 +257,9 @@ def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str |
     reached = getattr(fn, "reaches", None)          # a function judged from the sandbox
     for name in (reached if reached is not None else course_names(fn)):
         if tuple(name) in banned:
-            where = f"{name[0]}.{name[1]}"
-            return (f"{getattr(fn, '__name__', 'your function')} is or calls {where}, the "
-                    f"package's own implementation of this task: the task is to write it "
-                    f"yourself, so check.{task} does not accept it.")
+            return (f"{getattr(fn, '__name__', 'your function')} is or calls "
+                    f"{name[0]}.{name[1]}, the package's own implementation of this task: the "
+                    f"task is to write it yourself, so check.{task} does not accept it.")
     return None
 
 
@@ -313,8 +273,6 @@ def package_functions(package: str, *names: str) -> list[Any]:
                         for m in pkgutil.iter_modules(getattr(root, "__path__", []))]
     return [getattr(m, n) for m in modules for n in names if callable(getattr(m, n, None))]
 
-
-# ------------------------------------------------------------------ Adagrad (lessons 01 and 07)
 
 def adagrad(theta: np.ndarray, g: np.ndarray, G: np.ndarray, lr: float, eps: float,
             inside: bool = False) -> tuple[np.ndarray, np.ndarray]:

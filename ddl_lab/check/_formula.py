@@ -23,18 +23,17 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
                   mistakes: dict[str, Formula], what: str, hint: str, unit: str = " s",
                   vary: str = "n", guess: Callable[[float, list], str | None] | None = None,
                   zero_division: str | None = None) -> None:
-    """Call the learner's function on ``case[args]`` for every case of ``trial`` and fail at
-    the first value that is not ``want(*case[args])``, naming the first of ``mistakes``
-    (message → the formula a learner making it would write; None where it does not apply)
-    that gives the learner's value, else ``guess(value, values)``'s message, else ``hint``,
-    these two with the cases that were right for another ``vary``. ``what`` names the answer
-    (for a function that returns something else); ``zero_division`` is the message for a
-    function that divided by zero."""
+    """Fail at the first case of ``trial`` where the learner's function on ``case[args]`` is
+    not ``want(*case[args])``, naming the first of ``mistakes`` (message → the formula a
+    learner making it would write, or None) that gives its value, else ``guess(value,
+    values)``, else ``hint`` (these two with the cases right for another ``vary``). ``what``
+    names the answer; ``zero_division`` words a division by zero."""
     name = trial.name
     right: list[str] = []
     for case in trial:
         values = [case.params[a] for a in args]
-        call = f"{name}({', '.join(f'{a}={_show(v)}' for a, v in zip(args, values))})"
+        texts = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+        call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, texts))})"
         if zero_division is not None:
             try:
                 got = trial.fn(*values)
@@ -59,7 +58,3 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
         shown, wanted = apart(value, expected)
         fail(f"{call} returned {shown}{unit}, expected {wanted}{unit} ({case}): "
              + (why if why[-1] in ".?!" else why + "."))
-
-
-def _show(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)

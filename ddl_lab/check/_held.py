@@ -1,9 +1,9 @@
-"""What a learner's code keeps between calls, measured wherever it keeps it: the bytes of the
-distinct tensors and arrays reachable from its state and its function (lesson 10's ZeRO-2
+"""The bytes a learner's code keeps between calls, wherever it keeps them (lesson 10's ZeRO-2
 check, ``check.memory``)."""
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 import numpy as np
@@ -11,16 +11,12 @@ import numpy as np
 
 def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, list[tuple]]:
     """Bytes of the distinct tensor storages and arrays reachable from ``roots`` (named
-    objects: the learner's ``state``, its function's closure and defaults), except those in
-    ``exclude``; and what holds them, as (bytes, elements, where, in an optimizer's state),
-    largest first. Followed: dicts, lists, tuples, sets, optimizers (state and parameters),
-    tensors' ``.grad``, any object's attributes (an ``nn.Module``'s too: ``__dict__``,
-    ``__slots__``), functions' closures and defaults — not Python modules, classes or a
-    function's globals. Views of one storage (or numpy base) count once."""
-    import types
-
+    objects: the learner's ``state``, its function) but not in ``exclude``, and what holds
+    them, (bytes, elements, where, in an optimizer's state), largest first. Followed:
+    containers, optimizers, ``.grad``, attributes (``__dict__``, ``__slots__``), closures and
+    defaults — not modules, classes or globals. Views of one storage count once."""
     import torch
-    seen, seen_ids, total, held = set(exclude), set(), 0, []
+    seen, seen_ids, held = set(exclude), set(), []
     stack = [(x, where, False) for where, x in roots]
     while stack:
         x, where, in_opt = stack.pop()
@@ -32,7 +28,6 @@ def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, li
                          if isinstance(x, torch.Tensor) else (("numpy", id(base)), base.nbytes))
             if key not in seen and x.size and size:
                 seen.add(key)
-                total += size
                 held.append((size, int(np.prod(x.shape)), where, in_opt))
             if isinstance(x, torch.Tensor) and x.grad is not None:
                 stack.append((x.grad, f"{where}.grad", in_opt))
@@ -63,4 +58,4 @@ def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, li
                 if isinstance(slot, str) and hasattr(x, slot):
                     attrs[slot] = getattr(x, slot)
             stack.extend((v, f"{where}.{k}", in_opt) for k, v in attrs.items())
-    return total, sorted(held, key=lambda h: -h[0])
+    return sum(h[0] for h in held), sorted(held, key=lambda h: -h[0])

@@ -28,16 +28,13 @@ def write(task: str | None, passed: bool, message: str, score: float | None = No
         SINK(entry)
         return
     target = progress_path()
-    if target is not None and task is not None:
-        entry.update(lesson=current_lesson(), time=round(time.time(), 3))
-        _append(str(target), entry)
-
-
-def _append(path: str, entry: dict) -> None:
+    if target is None or task is None:
+        return
+    entry.update(lesson=(RUNNING.get() or (None, None))[1], time=round(time.time(), 3))
     line = (json.dumps(entry, ensure_ascii=False) + "\n").encode()
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line)              # one write on an O_APPEND file: lines never mix
         finally:
@@ -60,30 +57,17 @@ def progress_path() -> Path | None:
 
 
 def grade_with(sink: Callable[[dict], None], seed: int | None) -> None:
-    """The grading judge's seam: from now on in this process every verdict goes to ``sink``
-    (not to a file), and ``Cases`` mixes ``seed`` into every draw (``ddl-lab grade --seed``;
-    None: the learner's own cases)."""
+    """The grading judge's seam: every verdict of this process goes to ``sink`` from now on,
+    and ``Cases`` mixes ``seed`` (None: none) into every draw (``ddl-lab grade --seed``)."""
     global SINK
     from . import _diagnose
     SINK = sink
     _diagnose.GRADING_SEED = seed
 
 
-def failed(message: str) -> None:
-    """Record a failure of the check now running (named from the call stack)."""
-    write(current_task(), False, message)
-
-
 def current_task() -> str | None:
     """The graded check running now (its declaration, ``check._core.task``), or None."""
-    running = RUNNING.get()
-    return running[0] if running else None
-
-
-def current_lesson() -> str | None:
-    """The slug of the lesson whose check is running now (``ring_allreduce``)."""
-    running = RUNNING.get()
-    return running[1] if running else None
+    return (RUNNING.get() or (None, None))[0]
 
 
 def enter(task: str, lesson: str) -> Token | None:

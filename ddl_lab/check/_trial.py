@@ -1,7 +1,8 @@
 """The one case loop every check uses (CONTRIBUTING.md, "Checks"): ``Trial``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
@@ -10,13 +11,11 @@ from ._core import CheckFailed, call_local, fail, judge, name_of, passed, run_ca
 from ._diagnose import Cases
 
 
-class Trial:
-    """A check's one case loop (CONTRIBUTING.md, "Checks"). It draws the seeded cases — the
-    fixed ones the prompt shows, then ``draws`` drawn ones it does not (``_diagnose.Cases``)
-    — calls the learner's function on them here (``call``: a plan for an unseen case, as
-    ``_answers.plan_call`` asks it) or on n-rank worlds of the one warm cluster (``run``,
-    ``world``), fails naming the case, and says the pass line. A check is a loop around a
-    judge of (result, case) that returns a fault or None::
+class Trial(Sequence):
+    """A check's one case loop (CONTRIBUTING.md, "Checks"): the seeded cases (the ``fixed``
+    ones the prompt shows, then ``draws`` it does not), the learner's function called here
+    (``call``) or on n-rank worlds of the warm cluster (``run``, ``world``), failures that
+    name the case, the pass line. A check loops around a judge of (result, case)::
 
         trial = Trial("ring_cost", my_ring_cost, seed, FIXED, draws=6, draw=_draw)
         for case in trial:
@@ -36,9 +35,6 @@ class Trial:
         self.cases = list(Cases(task, seed, fixed, draws=draws, draw=draw))
         self._word = word
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.cases)
-
     def __len__(self) -> int:
         return len(self.cases)
 
@@ -50,18 +46,16 @@ class Trial:
         return case.index >= self.shown
 
     def call(self, case: Any, *args: Any, where: str | None = None) -> Any:
-        """The learner's function on ``args`` in this process: a crash or the stub fails. A
-        design task's (``plan=True``) answer to an unseen case is a plan's
-        (``_answers.plan_call``), and ``where`` (the call, by default the case) names it."""
+        """The learner's function on ``args`` here; a crash or the stub fails. An unseen case
+        of a design task (``plan=True``) asks a plan (``_answers.plan_call``) named ``where``."""
         __tracebackhide__ = True
         if not (self.plan and self.unseen(case)):
             return call_local(self.fn, *args)
         return plan_call(self.fn, args, self.name, where or str(case))
 
     def run(self, body: Callable, worlds: Sequence[tuple[int, tuple]]) -> list[Outcome]:
-        """``body(*args)`` for each ``(n, args)`` on an n-rank world of the warm cluster, up
-        to the first that fails (its Outcome says how); a failure outside the cases fails
-        the check at once."""
+        """``body(*args)`` for each ``(n, args)`` on an n-rank world, up to the first that
+        fails (its Outcome says how); a failure outside the cases fails the check."""
         try:
             return run_cases(body, worlds, fn=self.fn, timeout=self.timeout)
         except WorldFailed as e:
@@ -86,8 +80,8 @@ class Trial:
 
     def each(self, one: Callable[[Any], None], hint: Callable[[Any], str] = lambda case: ""
              ) -> None:
-        """``one(case)`` for every case (it fails as a judge does); a failure is quoted with
-        its case, ``[case]``, and ``hint(case)``; the cases passed go to ``right``."""
+        """``one(case)`` for every case; a failure is quoted with ``[case]`` and ``hint(case)``;
+        the cases passed go to ``right``."""
         for case in self:
             try:
                 one(case)
@@ -96,7 +90,6 @@ class Trial:
             self.right.append(case)
 
     def judge(self, fault: str | None) -> None:
-        """Fail with ``fault``, a judge's message, unless it is None."""
         judge(fault)
 
     def passed(self, detail: str) -> None:
