@@ -89,8 +89,8 @@ class Trial(Sequence):
                 raise CheckFailed(f"{e} [{case}]{hint(case)}") from None
             self.right.append(case)
 
-    def judge(self, fault: str | None) -> None:
-        judge(fault)
+    def judge(self, fault: str | None, case: Any = None, quote: str = "[{}]") -> None:
+        judge(fault, case, quote)
 
     def passed(self, detail: str) -> None:
         passed(self.task, detail)

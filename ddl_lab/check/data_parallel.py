@@ -130,9 +130,8 @@ def _replicas(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Calla
             for c, x in zip(trial, data)]
     outcomes = trial.run(worker, [(c.params["n"], a) for c, a in zip(trial, args)])
     for case, (theta, batches), outcome in zip(trial, data, outcomes):
-        if message := fault(trial.results(outcome, case), theta, batches, case, trial.name,
-                            trial.right):
-            fail(f"{message} ({case})")
+        trial.judge(fault(trial.results(outcome, case), theta, batches, case, trial.name,
+                          trial.right), case, "({})")
         trial.right.append(right(case.params))
     return trial
 

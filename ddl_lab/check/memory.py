@@ -256,15 +256,14 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
             "ranks": int(rng.choice([2, 3, 8, 64, 1000])), "stage": int(rng.integers(0, 4)),
             "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
             "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
-    name = trial.name
     for case in trial:
         P, n, stage, prec, opt = case.params.values()          # in the order the cases list
-        call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
+        call = (f"{trial.name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
         got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
-            fail(returned_none(got, name, "the bytes per rank as a number",
+            fail(returned_none(got, trial.name, "the bytes per rank as a number",
                                "the bytes per rank as a number.", call))
         want = _bytes(P, n, stage, prec, opt)
         if _padded_ok(value, P, n, stage, prec, opt):
@@ -441,20 +440,19 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     index = itertools.count()
     trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6,
                   draw=lambda rng: _draw(rng, next(index)))
-    name = trial.name
-    plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       str(c), c.index >= len(FIXED)), name, c)
+    plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, trial.name,
+                                       str(c), c.index >= len(FIXED)), trial.name, c)
              for c in trial]
     for case, plan in zip(trial, plans):
         kept, sent = footprint(case.params, *plan)
-        _judge_plan(name, case, plan, kept, sent, None, plans)
+        _judge_plan(trial.name, case, plan, kept, sent, None, plans)
     done = []
     for i in range(len(FIXED) + 1):
         case, plan = trial.cases[i], plans[i]
         p = case.params
         kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
         *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
-        _judge_plan(name, case, plan, kept, sent, (loss, ref), plans)
+        _judge_plan(trial.name, case, plan, kept, sent, (loss, ref), plans)
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "
                     f"budget, sent {sent / p['max_sent']:.0%} of its limit")
@@ -470,8 +468,7 @@ def _judge_plan(name: str, case: Case, plan: tuple[int, str, bool], kept: float,
     chose = (f"{name}({', '.join(f'{k}={p[k]:,}' for k in _KEYS)}) chose stage {stage}, "
              f"{precision}, recompute={recompute}")
     how = "measured on the workers" if losses else "by the lesson's accounting"
-    unseen = (" These budgets were drawn by the check, not shown in the prompt." if
-              case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+    unseen = answers.drawn(case.index >= len(FIXED), plans)
     if kept > p["budget"]:
         fail(f"{chose}: a rank keeps {kept:,.0f} bytes ({how}), over the budget of "
              f"{p['budget']:,}. " + _memory_hint(p, stage, precision, recompute)

@@ -530,11 +530,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     real = iter([True] + [False] * (DRAWN - 1))      # the first drawn is run for real
     trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN,
                   draw=lambda rng: _draw(rng, next(real)))
-    name = trial.name
-    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
-                                       c.index >= len(FIXED)), name, c) for c in trial]
+    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), trial.name, str(c),
+                                       c.index >= len(FIXED)), trial.name, c) for c in trial]
     for case, (E, C) in zip(trial, plans):
-        _budgets(name, case, E, C, plans)
+        _budgets(trial.name, case, E, C, plans)
     done = []
     for case, (E, C) in zip(trial.cases[:len(FIXED) + 1], plans):
         R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
@@ -542,9 +541,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
         accuracy, uploaded = _federated(R, E, per_round / CLIENTS)
         reached = next((t for t, a in enumerate(accuracy) if a >= TARGET), None)
         if reached is None:
-            fail(f"{_chose(name, case, E, C)}: after {R} rounds the test accuracy was "
+            fail(f"{_chose(trial.name, case, E, C)}: after {R} rounds the test accuracy was "
                  f"{', '.join(f'{100 * a:.1f}%' for a in accuracy[1:])} — never {TARGET:.0%}. "
-                 + _accuracy_hint(E, per_round, R, U, W) + _unseen(case, plans) + f" ({case})")
+                 + _accuracy_hint(E, per_round, R, U, W)
+                 + answers.drawn(trial.unseen(case), plans) + f" ({case})")
         done.append(f"{TARGET:.0%} in round {reached} of {R}, {uploaded} of {U} uploads, "
                     f"{uploaded * E} of {W} epochs")
     passed("fedavg_plan", f"FedAvg on 3 real workers — {'; '.join(done)}; and {len(trial)} "
@@ -557,25 +557,20 @@ def _chose(name: str, case: Any, E: int, C: float) -> str:
             f"({clients_per_round(C)} client(s) a round)")
 
 
-def _unseen(case: Any, plans: list) -> str:
-    return (" These budgets were drawn by the check, not shown in the prompt." if
-            case.index >= len(FIXED) else "") + answers.same_for_all(plans)
-
-
 def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
     """Fails if the plan uploads more models or runs more local epochs than the budgets."""
     R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
-    per_round = clients_per_round(C)
+    per_round, unseen = clients_per_round(C), answers.drawn(case.index >= len(FIXED), plans)
     if per_round * R > U:
         fail(f"{_chose(name, case, E, C)}: {R} rounds upload {per_round * R} models, over {U}. "
              + ("The budget is for the whole run, not one round: every picked client uploads "
                 "its model in every round." if per_round >= min(U, CLIENTS) else
                 f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}.")
-             + _unseen(case, plans) + f" ({case})")
+             + unseen + f" ({case})")
     if per_round * R * E > W:
         fail(f"{_chose(name, case, E, C)}: the clients would run {per_round * R} × {E} = "
              f"{per_round * R * E} local epochs, over {W}: fewer epochs per round, or fewer "
-             f"clients.{_unseen(case, plans)} ({case})")
+             f"clients.{unseen} ({case})")
 
 
 def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:

@@ -179,18 +179,17 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=lambda rng: {
         "eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))},
         name="my_darts_per_rank")
-    name = trial.name
     for case in trial:
         eps, w = case.params["eps"], case.params["workers"]
         got = trial.call(case, eps, w)
         n = answers.scalar(got)
         if n is None or not math.isfinite(n):
-            fail(returned_none(got, name, "the number of darts per rank",
+            fail(returned_none(got, trial.name, "the number of darts per rank",
                                "a number of darts (an int)") + f" [{case}].")
         need = PI_VARIANCE / (w * eps ** 2)
         if need * (1 - 1e-9) <= n <= math.ceil(need) + 1:
             continue
-        fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
+        fail(f"{trial.name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
              f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
              f"{_darts_fault(n, need, w, eps)} [{case}].")
     trial.passed(f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 workers): "
