@@ -704,14 +704,6 @@ def _size_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"d": d, "k": int(rng.integers(1, min(d, 5000) + 1))}
 
 
-def _real_message(d: int, k: int) -> int:
-    """The lesson's own encoder (no entropy coder) on a vector whose entries at 0, g, … are
-    ±2 (beyond τ = 1) and 0 elsewhere; its flag byte naming the coder left out."""
-    x = torch.zeros(d)
-    x[torch.arange(k) * (d // k)] = torch.tensor([2.0, -2.0]).repeat(k)[:k]
-    return len(Threshold(1.0, coder="none").encode(x)) - 1
-
-
 @task("compression")
 def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
     """Lesson 08, reasoning: ``my_strom_bytes(d, k)`` is the size in bytes of Strom's message
@@ -739,7 +731,9 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
              f"{k - 1:,} gaps of {d // k:,} × {_varint_len(d // k)})"
              + (f": {hint}." if hint else ".") + f" ({case})")
     d, k = 8970, 45
-    real = _real_message(d, k)
+    x = torch.zeros(d)          # the lesson's encoder (no entropy coder) on ±2 at 0, g, …
+    x[torch.arange(k) * (d // k)] = torch.tensor([2.0, -2.0]).repeat(k)[:k]
+    real = len(Threshold(1.0, coder="none").encode(x)) - 1     # its coder's flag byte left out
     trial.passed(f"right on {len(trial)} cases (1 to 3,000,000 entries, gaps across the 1-, 2- "
                  f"and 3-byte varints); the lesson's encoder sends {real} bytes for {k} of {d:,} "
                  f"entries (plus one byte naming its coder) — {4 * k + math.ceil(k / 8)} with "

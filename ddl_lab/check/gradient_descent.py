@@ -46,8 +46,7 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, X=X, y=y)
         got = trial.call(case, theta, X, y)
         where = f"{name} on {case}"
-        judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
-              case)
+        judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"), case)
         if (diff := differs(want.astype(dtype), got)) is None:
             continue
         got_a = as_array(got)
@@ -559,17 +558,6 @@ _ADAM_FIXED = [      # cases the prompt never shows: each separates some of the 
 _ADAM_TOL = {"float64": 1e-9, "float32": 4e-6}   # × (|θ| + lr·steps): rounding, not a mistake
 
 
-def _adam_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"shapes": [[int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 3)))]
-                       for _ in range(int(rng.integers(1, 4)))],
-            "lr": float(10 ** rng.uniform(-3, -1)),
-            "betas": [float(rng.uniform(0.5, 0.95)), float(1 - 10 ** rng.uniform(-4, -1))],
-            "eps": float(10.0 ** rng.integers(-8, -1)),
-            "weight_decay": float(rng.choice([0.0, 10 ** rng.uniform(-2, 0)])),
-            "steps": int(rng.integers(3, 8)), "dtype": str(rng.choice(["float64", "float32"])),
-            "gscale": float(10 ** rng.uniform(-2, 1))}
-
-
 def _adam_inputs(case: Case) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     """The starting parameters and the gradients of every step, in the case's dtype; the
     first coordinate's gradient is 0 at the first step (0/(0 + ε) must stay 0)."""
@@ -769,8 +757,15 @@ def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
     weight_decay)`` — ``params`` and ``grads`` lists of torch tensors, ``state`` a dict the
     caller hands back at every step (empty at the first) — returns the parameters after one
     step of ``torch.optim.AdamW``, step for step, leaving ``grads`` unchanged."""
-    trial = Trial("adamw_step", my_adamw_step, seed, _ADAM_FIXED, draws=4, draw=_adam_case,
-                  name="my_adamw_step")
+    trial = Trial("adamw_step", my_adamw_step, seed, _ADAM_FIXED, draws=4, draw=lambda rng: {
+        "shapes": [[int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 3)))]
+                   for _ in range(int(rng.integers(1, 4)))],
+        "lr": float(10 ** rng.uniform(-3, -1)),
+        "betas": [float(rng.uniform(0.5, 0.95)), float(1 - 10 ** rng.uniform(-4, -1))],
+        "eps": float(10.0 ** rng.integers(-8, -1)),
+        "weight_decay": float(rng.choice([0.0, 10 ** rng.uniform(-2, 0)])),
+        "steps": int(rng.integers(3, 8)), "dtype": str(rng.choice(["float64", "float32"])),
+        "gscale": float(10 ** rng.uniform(-2, 1))}, name="my_adamw_step")
     for case in trial:
         params, grads = _adam_inputs(case)
         got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params,

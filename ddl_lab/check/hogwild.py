@@ -371,8 +371,7 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     with shared_file(8 * problem.d) as path:
         on_workers(_plan_worker, PROCESSES, path, problem, shards, lr, fn=_plan_worker,
                    timeout=60.0)
-        theta = np.fromfile(path, np.float64).copy()
-    return problem.loss(theta)
+        return problem.loss(np.fromfile(path, np.float64).copy())
 
 
 def _budget(rng: np.random.Generator, kind: str) -> dict[str, Any]:

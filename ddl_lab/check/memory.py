@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -13,9 +14,8 @@ from ddl_lab.runtime.collectives import reduce_scatter_single
 from ddl_lab.runtime.costs import sent_bytes
 
 from . import _answers as answers
-from ._core import fail, judge, on_workers, task
+from ._core import fail, judge, name_of, on_workers, task
 from ._diagnose import Case, apart, differs, explain, returned_none, same, tolerance
-from ._held import held_bytes
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -76,10 +76,61 @@ def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
             grad = grads[step][rank].clone()
             fn(param, grad, state, make)
     mine = {t.untyped_storage().data_ptr() for t in (param, grad)}   # the caller's tensors
-    roots = [("state", state), (getattr(fn, "__name__", "your function"), fn)]
-    kept, held = held_bytes(roots, mine)
+    kept, held = held_bytes([("state", state), (name_of(fn), fn)], mine)
     return {"param": param.double().numpy().copy(), "sent": tap.sent / STEPS,
             "used": sorted(used), "kept": kept, "held": held[:4]}
+
+
+def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, list[tuple]]:
+    """Bytes of the distinct tensor storages and arrays reachable from ``roots`` (named
+    objects: the learner's ``state``, its function) but not in ``exclude``, and what holds
+    them, (bytes, elements, where, in an optimizer's state), largest first. Followed:
+    containers, optimizers, ``.grad``, attributes (``__dict__``, ``__slots__``), closures and
+    defaults — not modules, classes or globals. Views of one storage count once."""
+    import torch
+    seen, seen_ids, held = set(exclude), set(), []
+    stack = [(x, where, False) for where, x in roots]
+    while stack:
+        x, where, in_opt = stack.pop()
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            base = x
+            while isinstance(base, np.ndarray) and isinstance(base.base, np.ndarray):
+                base = base.base
+            key, size = ((x.untyped_storage().data_ptr(), x.untyped_storage().nbytes())
+                         if isinstance(x, torch.Tensor) else (("numpy", id(base)), base.nbytes))
+            if key not in seen and x.size and size:
+                seen.add(key)
+                held.append((size, int(np.prod(x.shape)), where, in_opt))
+            if isinstance(x, torch.Tensor) and x.grad is not None:
+                stack.append((x.grad, f"{where}.grad", in_opt))
+            continue
+        if id(x) in seen_ids or isinstance(x, (str, bytes, int, float, complex, bool,
+                                               type, types.ModuleType)) or x is None:
+            continue
+        seen_ids.add(id(x))
+        if isinstance(x, dict):
+            stack.extend((v, f"{where}[{k!r}]", in_opt) for k, v in x.items())
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend((v, f"{where}[{i}]", in_opt) for i, v in enumerate(x))
+        elif isinstance(x, torch.optim.Optimizer):
+            stack.extend((v, f"{where}.state[…]", True) for v in x.state.values())
+            stack.extend((p, f"{where}'s parameters", in_opt)
+                         for group in x.param_groups for p in group["params"])
+        elif isinstance(x, (types.FunctionType, types.MethodType, functools.partial)):
+            fn = getattr(x, "__func__", x)
+            inside = [getattr(x, "__self__", None), getattr(x, "args", None),
+                      getattr(x, "keywords", None), getattr(fn, "__defaults__", None),
+                      getattr(fn, "__kwdefaults__", None), getattr(fn, "__dict__", None)]
+            inside += [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+                       if c.cell_contents is not c]
+            stack.extend((v, where, in_opt) for v in inside if v is not None)
+        else:
+            attrs = dict(getattr(x, "__dict__", {}))
+            for slot in getattr(type(x), "__slots__", ()):
+                if isinstance(slot, str) and hasattr(x, slot):
+                    attrs[slot] = getattr(x, slot)
+            stack.extend((v, f"{where}.{k}", in_opt) for k, v in attrs.items())
+    return sum(h[0] for h in held), sorted(held, key=lambda h: -h[0])
 
 
 def _reference(length: int, n: int, dtype: str, kind: str, hyper: dict, seed: int,
@@ -228,13 +279,6 @@ def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
     return sum(b * (shard if part in "sgp"[:stage] else P) for part, b in each.items())
 
 
-def _padded_ok(value: float, P: float, n: int, stage: int, prec: str, opt: str) -> bool:
-    """The exact share, a padded shard of whole parameters, or anything between (a byte's
-    rounding either side): the prompt's contract."""
-    lo, hi = _bytes(P, n, stage, prec, opt), _bytes(P, n, stage, prec, opt, pad=True)
-    return lo * (1 - 1e-6) - 1 <= value <= hi * (1 + 1e-6) + 1
-
-
 @task("memory")
 def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     """Lesson 10, task 2 (reasoning): ``my_zero_bytes(params, ranks, stage, precision,
@@ -265,9 +309,9 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
         if value is None:
             fail(returned_none(got, trial.name, "the bytes per rank as a number",
                                "the bytes per rank as a number.", call))
-        want = _bytes(P, n, stage, prec, opt)
-        if _padded_ok(value, P, n, stage, prec, opt):
-            continue
+        want, padded = _bytes(P, n, stage, prec, opt), _bytes(P, n, stage, prec, opt, pad=True)
+        if want * (1 - 1e-6) - 1 <= value <= padded * (1 + 1e-6) + 1:
+            continue        # exact, padded or between, a byte either side: the prompt's contract
         low = prec in _LOW
         hint = explain(value, [
             ("the fp32 master copy is missing: mixed precision keeps 4 bytes per parameter "
@@ -388,14 +432,10 @@ def _draw(rng: np.random.Generator, index: int) -> dict[str, Any]:
 
 def _fixed() -> list[dict]:
     """The models of ``FIXED_MODELS``, the second with budgets that separate stage 3."""
-    rng = np.random.default_rng(10)
-    out = []
+    rng, out = np.random.default_rng(10), []
     for i, model in enumerate(FIXED_MODELS):
-        for _ in range(1000):
-            if (case := _budgets(_model(*model), rng, separate=i == 1)) is not None:
-                break
-        else:
-            raise ValueError(f"no budgets fit the model {model}")
+        while (case := _budgets(_model(*model), rng, separate=i == 1)) is None:
+            pass                                    # drawn again until budgets fit
         out.append(case)
     return out
 

@@ -628,8 +628,7 @@ def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
 def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
     """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
     from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
-    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
-                        fn=pipeline_run)
+    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD, fn=pipeline_run)
     per = _bytes_per_example(p, batch)
     # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per
     # micro-batch that are not an example's, so the stages before it are the ones measured

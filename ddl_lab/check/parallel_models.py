@@ -170,8 +170,7 @@ class SpyLock(Held):
 
 def _chunk_case(rng: np.random.Generator) -> dict[str, Any]:
     stop = int(rng.integers(0, 40))
-    return {"chunk": int(rng.integers(1, 8)), "stop": stop,
-            "start": int(rng.integers(0, stop + 1))}
+    return {"chunk": int(rng.integers(1, 8)), "stop": stop, "start": int(rng.integers(0, stop + 1))}
 
 
 @task("parallel_models", refuses=("ddl_lab.parallel_models", "next_chunk", "guided_chunk"))

@@ -31,16 +31,6 @@ def _stub_first(fn: Callable, *args: Any) -> None:
         pass
 
 
-def _probe_checkpoint(save: Callable, load: Callable) -> None:
-    import torch
-    model = torch.nn.Linear(2, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with tempfile.TemporaryDirectory(prefix="ddl-check-") as folder:
-        path = os.path.join(folder, "ckpt.pt")
-        _stub_first(load, path, model, opt)
-        _stub_first(save, path, 1, model, opt)
-
-
 # ------------------------------------------------------------------ task 1: FedAvg
 
 def _fed_case(rng: np.random.Generator) -> dict[str, Any]:
@@ -84,8 +74,7 @@ def _fed_rounds(fn: Callable, cases: list[dict]) -> list | None:
 
 
 def _mean(states: list[dict], weights: list[float], divide: float) -> dict:
-    return {k: sum(w * s[k].double() for w, s in zip(weights, states)) / divide
-            for k in states[0]}
+    return {k: sum(w * s[k].double() for w, s in zip(weights, states)) / divide for k in states[0]}
 
 
 def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
@@ -276,7 +265,13 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
-    _probe_checkpoint(my_save_checkpoint, my_resume)
+    import torch
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tempfile.TemporaryDirectory(prefix="ddl-check-") as folder:
+        path = os.path.join(folder, "ckpt.pt")
+        _stub_first(my_resume, path, model, opt)
+        _stub_first(my_save_checkpoint, path, 1, model, opt)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
              {"steps": 12, "every": 3, "kill": 6, "opt": "adam", "dtype": "float32"}]
@@ -474,8 +469,7 @@ CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
 TARGET = 0.85               # test accuracy to reach
 MAX_E = 20                  # local epochs a client may run in one round
-FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
-         {"rounds": 8, "uploads": 16, "epochs": 240}]
+FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180}, {"rounds": 8, "uploads": 16, "epochs": 240}]
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
 
 

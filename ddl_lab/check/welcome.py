@@ -59,8 +59,7 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
             continue
         hint = (" — that is the world size, not the rank" if all(v == n for v in values) else
                 " — ranks counted from 1? They start at 0" if values == list(range(1, n + 1))
-                else " — every rank returned the same number" if len(set(values)) == 1
-                else "")
+                else " — every rank returned the same number" if len(set(values)) == 1 else "")
         bad = next(r for r, v in enumerate(values) if v != r)
         fail(f"with {n} ranks, rank {bad} returned {values[bad]}, expected {bad}{hint}. "
              f"All ranks returned {values}." + only_right_for(right, f"{n} ranks"))
@@ -308,8 +307,7 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
         fail(f"{name} returned {tuple(plan)!r}; workers and darts must be whole numbers ≥ 1 "
              f"[{case}].")
     if w > PI_WORKERS:
-        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} "
-             f"[{case}]")
+        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} [{case}]")
     if w * d > p["budget"]:
         total = _pi_total(p["tol"])
         hint = (f" — that is about the total the plan needs ({total:,.0f}) on EVERY rank: "
