@@ -226,9 +226,8 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
     if length < 1000:
         return
     chunk = math.ceil(length / n) * esize
-    sent_ok = 2 * (n - 1) * chunk + 64
     worst = max(range(n), key=lambda r: got[r]["sent"])
-    if got[worst]["sent"] > sent_ok:
+    if got[worst]["sent"] > 2 * (n - 1) * chunk + 64:     # a reduce-scatter and an all-gather
         fail(f"{name} gives the right parameters but sends too much ({where}): rank {worst} "
              f"sent {got[worst]['sent']:,.0f} bytes per step = "
              f"{got[worst]['sent'] / (length * esize):.2f}·S, while reduce-scatter + "

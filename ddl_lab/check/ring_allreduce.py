@@ -209,9 +209,8 @@ def _bandwidth_fault(name: str, got: list[dict], case: Case) -> str | None:
     n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
     esize = 4 if dtype == "float32" else 8
     S = length * esize
-    allowed = 2 * (n - 1) * math.ceil(length / n) * esize
     worst = max(range(n), key=lambda r: got[r]["sent"])
-    if not S or got[worst]["sent"] <= allowed:
+    if not S or got[worst]["sent"] <= 2 * (n - 1) * math.ceil(length / n) * esize:
         return None
     return (f"{name} gives the right sum but is not bandwidth-optimal ({_where(case)}, S = "
             f"{S:,} bytes): rank {worst} sent {got[worst]['sent']:,} bytes = "
