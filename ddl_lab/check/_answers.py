@@ -1,7 +1,8 @@
 """How a check reads what the learner's function returned, one rule per kind of answer
 (CONTRIBUTING.md, "Checks"): ``scalar``, ``whole``, ``pair``; declared constraints ``Real``
 and ``Whole`` read by ``answer`` in one wording; ``two_numbers``; a design task's ``plan``,
-``plan_call`` (a plan must be a function of its inputs) and ``same_for_all`` (issue 26)."""
+``plan_call`` (a plan must be a function of its inputs), ``same_for_all`` and ``drawn``
+(issue 26)."""
 from __future__ import annotations
 
 import math
@@ -168,3 +169,10 @@ def same_for_all(plans: list[Any], what: str = "plan", cases: str = "budgets") -
         return ""
     return (f" It returned the same {what}, {plans[0]!r:.60}, for all {len(plans)} {cases} it "
             f"was given: {FUNCTION_OF_INPUTS}.")
+
+
+def drawn(unseen: bool, plans: list[Any]) -> str:
+    """The tail of a design task's failure: budgets the prompt never showed, then
+    ``same_for_all(plans)``."""
+    return (" These budgets were drawn by the check, not shown in the prompt." if unseen
+            else "") + same_for_all(plans)

@@ -37,11 +37,12 @@ def fail(message: str) -> None:
     raise CheckFailed(message)
 
 
-def judge(fault: str | None, case: Any = None) -> None:
-    """Fail with a judge's ``fault``, quoting ``case`` as `` [case]``, unless it is None."""
+def judge(fault: str | None, case: Any = None, quote: str = "[{}]") -> None:
+    """Fail with a judge's ``fault``, quoting ``case`` after it as ``quote`` does, unless it
+    is None."""
     __tracebackhide__ = True
     if fault:
-        fail(fault if case is None else f"{fault} [{case}]")
+        fail(fault if case is None else f"{fault} " + quote.format(case))
 
 
 def stub_message(fn: Callable) -> str:

@@ -1,14 +1,16 @@
-"""The one case loop every check uses (CONTRIBUTING.md, "Checks"): ``Trial``."""
+"""The one case loop every check uses (CONTRIBUTING.md, "Checks"): ``Trial``; and
+``formula_cases``, its loop for a one-number answer that is a formula of the case (04–06)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Callable
 
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
-from ._answers import plan_call
-from ._core import CheckFailed, call_local, fail, judge, name_of, passed, run_cases
-from ._diagnose import Cases
+from ._answers import Real, answer, plan_call
+from ._core import call_local, fail, judge, name_of, passed, run_cases
+from ._diagnose import Cases, apart, only_right_for, tolerance
 
 
 class Trial(Sequence):
@@ -78,19 +80,56 @@ class Trial(Sequence):
             return self._word(failure, case)
         return failure.message(self.name, case.params["n"] if case is not None else n)
 
-    def each(self, one: Callable[[Any], None], hint: Callable[[Any], str] = lambda case: ""
-             ) -> None:
-        """``one(case)`` for every case; a failure is quoted with ``[case]`` and ``hint(case)``;
-        the cases passed go to ``right``."""
-        for case in self:
-            try:
-                one(case)
-            except CheckFailed as e:
-                raise CheckFailed(f"{e} [{case}]{hint(case)}") from None
-            self.right.append(case)
-
-    def judge(self, fault: str | None) -> None:
-        judge(fault)
+    def judge(self, fault: str | None, case: Any = None, quote: str = "[{}]") -> None:
+        judge(fault, case, quote)
 
     def passed(self, detail: str) -> None:
         passed(self.task, detail)
+
+
+Formula = Callable[..., Any]
+
+
+def matches(value: float, expected: Any, rel: float = 1e-6) -> bool:
+    return expected is not None and math.isclose(value, float(expected), rel_tol=rel, abs_tol=1e-18)
+
+
+def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
+                  mistakes: dict[str, Formula], what: str, hint: str, unit: str = " s",
+                  vary: str = "n", guess: Callable[[float, list], str | None] | None = None,
+                  zero_division: str | None = None) -> None:
+    """Fail at the first case of ``trial`` where the learner's function on ``case[args]`` is
+    not ``want(*case[args])``, naming the first of ``mistakes`` (message → the formula a
+    learner making it would write, or None) that gives its value, else ``guess(value,
+    values)``, else ``hint`` (these two with the cases right for another ``vary``). ``what``
+    names the answer; ``zero_division`` words a division by zero."""
+    name = trial.name
+    right: list[str] = []
+    for case in trial:
+        values = [case.params[a] for a in args]
+        texts = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+        call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, texts))})"
+        if zero_division is not None:
+            try:
+                got = trial.fn(*values)
+            except ZeroDivisionError:
+                fail(f"{call} divided by zero ({case}): {zero_division}")
+            except Exception:
+                got = trial.call(case, *values)
+        else:
+            got = trial.call(case, *values)
+        value = answer(got, Real(closed="neither", what=what), name, call, case)
+        expected = float(want(*values))
+        rel = max(1e-6, tolerance(got))            # a float32 answer: float32's tolerance
+        here = f"{vary} = {case.params[vary]}"
+        if matches(value, expected, rel):
+            right.append(here)
+            continue
+        others = only_right_for(sorted(set(right) - {here}), here, vary)
+        why = next((msg for msg, f in mistakes.items() if matches(value, f(*values), rel)), None)
+        if why is None and guess is not None and (why := guess(value, values)):
+            why += others
+        why = why or hint + others
+        shown, wanted = apart(value, expected)
+        fail(f"{call} returned {shown}{unit}, expected {wanted}{unit} ({case}): "
+             + (why if why[-1] in ".?!" else why + "."))

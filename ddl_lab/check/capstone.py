@@ -111,8 +111,7 @@ def _bytes_fault(got: Any, case: Case, cases: list[Case], answers: list[Any],
         return all(scalar(v) is not None and same(_bytes_mistakes(c.params)[message], _typed(v))
                    for c, v in zip(cases, answers))
     here = _bytes_mistakes(case.params)
-    hint = (next((m for m in here if explains(m)), None)
-            or explain(_typed(got), here))
+    hint = next((m for m in here if explains(m)), None) or explain(_typed(got), here)
     shown, wanted = apart(value, want, ",")
     return (f"{name} returned {shown} bytes, expected {wanted}"
             + (f" — {hint}" if hint else ": ⌈steps/period⌉ allreduces of params·value_bytes "
@@ -153,8 +152,7 @@ def _measured(fn: Callable, name: str, budget: Budget, run: int,
               parameter_server: dict | None) -> Result:
     """The plan's real run, measured where the learner's code runs (``run_beside``)."""
     try:
-        return measure(fn, budget, seed=run, parameter_server=parameter_server,
-                       timeout=_TIMEOUT_S)
+        return measure(fn, budget, seed=run, parameter_server=parameter_server, timeout=_TIMEOUT_S)
     except PlanFailed as e:
         fail(worded(e.failure, fn).message(name, budget.world_size))
     except (TypeError, ValueError) as e:
@@ -223,8 +221,7 @@ def _past_the_shard(r: Result, name: str, opening: str) -> str | None:
 
 
 def _paths(paths: list[str], most: int = 3) -> str:
-    shown = ", ".join(paths[:most])
-    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def _ranks(ranks: set[int]) -> str:

@@ -54,8 +54,7 @@ def strom_threshold(my_strom_threshold: Callable, seed: int = 0) -> None:
         grad, residual, tau = _strom_inputs(case)
         idx, signs, new = _answer(trial, case, (grad, residual.clone(), tau), {"grad": grad},
                                   ("indices", "signs", "new_residual"))
-        if message := _strom_fault(idx, signs, new, grad, residual, tau):
-            fail(f"{message} ({case})")
+        judge(_strom_fault(idx, signs, new, grad, residual, tau), case, "({})")
     sent, err = _conservation(trial.fn, trial.name, 0.5)
     size = len(Threshold(0.5).encode(torch.ones(4)))
     trial.passed(f"right on {len(trial)} cases (0 to 4,099 entries, float32 and float64, τ = "
@@ -164,11 +163,6 @@ class LearnerOneBitEF(ErrorFeedback):
         return OneBit(bucket=numel).decode(data, numel)
 
 
-def _train(compressor: Any, epochs: int) -> Any:
-    from ddl_lab.compression.training import train_worker
-    return train_worker(compressor, epochs=epochs)
-
-
 @task("compression", refuses=(_PACKAGE, "ef_onebit_step", "_ef_onebit_step"))
 def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0, world_size: int = 4,
                           epochs: int = 4, min_accuracy: float = 0.85) -> None:
@@ -187,10 +181,9 @@ def error_feedback_onebit(my_error_feedback_onebit: Callable, seed: int = 0, wor
         residual[:k] = -grad[:k]                  # v = 0 exactly: sign(0) counts as +
         q, new = _answer(trial, case, (grad, residual.clone()), {"grad": grad},
                          ("q", "new_residual"))
-        if message := _ef_fault(q, new, grad.numpy(), residual.numpy()):
-            fail(f"{message} ({case})")
-    from ddl_lab.compression.training import merge_logs
-    result = merge_logs(trial.world(_train, world_size, LearnerOneBitEF(trial.fn), epochs))
+        judge(_ef_fault(q, new, grad.numpy(), residual.numpy()), case, "({})")
+    from ddl_lab.compression.training import merge_logs, train_worker
+    result = merge_logs(trial.world(train_worker, world_size, LearnerOneBitEF(trial.fn), epochs))
     if result.final_accuracy < min_accuracy:
         fail(f"on {world_size} workers your 1-bit + EF reached {100 * result.final_accuracy:.1f}% "
              f"test accuracy after {epochs} epochs; the reference reaches over "
@@ -259,8 +252,7 @@ def _answer(trial: Trial, case: Case, args: tuple, unchanged: dict[str, Any],
     fails if the function changed one of the ``unchanged`` inputs in place."""
     snap = Snapshot(**unchanged)
     out = trial.call(case, *args)
-    if message := snap.changed(trial.name):
-        fail(f"{message} ({case})")
+    judge(snap.changed(trial.name), case, "({})")
     return _parts(out, names, trial.name) if names else out
 
 
@@ -712,14 +704,6 @@ def _size_draw(rng: np.random.Generator) -> dict[str, Any]:
     return {"d": d, "k": int(rng.integers(1, min(d, 5000) + 1))}
 
 
-def _real_message(d: int, k: int) -> int:
-    """The lesson's own encoder (no entropy coder) on a vector whose entries at 0, g, … are
-    ±2 (beyond τ = 1) and 0 elsewhere; its flag byte naming the coder left out."""
-    x = torch.zeros(d)
-    x[torch.arange(k) * (d // k)] = torch.tensor([2.0, -2.0]).repeat(k)[:k]
-    return len(Threshold(1.0, coder="none").encode(x)) - 1
-
-
 @task("compression")
 def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> None:
     """Lesson 08, reasoning: ``my_strom_bytes(d, k)`` is the size in bytes of Strom's message
@@ -747,7 +731,9 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
              f"{k - 1:,} gaps of {d // k:,} × {_varint_len(d // k)})"
              + (f": {hint}." if hint else ".") + f" ({case})")
     d, k = 8970, 45
-    real = _real_message(d, k)
+    x = torch.zeros(d)          # the lesson's encoder (no entropy coder) on ±2 at 0, g, …
+    x[torch.arange(k) * (d // k)] = torch.tensor([2.0, -2.0]).repeat(k)[:k]
+    real = len(Threshold(1.0, coder="none").encode(x)) - 1     # its coder's flag byte left out
     trial.passed(f"right on {len(trial)} cases (1 to 3,000,000 entries, gaps across the 1-, 2- "
                  f"and 3-byte varints); the lesson's encoder sends {real} bytes for {k} of {d:,} "
                  f"entries (plus one byte naming its coder) — {4 * k + math.ceil(k / 8)} with "
@@ -782,10 +768,10 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     """(test accuracy, bytes per update, fp32 bytes) of the lesson's run on 4 workers, with
     Strom's threshold at ``relative_tau`` (None: fp32). Synchronous training with fixed seeds
     is deterministic, so a plan asked for twice is trained once."""
-    from ddl_lab.compression.training import merge_logs
+    from ddl_lab.compression.training import merge_logs, train_worker
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
-    result = merge_logs(on_workers(_train, PLAN_WORKERS, scheme, PLAN_EPOCHS, fn=_train,
-                                     timeout=120))
+    result = merge_logs(on_workers(train_worker, PLAN_WORKERS, scheme, PLAN_EPOCHS,
+                                   fn=train_worker, timeout=120))
     return result.final_accuracy, result.update_bytes, result.fp32_bytes
 
 

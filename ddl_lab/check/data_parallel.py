@@ -17,8 +17,7 @@ from . import _answers as answers
 from ._core import fail, task
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
                         returned_none, same)
-from ._formula import formula_cases
-from ._trial import Trial
+from ._trial import Trial, formula_cases
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
 
@@ -130,9 +129,8 @@ def _replicas(task: str, fn: Callable, seed: int, fixed: list[dict], draw: Calla
             for c, x in zip(trial, data)]
     outcomes = trial.run(worker, [(c.params["n"], a) for c, a in zip(trial, args)])
     for case, (theta, batches), outcome in zip(trial, data, outcomes):
-        if message := fault(trial.results(outcome, case), theta, batches, case, trial.name,
-                            trial.right):
-            fail(f"{message} ({case})")
+        trial.judge(fault(trial.results(outcome, case), theta, batches, case, trial.name,
+                          trial.right), case, "({})")
         trial.right.append(right(case.params))
     return trial
 
@@ -271,8 +269,7 @@ def _loss_fault(ret: Any, local: list[float], r: int, t: int, want: list[np.ndar
         if ret[1] == "None":
             return (f"{name} returned None: the step must return this rank's loss as a float "
                     "(`return loss.item()`), e.g. to plot the training curve.")
-        return (f"{name} returned {ret[1]}; return this rank's loss as a float "
-                "(`loss.item()`).")
+        return f"{name} returned {ret[1]}; return this rank's loss as a float (`loss.item()`)."
     if np.isclose(ret, local[r], rtol=_RTOL):
         return None
     hint = explain(ret, {
@@ -682,8 +679,7 @@ def _noise_grads(case: Case) -> torch.Tensor:
         model, _, _, loss_fn = build("digits-mlp", 0)
         set_flat_params(model, states[p["steps"]])
         pick = torch.as_tensor(case.rng.choice(len(y), p["N"], replace=False))
-        g = per_example_grads(model, X[pick], y[pick], loss_fn)
-    return g.to(getattr(torch, p["dtype"]))
+        return per_example_grads(model, X[pick], y[pick], loss_fn).to(getattr(torch, p["dtype"]))
 
 
 def _b_max(b_simple: float, f: float) -> float:

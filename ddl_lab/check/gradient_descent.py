@@ -46,8 +46,7 @@ def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
         inputs = Snapshot(theta=theta, X=X, y=y)
         got = trial.call(case, theta, X, y)
         where = f"{name} on {case}"
-        judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"),
-              case)
+        judge(inputs.changed(name) or returned_none(got, name, f"the gradient, shape ({d},)"), case)
         if (diff := differs(want.astype(dtype), got)) is None:
             continue
         got_a = as_array(got)
@@ -99,12 +98,6 @@ class _Recorder:
         return _reference_gradient(np.asarray(theta, dtype=float), X, y)
 
 
-def _epoch_problem(m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    X = np.column_stack([np.arange(m, dtype=float) / max(m, 1), rng.normal(size=(m, 2)) * 3])
-    y = 10 * np.arange(m) + 0.5         # column 0 = id/m and y = 10·id + 0.5: the check can
-    return X, y                         # tell which examples a batch holds, and pairs
-
-
 def _epoch_case(rng: np.random.Generator) -> dict[str, Any]:
     m = int(rng.integers(2, 30))
     return {"m": m, "batch_size": int(rng.integers(1, m + 3)),
@@ -125,7 +118,8 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     name = trial.name
     for case in trial:
         m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
-        X, y = _epoch_problem(m, case.rng)
+        ids = np.arange(m)      # column 0 = id/m, y = 10·id + 0.5: which examples a batch holds
+        X, y = np.column_stack([ids / max(m, 1), case.rng.normal(size=(m, 2)) * 3]), 10 * ids + 0.5
         theta0, runs = case.rng.normal(size=3), []
         for generator_seed in (0, 0, 1):
             rec, inputs = _Recorder(X.shape[1]), Snapshot(X=X, y=y)
@@ -136,8 +130,7 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
             if as_array(out) is None:
                 fail(f"{name} returned {describe_value(out)}; return the updated θ, an array "
                      f"of shape (3,) [{case}].")
-            if fault := _batches_fault(rec, m, b) or _updates_fault(rec, theta0, out, lr):
-                fail(f"{fault} [{case}].")
+            judge(_batches_fault(rec, m, b) or _updates_fault(rec, theta0, out, lr), case, "[{}].")
             runs.append((np.concatenate([np.rint(c[1][:, 0] * m) for c in rec.calls]), out))
         (order, out), (order2, out2), (order3, _) = runs
         if not same(out, out2) or not np.array_equal(order, order2):
@@ -371,8 +364,7 @@ def best_step(my_best_step: Callable, seed: int = 0) -> None:
         lams = _bowl(case)
         got = trial.call(case, lams.copy())
         gamma, rate = answers.two_numbers(got, ("gamma", "rate"), trial.name, case)
-        if fault := _best_step_fault(gamma, rate, lams, answers.answer_rtol(got)):
-            fail(f"{fault} [{case}].")
+        judge(_best_step_fault(gamma, rate, lams, answers.answer_rtol(got)), case, "[{}].")
     trial.passed(f"on {len(trial)} bowls (one curvature, equal ones, κ up to 1000, in no "
                  "particular order): γ = 2/(L + μ), and the distance to θ* shrinks by "
                  "(L − μ)/(L + μ) = (κ − 1)/(κ + 1) per step")
@@ -564,17 +556,6 @@ _ADAM_FIXED = [      # cases the prompt never shows: each separates some of the 
      "steps": 3, "dtype": "float32", "gscale": 10.0},
 ]
 _ADAM_TOL = {"float64": 1e-9, "float32": 4e-6}   # × (|θ| + lr·steps): rounding, not a mistake
-
-
-def _adam_case(rng: np.random.Generator) -> dict[str, Any]:
-    return {"shapes": [[int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 3)))]
-                       for _ in range(int(rng.integers(1, 4)))],
-            "lr": float(10 ** rng.uniform(-3, -1)),
-            "betas": [float(rng.uniform(0.5, 0.95)), float(1 - 10 ** rng.uniform(-4, -1))],
-            "eps": float(10.0 ** rng.integers(-8, -1)),
-            "weight_decay": float(rng.choice([0.0, 10 ** rng.uniform(-2, 0)])),
-            "steps": int(rng.integers(3, 8)), "dtype": str(rng.choice(["float64", "float32"])),
-            "gscale": float(10 ** rng.uniform(-2, 1))}
 
 
 def _adam_inputs(case: Case) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
@@ -776,14 +757,21 @@ def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
     weight_decay)`` — ``params`` and ``grads`` lists of torch tensors, ``state`` a dict the
     caller hands back at every step (empty at the first) — returns the parameters after one
     step of ``torch.optim.AdamW``, step for step, leaving ``grads`` unchanged."""
-    trial = Trial("adamw_step", my_adamw_step, seed, _ADAM_FIXED, draws=4, draw=_adam_case,
-                  name="my_adamw_step")
+    trial = Trial("adamw_step", my_adamw_step, seed, _ADAM_FIXED, draws=4, draw=lambda rng: {
+        "shapes": [[int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 3)))]
+                   for _ in range(int(rng.integers(1, 4)))],
+        "lr": float(10 ** rng.uniform(-3, -1)),
+        "betas": [float(rng.uniform(0.5, 0.95)), float(1 - 10 ** rng.uniform(-4, -1))],
+        "eps": float(10.0 ** rng.integers(-8, -1)),
+        "weight_decay": float(rng.choice([0.0, 10 ** rng.uniform(-2, 0)])),
+        "steps": int(rng.integers(3, 8)), "dtype": str(rng.choice(["float64", "float32"])),
+        "gscale": float(10 ** rng.uniform(-2, 1))}, name="my_adamw_step")
     for case in trial:
         params, grads = _adam_inputs(case)
         got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params,
                                 case.index > 0)
         fault = fault or _adam_fault(got, params, grads, case.params, case, trial.name)
-        trial.judge(fault and f"{fault} [{case}]")
+        trial.judge(fault, case)
     trial.passed(f"equal to torch.optim.AdamW step for step on {len(trial)} runs of 3 to 7 "
                  "steps (one to three tensors, float64 and float32, weight decay 0 and > 0, "
                  "ε from 10⁻⁸ to 10⁻²)")

@@ -149,7 +149,6 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
     from ddl_lab.hogwild.engine import sparse_problem
     trial = Trial("hogwild_worker", my_hogwild_worker, seed, [{"locked": False}, {"locked": True}],
                   name="my_hogwild_worker")
-    name = trial.name
     for case in trial:
         rng = case.rng
         problem = sparse_problem(m=300, d=int(rng.integers(30, 120)),
@@ -158,13 +157,13 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
         rows = rng.permutation(len(problem))[:int(rng.integers(40, 90))]
         locked, lr = case.params["locked"], case.params["lr"]
         theta0 = rng.normal(size=problem.d) * 0.1
-        got, counted, changed = run_beside(_traced, trial.fn, name, theta0, problem, rows,
+        got, counted, changed = run_beside(_traced, trial.fn, trial.name, theta0, problem, rows,
                                            lr, locked)
         trail = SimpleNamespace(**counted)
         want = _serial(problem, theta0, rows, lr)
         judge(changed, case)
         if np.array_equal(got, theta0):
-            fail(f"after {name}(theta, problem, rows, ...) theta is unchanged: the loop must "
+            fail(f"after {trial.name}(theta, problem, rows, ...) theta is unchanged: the loop must "
                  f"update the `theta` it is given — the shared vector, not a copy. "
                  f"{_COPY_HINT} [{case}]")
         rtol = tolerance(problem.val, problem.y)      # float32 data: float32 steps are fair
@@ -181,7 +180,7 @@ def hogwild_worker(my_hogwild_worker: Callable, seed: int = 0) -> None:
             fail(f"{'locked' if locked else 'lock-free'}: θ after one pass differs from plain "
                  f"SGD over the same rows in the same order: {diff}{hint} [{case}].")
         if not locked and trail.taken:
-            fail(f"lock-free mode (locked=False): {name} took the lock {trail.taken:,} times "
+            fail(f"lock-free mode (locked=False): {trial.name} took the lock {trail.taken:,} times "
                  f"during {len(rows):,} updates. Hogwild! never locks: the workers write the "
                  f"shared θ at the same time, and that is the point [{case}].")
         if locked and trail.taken != len(rows):
@@ -292,17 +291,16 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
              {"freq": "skewed", "d": 50, "nnz": 8, "workers": 8}]
     trial = Trial("expected_overlap", my_expected_overlap, seed, fixed, draws=3,
                   draw=_overlap_case, name="my_expected_overlap")
-    name = trial.name
     for case in trial:
         freq, w = _frequencies(case), case.params["workers"]
         got = trial.call(case, freq.copy(), w)
         value = as_array(got)
         if value is None or value.size != 1 or not np.isfinite(value).all():
-            fail(returned_none(got, name, "the expected number of shared coordinates",
+            fail(returned_none(got, trial.name, "the expected number of shared coordinates",
                                "one number") + f" [{case}].")
         want, x = (w - 1) * float(np.sum(freq ** 2)), float(value.ravel()[0])
         if not same(want, x, rtol=max(1e-6, tolerance(got)), scale=max(want, 1e-3)):
-            fail(f"{name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
+            fail(f"{trial.name}(freq, {w}) returned {x:.6g}, expected (workers − 1)·Σ f_j² = "
                  f"{want:.6g} — {_overlap_fault(x, freq, w)} [{case}].")
     trial.passed(f"on {len(trial)} cases (uniform, skewed and the lesson's frequencies, 1–16 "
                  "workers): (workers − 1)·Σ f_j² shared coordinates — a coordinate is in two "
@@ -373,8 +371,7 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     with shared_file(8 * problem.d) as path:
         on_workers(_plan_worker, PROCESSES, path, problem, shards, lr, fn=_plan_worker,
                    timeout=60.0)
-        theta = np.fromfile(path, np.float64).copy()
-    return problem.loss(theta)
+        return problem.loss(np.fromfile(path, np.float64).copy())
 
 
 def _budget(rng: np.random.Generator, kind: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -13,9 +14,8 @@ from ddl_lab.runtime.collectives import reduce_scatter_single
 from ddl_lab.runtime.costs import sent_bytes
 
 from . import _answers as answers
-from ._core import fail, judge, on_workers, task
+from ._core import fail, judge, name_of, on_workers, task
 from ._diagnose import Case, apart, differs, explain, returned_none, same, tolerance
-from ._held import held_bytes
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -76,10 +76,61 @@ def _run_case(fn: Callable, length: int, dtype: str, kind: str, hyper: dict,
             grad = grads[step][rank].clone()
             fn(param, grad, state, make)
     mine = {t.untyped_storage().data_ptr() for t in (param, grad)}   # the caller's tensors
-    roots = [("state", state), (getattr(fn, "__name__", "your function"), fn)]
-    kept, held = held_bytes(roots, mine)
+    kept, held = held_bytes([("state", state), (name_of(fn), fn)], mine)
     return {"param": param.double().numpy().copy(), "sent": tap.sent / STEPS,
             "used": sorted(used), "kept": kept, "held": held[:4]}
+
+
+def held_bytes(roots: list[tuple[str, Any]], exclude: set[int]) -> tuple[int, list[tuple]]:
+    """Bytes of the distinct tensor storages and arrays reachable from ``roots`` (named
+    objects: the learner's ``state``, its function) but not in ``exclude``, and what holds
+    them, (bytes, elements, where, in an optimizer's state), largest first. Followed:
+    containers, optimizers, ``.grad``, attributes (``__dict__``, ``__slots__``), closures and
+    defaults — not modules, classes or globals. Views of one storage count once."""
+    import torch
+    seen, seen_ids, held = set(exclude), set(), []
+    stack = [(x, where, False) for where, x in roots]
+    while stack:
+        x, where, in_opt = stack.pop()
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            base = x
+            while isinstance(base, np.ndarray) and isinstance(base.base, np.ndarray):
+                base = base.base
+            key, size = ((x.untyped_storage().data_ptr(), x.untyped_storage().nbytes())
+                         if isinstance(x, torch.Tensor) else (("numpy", id(base)), base.nbytes))
+            if key not in seen and x.size and size:
+                seen.add(key)
+                held.append((size, int(np.prod(x.shape)), where, in_opt))
+            if isinstance(x, torch.Tensor) and x.grad is not None:
+                stack.append((x.grad, f"{where}.grad", in_opt))
+            continue
+        if id(x) in seen_ids or isinstance(x, (str, bytes, int, float, complex, bool,
+                                               type, types.ModuleType)) or x is None:
+            continue
+        seen_ids.add(id(x))
+        if isinstance(x, dict):
+            stack.extend((v, f"{where}[{k!r}]", in_opt) for k, v in x.items())
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend((v, f"{where}[{i}]", in_opt) for i, v in enumerate(x))
+        elif isinstance(x, torch.optim.Optimizer):
+            stack.extend((v, f"{where}.state[…]", True) for v in x.state.values())
+            stack.extend((p, f"{where}'s parameters", in_opt)
+                         for group in x.param_groups for p in group["params"])
+        elif isinstance(x, (types.FunctionType, types.MethodType, functools.partial)):
+            fn = getattr(x, "__func__", x)
+            inside = [getattr(x, "__self__", None), getattr(x, "args", None),
+                      getattr(x, "keywords", None), getattr(fn, "__defaults__", None),
+                      getattr(fn, "__kwdefaults__", None), getattr(fn, "__dict__", None)]
+            inside += [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+                       if c.cell_contents is not c]
+            stack.extend((v, where, in_opt) for v in inside if v is not None)
+        else:
+            attrs = dict(getattr(x, "__dict__", {}))
+            for slot in getattr(type(x), "__slots__", ()):
+                if isinstance(slot, str) and hasattr(x, slot):
+                    attrs[slot] = getattr(x, slot)
+            stack.extend((v, f"{where}.{k}", in_opt) for k, v in attrs.items())
+    return sum(h[0] for h in held), sorted(held, key=lambda h: -h[0])
 
 
 def _reference(length: int, n: int, dtype: str, kind: str, hyper: dict, seed: int,
@@ -175,9 +226,8 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
     if length < 1000:
         return
     chunk = math.ceil(length / n) * esize
-    sent_ok = 2 * (n - 1) * chunk + 64
     worst = max(range(n), key=lambda r: got[r]["sent"])
-    if got[worst]["sent"] > sent_ok:
+    if got[worst]["sent"] > 2 * (n - 1) * chunk + 64:     # a reduce-scatter and an all-gather
         fail(f"{name} gives the right parameters but sends too much ({where}): rank {worst} "
              f"sent {got[worst]['sent']:,.0f} bytes per step = "
              f"{got[worst]['sent'] / (length * esize):.2f}·S, while reduce-scatter + "
@@ -228,13 +278,6 @@ def _bytes(P: float, n: int, stage: int, precision: str, optimizer: str,
     return sum(b * (shard if part in "sgp"[:stage] else P) for part, b in each.items())
 
 
-def _padded_ok(value: float, P: float, n: int, stage: int, prec: str, opt: str) -> bool:
-    """The exact share, a padded shard of whole parameters, or anything between (a byte's
-    rounding either side): the prompt's contract."""
-    lo, hi = _bytes(P, n, stage, prec, opt), _bytes(P, n, stage, prec, opt, pad=True)
-    return lo * (1 - 1e-6) - 1 <= value <= hi * (1 + 1e-6) + 1
-
-
 @task("memory")
 def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     """Lesson 10, task 2 (reasoning): ``my_zero_bytes(params, ranks, stage, precision,
@@ -256,19 +299,18 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
             "ranks": int(rng.choice([2, 3, 8, 64, 1000])), "stage": int(rng.integers(0, 4)),
             "precision": str(rng.choice(["fp32", "bf16", "fp16"])),
             "optimizer": str(rng.choice(["sgd", "momentum", "adam"]))})
-    name = trial.name
     for case in trial:
         P, n, stage, prec, opt = case.params.values()          # in the order the cases list
-        call = (f"{name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
+        call = (f"{trial.name}(params={P:,}, ranks={n}, stage={stage}, precision={prec!r}, "
                 f"optimizer={opt!r})")
         got = trial.call(case, P, n, stage, prec, opt)
         value = answers.scalar(got)
         if value is None:
-            fail(returned_none(got, name, "the bytes per rank as a number",
+            fail(returned_none(got, trial.name, "the bytes per rank as a number",
                                "the bytes per rank as a number.", call))
-        want = _bytes(P, n, stage, prec, opt)
-        if _padded_ok(value, P, n, stage, prec, opt):
-            continue
+        want, padded = _bytes(P, n, stage, prec, opt), _bytes(P, n, stage, prec, opt, pad=True)
+        if want * (1 - 1e-6) - 1 <= value <= padded * (1 + 1e-6) + 1:
+            continue        # exact, padded or between, a byte either side: the prompt's contract
         low = prec in _LOW
         hint = explain(value, [
             ("the fp32 master copy is missing: mixed precision keeps 4 bytes per parameter "
@@ -389,14 +431,10 @@ def _draw(rng: np.random.Generator, index: int) -> dict[str, Any]:
 
 def _fixed() -> list[dict]:
     """The models of ``FIXED_MODELS``, the second with budgets that separate stage 3."""
-    rng = np.random.default_rng(10)
-    out = []
+    rng, out = np.random.default_rng(10), []
     for i, model in enumerate(FIXED_MODELS):
-        for _ in range(1000):
-            if (case := _budgets(_model(*model), rng, separate=i == 1)) is not None:
-                break
-        else:
-            raise ValueError(f"no budgets fit the model {model}")
+        while (case := _budgets(_model(*model), rng, separate=i == 1)) is None:
+            pass                                    # drawn again until budgets fit
         out.append(case)
     return out
 
@@ -441,20 +479,19 @@ def memory_plan(my_memory_plan: Callable, seed: int = 0) -> None:
     index = itertools.count()
     trial = Trial("memory_plan", my_memory_plan, seed, FIXED, draws=6,
                   draw=lambda rng: _draw(rng, next(index)))
-    name = trial.name
-    plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, name,
-                                       str(c), c.index >= len(FIXED)), name, c)
+    plans = [_choice(answers.plan_call(my_memory_plan, {k: c.params[k] for k in _KEYS}, trial.name,
+                                       str(c), c.index >= len(FIXED)), trial.name, c)
              for c in trial]
     for case, plan in zip(trial, plans):
         kept, sent = footprint(case.params, *plan)
-        _judge_plan(name, case, plan, kept, sent, None, plans)
+        _judge_plan(trial.name, case, plan, kept, sent, None, plans)
     done = []
     for i in range(len(FIXED) + 1):
         case, plan = trial.cases[i], plans[i]
         p = case.params
         kept, sent, loss = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], *plan)
         *_, ref = _ran(p["ranks"], p["hidden"], p["depth"], p["batch"], 0, "fp32", False)
-        _judge_plan(name, case, plan, kept, sent, (loss, ref), plans)
+        _judge_plan(trial.name, case, plan, kept, sent, (loss, ref), plans)
         done.append(f"{p['ranks']} ranks: stage {plan[0]}, {plan[1]}"
                     f"{', recompute' if plan[2] else ''} kept {kept / p['budget']:.0%} of the "
                     f"budget, sent {sent / p['max_sent']:.0%} of its limit")
@@ -470,8 +507,7 @@ def _judge_plan(name: str, case: Case, plan: tuple[int, str, bool], kept: float,
     chose = (f"{name}({', '.join(f'{k}={p[k]:,}' for k in _KEYS)}) chose stage {stage}, "
              f"{precision}, recompute={recompute}")
     how = "measured on the workers" if losses else "by the lesson's accounting"
-    unseen = (" These budgets were drawn by the check, not shown in the prompt." if
-              case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+    unseen = answers.drawn(case.index >= len(FIXED), plans)
     if kept > p["budget"]:
         fail(f"{chose}: a rank keeps {kept:,.0f} bytes ({how}), over the budget of "
              f"{p['budget']:,}. " + _memory_hint(p, stage, precision, recompute)

@@ -14,11 +14,10 @@ from ddl_lab.runtime.costs import message_time
 
 from . import _answers as answers
 from . import _core
-from ._core import fail, task
+from ._core import CheckFailed, fail, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
                         returned_none)
-from ._formula import formula_cases
-from ._trial import Trial
+from ._trial import Trial, formula_cases
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
            "tree_gather_time", "chain_bcast", "pipeline_chunks"]
@@ -47,7 +46,8 @@ def _on_workers(trial: Trial, worker: Callable, n: int, *args: Any,
 
 
 def _each(trial: Trial, one: Callable[[Any], None]) -> str:
-    """``trial.each(one)``, naming the sizes and roots that passed; the sizes that passed."""
+    """``one(case)`` for every case of ``trial``, a failure quoting the case and the sizes and
+    roots that passed (``trial.right``); the sizes that passed."""
     def hint(case: Any) -> str:
         n, root = case.params["n"], case.params.get("root")
         other_n = [f"{c.params['n']} ranks" for c in trial.right if c.params["n"] != n]
@@ -55,7 +55,12 @@ def _each(trial: Trial, one: Callable[[Any], None]) -> str:
                   if c.params["n"] == n and c.params.get("root") not in (None, root)]
         return (only_right_for(sorted(set(other_n)), f"{n} ranks") if other_n else
                 only_right_for(sorted(set(same_n)), f"root {root}", "root") if same_n else "")
-    trial.each(one, hint)
+    for case in trial:
+        try:
+            one(case)
+        except CheckFailed as e:
+            raise CheckFailed(f"{e} [{case}]{hint(case)}") from None
+        trial.right.append(case)
     return " and ".join(sorted({f"{c.params['n']} ranks" for c in trial.right}, reverse=True))
 
 
@@ -124,12 +129,6 @@ def _judge_gather(name: str, got: list, want: list, root: int, n: int) -> None:
 
 # ----------------------------------------------------------------- task 2: scatter
 
-def _scatter_chunks(n: int, case_index: int) -> list:
-    rng = np.random.default_rng([case_index, 99])
-    return [{"for rank": r, "data": rng.normal(size=int(rng.integers(300, 2000)))}
-            for r in range(n)]
-
-
 @task("message_passing")
 def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
@@ -140,7 +139,9 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
-        chunks = _scatter_chunks(n, case.index)             # the root's, handed to it alone
+        rng = np.random.default_rng([case.index, 99])     # the root's chunks, handed to it alone
+        chunks = [{"for rank": r, "data": rng.normal(size=int(rng.integers(300, 2000)))}
+                  for r in range(n)]
         out, records = _on_workers(trial, logged, n, my_scatter, [
             (chunks if r == root else None, root) for r in range(n)], send_recv_only=True)
         _judge_scatter([r for r, _ in out], records, chunks, root, n)
@@ -426,8 +427,12 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
     from ddl_lab.message_passing.trace import join_records
     from ddl_lab.message_passing.wire import encode
     header = encode(np.zeros(2))[1][0].nbytes             # the pickle around each piece
-    trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, PIPE_FIXED,
-                  draws=DRAWS, draw=pipe_draw, name="my_pipeline_chunks",
+    trial = Trial("pipeline_chunks", my_pipeline_chunks, seed, PIPE_FIXED, draws=DRAWS,
+                  draw=lambda rng: {
+                      "n": int(rng.choice([3, 4, 5, 8, 16, 32, 64])),
+                      "nbytes": 8 * int(10 ** rng.uniform(3.5, 6.5)),
+                      "alpha": float(10 ** rng.uniform(-5.5, -2.5)),
+                      "beta": float(10 ** rng.uniform(-10, -8.5))}, name="my_pipeline_chunks",
                   plan=True, timeout=_core.DEFAULT_TIMEOUT)
     name, shown, chosen, real = trial.name, [], [], REAL_DRAWS
     for case in trial:
@@ -444,8 +449,7 @@ def pipeline_chunks(my_pipeline_chunks: Callable, seed: int = 0) -> None:
             ok, records = _on_workers(trial, pipeline_worker, n, S // 8, k)
             messages = join_records(records)
             if not all(ok):
-                fail(f"the pipelined broadcast of {k} pieces did not deliver the message "
-                     f"({case}).")
+                fail(f"the pipelined broadcast of {k} pieces did not deliver the message ({case}).")
             t, sent = chain_time(messages, a, b), len(messages)
         good, text = judge_pipeline(case, k, t, sent, header)
         if not good:
@@ -514,14 +518,6 @@ DRAWS = 5                # machines the prompt does not show, per call
 REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
 TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking
 MAX_PIECES = 4096        # more pieces per link are judged by the model, not run
-
-
-def pipe_draw(rng: np.random.Generator) -> dict[str, Any]:
-    """A machine the prompt does not show: 3–64 ranks, 25 KB–25 MB, α 3 µs–3 ms."""
-    return {"n": int(rng.choice([3, 4, 5, 8, 16, 32, 64])),
-            "nbytes": 8 * int(10 ** rng.uniform(3.5, 6.5)),
-            "alpha": float(10 ** rng.uniform(-5.5, -2.5)),
-            "beta": float(10 ** rng.uniform(-10, -8.5))}
 
 
 def pipeline_worker(comm: Any, numel: int, pieces: int) -> bool:

@@ -174,11 +174,10 @@ def _result_fault(got: list[dict], spec: dict, name: str) -> str | None:
 
 
 def _run_all(body: Callable, specs: list[dict], trial: Trial, explain_failure: Callable,
-             judge: Callable, *args: Any) -> None:
+             fault: Callable, *args: Any) -> None:
     """Every case of ``trial`` in one call to the workers, each rank's messages logged; fails
     with the first case that went wrong (``explain_failure`` names a failed run's mistake
-    from the logs, ``judge`` a finished run's from its results)."""
-    name = trial.name
+    from the logs, ``fault`` a finished run's from its results)."""
     with tempfile.TemporaryDirectory(prefix="ddl_lab_p2p_", ignore_cleanup_errors=True) as root:
         logdirs = [tempfile.mkdtemp(dir=root) for _ in specs]
         outcomes = trial.run(body, [(s["p"], (*args, s, d)) for s, d in zip(specs, logdirs)])
@@ -188,11 +187,10 @@ def _run_all(body: Callable, specs: list[dict], trial: Trial, explain_failure: C
                 fail(f.line)
             if f is not None:
                 logs = [read_log(logdir, r) for r in range(spec["p"])]
-                named = explain_failure(f"{f.text}\n{f.line}", logs, spec, name)
-                head = f.message(name, spec["p"])
+                named = explain_failure(f"{f.text}\n{f.line}", logs, spec, trial.name)
+                head = f.message(trial.name, spec["p"])
                 fail(f"{named} ({head}) ({case})" if named else f"{head} ({case})")
-            if message := judge(o.results, spec, name):
-                fail(f"{message} ({case})")
+            trial.judge(fault(o.results, spec, trial.name), case, "({})")
 
 
 @task("model_parallel", refuses=(_PKG, "stage_step", "run_schedule", "pipeline_run", "hybrid_run"))
@@ -630,8 +628,7 @@ def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
 def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
     """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
     from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
-    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD,
-                        fn=pipeline_run)
+    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD, fn=pipeline_run)
     per = _bytes_per_example(p, batch)
     # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per
     # micro-batch that are not an example's, so the stages before it are the ones measured
@@ -679,8 +676,7 @@ def _judge(name: str, case: Any, schedule: str, m: int, slots: float, clock: flo
     target, budget = case.params["max_bubble"], case.params["max_examples"]
     chose = (f"{name}(p={p}, batch={batch}, max_bubble={target:g}, max_examples={budget}) "
              f"chose {schedule} with m = {m}")
-    unseen = (" These budgets were drawn by the check, not shown in the prompt." if
-              case.index >= len(FIXED) else "") + answers.same_for_all(plans)
+    unseen = answers.drawn(case.index >= len(FIXED), plans)
     measured = f" ({clock:.3f} on the clock)" if clock is not None else " (counted in slots)"
     if slots > target + 1e-9:
         fail(f"{chose}: its bubble is {slots:.3f} of each step{measured}, over {target:g}. "

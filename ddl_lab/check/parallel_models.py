@@ -170,8 +170,7 @@ class SpyLock(Held):
 
 def _chunk_case(rng: np.random.Generator) -> dict[str, Any]:
     stop = int(rng.integers(0, 40))
-    return {"chunk": int(rng.integers(1, 8)), "stop": stop,
-            "start": int(rng.integers(0, stop + 1))}
+    return {"chunk": int(rng.integers(1, 8)), "stop": stop, "start": int(rng.integers(0, stop + 1))}
 
 
 @task("parallel_models", refuses=("ddl_lab.parallel_models", "next_chunk", "guided_chunk"))
@@ -370,8 +369,8 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
         want_f = (n / s - 1) / (n - 1)
         want_s = 1 / (want_f + (1 - want_f) / cores)
         if not same(want_f, f, rtol=rtol, scale=1.0):
-            fail(f"measured S({n}) = {s:g}: serial fraction {f:.6g}, expected "
-                 f"(n/S − 1)/(n − 1) = {want_f:.6g} — {_fraction_fault(f, n, s)} [{case}].")
+            fail(f"measured S({n}) = {s:g}: serial fraction {f:.6g}, expected (n/S − 1)/(n − 1)"
+                 f" = {want_f:.6g} — {_fraction_fault(f, n, s, want_f)} [{case}].")
         if not same(want_s, sp, rtol=rtol):
             fail(f"the serial fraction {f:.4g} is right; the speedup on {cores} cores is "
                  f"{sp:.6g}, expected 1/(f + (1 − f)/{cores}) = {want_s:.6g} — "
@@ -380,8 +379,7 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
            "4096 cores): f = (n/S − 1)/(n − 1) and S(cores) = 1/(f + (1 − f)/cores) ≤ 1/f")
 
 
-def _fraction_fault(f: float, n: int, s: float) -> str:
-    right = (n / s - 1) / (n - 1)
+def _fraction_fault(f: float, n: int, s: float, right: float) -> str:
     return explain(f, {
         "that is 1 − S/n, one minus the efficiency: idle time is not the serial fraction. "
         "Solve S = 1/(f + (1 − f)/n) for f": 1 - s / n,

@@ -36,11 +36,10 @@ _GATE_FIXED = [
 def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:
     """A random replica set; the lead over the slowest is often exactly s or s + 1."""
     s = int(rng.integers(0, 6))
-    others = [int(c) for c in rng.integers(0, 30, int(rng.integers(1, 6)))]
+    clocks = [int(c) for c in rng.integers(0, 30, int(rng.integers(1, 6)))]     # the others
     lead = int(rng.choice([s, s + 1, int(rng.integers(0, s + 3))]))
-    clock = min(others) + lead
-    clocks = list(others)
-    clocks.insert(int(rng.integers(0, len(others) + 1)), clock)
+    clock = min(clocks) + lead
+    clocks.insert(int(rng.integers(0, len(clocks) + 1)), clock)
     return {"clock": clock, "clocks": clocks, "s": s}
 
 
@@ -74,18 +73,17 @@ def ssp_gate(my_ssp_gate: Callable[[int, list, int], bool], seed: int = 0) -> No
     """Lesson 07, task 1 (its gate): ``my_ssp_gate(clock, clocks, s)`` is True exactly when a
     replica at ``clock`` is more than ``s`` clocks ahead of the slowest live replica."""
     trial = Trial("ssp_gate", my_ssp_gate, seed, _GATE_FIXED, draws=10, draw=_gate_draw)
-    name = trial.name
     for case in trial:
         clock, clocks, s = case.params["clock"], case.params["clocks"], case.params["s"]
         given = list(clocks)
         snap = Snapshot(clocks=given)
         got = call_local(my_ssp_gate, clock, given, s)
-        call = f"{name}({clock}, {clocks}, s={s})"
+        call = f"{trial.name}({clock}, {clocks}, s={s})"
         if not isinstance(got, (bool, np.bool_)):
-            fail(returned_none(got, name, "True (wait) or False (go)") or
+            fail(returned_none(got, trial.name, "True (wait) or False (go)") or
                  f"{call} returned {got!r} ({type(got).__name__}); return True (wait) or "
                  "False (go).")
-        if changed := snap.changed(name):
+        if changed := snap.changed(trial.name):
             fail(f"{changed} ({case}) The shard keeps using its list of clocks: use min(clocks) "
                  "or sorted(clocks), which leave it alone.")
         want = clock - min(clocks) > s
@@ -389,8 +387,7 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
                  f"copy, `{key} = checkpoint['{key}'].copy()`. ({case})")
         given.append((r, got))
     for case, (r, got) in zip(trial, given):
-        if message := _restore_fault(got, r, name, given):
-            fail(f"{message} ({case})")
+        judge(_restore_fault(got, r, name, given), case, "({})")
     kept, restored, version, rtol = _shard_restart(my_restore_shard, 0.3, 1e-8)
     diff = (differs(kept["theta"], restored["theta"], rtol)
             or differs(kept["G"], restored["G"], rtol))

@@ -14,9 +14,8 @@ from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 from . import _answers as answers
 from ._core import call_local, fail, task
 from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
-from ._formula import formula_cases
 from .message_passing import rounds
-from ._trial import Trial
+from ._trial import Trial, formula_cases
 
 __all__ = ["ring_cost", "ring_allreduce", "tree_ring_crossover", "bucket_bytes",
            "halving_doubling", "allreduce_choice"]
@@ -160,8 +159,7 @@ def _sum_fault(trial: Trial, got: list[dict], case: Case, data_seed: int) -> str
                     "`.copy_()`.")
         if diff := differs(expected, g["result"], rtol=0.0):
             return (f"{_where(case)}: rank {rank} ends with a wrong sum: {diff}."
-                    + _wrong_sum_hint(expected, g["result"], rank, case, data_seed,
-                                      trial.right))
+                    + _wrong_sum_hint(expected, g["result"], rank, case, data_seed, trial.right))
     return None
 
 
@@ -211,9 +209,8 @@ def _bandwidth_fault(name: str, got: list[dict], case: Case) -> str | None:
     n, length, dtype = (case.params[k] for k in ("n", "length", "dtype"))
     esize = 4 if dtype == "float32" else 8
     S = length * esize
-    allowed = 2 * (n - 1) * math.ceil(length / n) * esize
     worst = max(range(n), key=lambda r: got[r]["sent"])
-    if not S or got[worst]["sent"] <= allowed:
+    if not S or got[worst]["sent"] <= 2 * (n - 1) * math.ceil(length / n) * esize:
         return None
     return (f"{name} gives the right sum but is not bandwidth-optimal ({_where(case)}, S = "
             f"{S:,} bytes): rank {worst} sent {got[worst]['sent']:,} bytes = "
@@ -522,10 +519,8 @@ def bucket_bytes(my_bucket_bytes: Callable, seed: int = 0, timeout: float = 60.0
     for case in trial:
         n, a, b, c = (case.params[k] for k in ("n", "alpha", "beta", "compute"))
         grads = grad_bytes(case.params["widths"])
-        call = (f"{trial.name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, "
-                f"compute={c:g})")
-        chosen.append(bucket_bytes_of(trial.call(case, list(grads), n, a, b, c, where=call),
-                                      call))
+        call = f"{trial.name}(grads={grads[:3]}…, n={n}, alpha={a:g}, beta={b:g}, compute={c:g})"
+        chosen.append(bucket_bytes_of(trial.call(case, list(grads), n, a, b, c, where=call), call))
     real = [c for c in trial if not trial.unseen(c) or c.params["n"] <= MAX_WORLD]
     real = real[:trial.shown + REAL_DRAWS]
     outcomes = trial.run(bucket_run, [(c.params["n"], (c.params["widths"], chosen[c.index]))
@@ -585,8 +580,7 @@ def hd_shape_fault(got: list[dict], n: int, length: int, esize: int) -> str | No
         return None
     worst = max(range(n), key=lambda r: got[r]["sent"])
     sends = [d for op, s, d in got[worst]["messages"] if op == "send" and s == worst]
-    if got[worst]["sent"] >= rounds * S and got[worst]["sent"] > hd_bytes_allowed(n, length,
-                                                                                  esize):
+    if got[worst]["sent"] >= rounds * S and got[worst]["sent"] > hd_bytes_allowed(n, length, esize):
         tree = len({sum(op == "send" and s == r for op, s, _ in g["messages"])
                     for r, g in enumerate(got)}) > 1       # ranks send unequally: a tree
         kind = ("a binomial tree (reduce up, broadcast down)" if tree else
@@ -670,8 +664,7 @@ def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str, str]:
     if not isinstance(got, str) or got not in CHOICES:
         return f"returned {got!r}: return one of {list(CHOICES)}", "", best
     ratio = times[got] / times[best]
-    line = (f"n = {n}, S = {S:,} B: {got} {_ms(times[got])} vs best {best} "
-            f"{_ms(times[best])}")
+    line = f"n = {n}, S = {S:,} B: {got} {_ms(times[got])} vs best {best} {_ms(times[best])}"
     if ratio <= TARGET:
         return None, line, best
     why = {"ring": "its 2(n−1) rounds of α dominate at this size",

@@ -31,16 +31,6 @@ def _stub_first(fn: Callable, *args: Any) -> None:
         pass
 
 
-def _probe_checkpoint(save: Callable, load: Callable) -> None:
-    import torch
-    model = torch.nn.Linear(2, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with tempfile.TemporaryDirectory(prefix="ddl-check-") as folder:
-        path = os.path.join(folder, "ckpt.pt")
-        _stub_first(load, path, model, opt)
-        _stub_first(save, path, 1, model, opt)
-
-
 # ------------------------------------------------------------------ task 1: FedAvg
 
 def _fed_case(rng: np.random.Generator) -> dict[str, Any]:
@@ -84,8 +74,7 @@ def _fed_rounds(fn: Callable, cases: list[dict]) -> list | None:
 
 
 def _mean(states: list[dict], weights: list[float], divide: float) -> dict:
-    return {k: sum(w * s[k].double() for w, s in zip(weights, states)) / divide
-            for k in states[0]}
+    return {k: sum(w * s[k].double() for w, s in zip(weights, states)) / divide for k in states[0]}
 
 
 def _fed_message(name: str, before: list[dict], sizes: list[int], got: Any,
@@ -276,7 +265,13 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
     rank 0 after ``step`` steps) and ``my_resume(path, model, optimizer) -> int`` (called on
     every rank at start: restores the state, returns the steps done, 0 without a checkpoint)
     make a run stopped mid-way and restarted end exactly where an uninterrupted one does."""
-    _probe_checkpoint(my_save_checkpoint, my_resume)
+    import torch
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tempfile.TemporaryDirectory(prefix="ddl-check-") as folder:
+        path = os.path.join(folder, "ckpt.pt")
+        _stub_first(my_resume, path, model, opt)
+        _stub_first(my_save_checkpoint, path, 1, model, opt)
     fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
              {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
              {"steps": 12, "every": 3, "kill": 6, "opt": "adam", "dtype": "float32"}]
@@ -474,8 +469,7 @@ CLIENTS = 10                # K, as in the lesson
 SKEW = 0.5                  # label skew: half the shards sorted by label, half at random
 TARGET = 0.85               # test accuracy to reach
 MAX_E = 20                  # local epochs a client may run in one round
-FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180},
-         {"rounds": 8, "uploads": 16, "epochs": 240}]
+FIXED = [{"rounds": 6, "uploads": 18, "epochs": 180}, {"rounds": 8, "uploads": 16, "epochs": 240}]
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real
 
 
@@ -530,11 +524,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
     real = iter([True] + [False] * (DRAWN - 1))      # the first drawn is run for real
     trial = Trial("fedavg_plan", my_fedavg_plan, seed, FIXED, draws=DRAWN,
                   draw=lambda rng: _draw(rng, next(real)))
-    name = trial.name
-    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), name, str(c),
-                                       c.index >= len(FIXED)), name, c) for c in trial]
+    plans = [_choice(answers.plan_call(my_fedavg_plan, dict(c.params), trial.name, str(c),
+                                       c.index >= len(FIXED)), trial.name, c) for c in trial]
     for case, (E, C) in zip(trial, plans):
-        _budgets(name, case, E, C, plans)
+        _budgets(trial.name, case, E, C, plans)
     done = []
     for case, (E, C) in zip(trial.cases[:len(FIXED) + 1], plans):
         R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
@@ -542,9 +535,10 @@ def fedavg_plan(my_fedavg_plan: Callable[[int, int, int], dict], seed: int = 0) 
         accuracy, uploaded = _federated(R, E, per_round / CLIENTS)
         reached = next((t for t, a in enumerate(accuracy) if a >= TARGET), None)
         if reached is None:
-            fail(f"{_chose(name, case, E, C)}: after {R} rounds the test accuracy was "
+            fail(f"{_chose(trial.name, case, E, C)}: after {R} rounds the test accuracy was "
                  f"{', '.join(f'{100 * a:.1f}%' for a in accuracy[1:])} — never {TARGET:.0%}. "
-                 + _accuracy_hint(E, per_round, R, U, W) + _unseen(case, plans) + f" ({case})")
+                 + _accuracy_hint(E, per_round, R, U, W)
+                 + answers.drawn(trial.unseen(case), plans) + f" ({case})")
         done.append(f"{TARGET:.0%} in round {reached} of {R}, {uploaded} of {U} uploads, "
                     f"{uploaded * E} of {W} epochs")
     passed("fedavg_plan", f"FedAvg on 3 real workers — {'; '.join(done)}; and {len(trial)} "
@@ -557,25 +551,20 @@ def _chose(name: str, case: Any, E: int, C: float) -> str:
             f"({clients_per_round(C)} client(s) a round)")
 
 
-def _unseen(case: Any, plans: list) -> str:
-    return (" These budgets were drawn by the check, not shown in the prompt." if
-            case.index >= len(FIXED) else "") + answers.same_for_all(plans)
-
-
 def _budgets(name: str, case: Any, E: int, C: float, plans: list) -> None:
     """Fails if the plan uploads more models or runs more local epochs than the budgets."""
     R, U, W = (case.params[k] for k in ("rounds", "uploads", "epochs"))
-    per_round = clients_per_round(C)
+    per_round, unseen = clients_per_round(C), answers.drawn(case.index >= len(FIXED), plans)
     if per_round * R > U:
         fail(f"{_chose(name, case, E, C)}: {R} rounds upload {per_round * R} models, over {U}. "
              + ("The budget is for the whole run, not one round: every picked client uploads "
                 "its model in every round." if per_round >= min(U, CLIENTS) else
                 f"Each round uploads ⌊C·K⌋ models, so ⌊C·K⌋·rounds ≤ {U}.")
-             + _unseen(case, plans) + f" ({case})")
+             + unseen + f" ({case})")
     if per_round * R * E > W:
         fail(f"{_chose(name, case, E, C)}: the clients would run {per_round * R} × {E} = "
              f"{per_round * R * E} local epochs, over {W}: fewer epochs per round, or fewer "
-             f"clients.{_unseen(case, plans)} ({case})")
+             f"clients.{unseen} ({case})")
 
 
 def _accuracy_hint(E: int, clients: int, R: int, U: int, W: int) -> str:

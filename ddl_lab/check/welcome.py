@@ -59,8 +59,7 @@ def rank(my_rank: Callable[[], int], world_sizes: tuple[int, ...] = WORLD_SIZES)
             continue
         hint = (" — that is the world size, not the rank" if all(v == n for v in values) else
                 " — ranks counted from 1? They start at 0" if values == list(range(1, n + 1))
-                else " — every rank returned the same number" if len(set(values)) == 1
-                else "")
+                else " — every rank returned the same number" if len(set(values)) == 1 else "")
         bad = next(r for r, v in enumerate(values) if v != r)
         fail(f"with {n} ranks, rank {bad} returned {values[bad]}, expected {bad}{hint}. "
              f"All ranks returned {values}." + only_right_for(right, f"{n} ranks"))
@@ -179,18 +178,17 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=lambda rng: {
         "eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))},
         name="my_darts_per_rank")
-    name = trial.name
     for case in trial:
         eps, w = case.params["eps"], case.params["workers"]
         got = trial.call(case, eps, w)
         n = answers.scalar(got)
         if n is None or not math.isfinite(n):
-            fail(returned_none(got, name, "the number of darts per rank",
+            fail(returned_none(got, trial.name, "the number of darts per rank",
                                "a number of darts (an int)") + f" [{case}].")
         need = PI_VARIANCE / (w * eps ** 2)
         if need * (1 - 1e-9) <= n <= math.ceil(need) + 1:
             continue
-        fail(f"{name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
+        fail(f"{trial.name}({eps:g}, {w}) returned {n:,.6g} darts per rank, expected "
              f"⌈π(4−π)/(workers·eps²)⌉ = {math.ceil(need):,}: "
              f"{_darts_fault(n, need, w, eps)} [{case}].")
     trial.passed(f"on {len(trial)} cases (eps from 0.2 down to 0.0005, 1–16 workers): "
@@ -309,8 +307,7 @@ def _pi_valid_plan(name: str, plan: Any, case: Any, same: str = "") -> tuple[int
         fail(f"{name} returned {tuple(plan)!r}; workers and darts must be whole numbers ≥ 1 "
              f"[{case}].")
     if w > PI_WORKERS:
-        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} "
-             f"[{case}]")
+        fail(f"{name} asked for {w} workers; the lesson's cluster has {PI_WORKERS}.{same} [{case}]")
     if w * d > p["budget"]:
         total = _pi_total(p["tol"])
         hint = (f" — that is about the total the plan needs ({total:,.0f}) on EVERY rank: "

@@ -202,7 +202,7 @@ def test_a_padded_gradient_is_not_called_optimizer_state():
 def test_held_bytes_finds_state_wherever_it_is_kept():
     """Objects with slots or a __dict__, closures and numpy views count; a storage counts once;
     the caller's own tensors do not."""
-    from ddl_lab.check._held import held_bytes
+    from ddl_lab.check.memory import held_bytes
     big, mine, arr = torch.zeros(100), torch.zeros(50), np.zeros(10)
 
     def step():
