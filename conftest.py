@@ -23,6 +23,27 @@ def pytest_configure(config):
     config.ddl_run = getattr(config, "workerinput", {}).get("testrunuid") or uuid.uuid4().hex
 
 
+@pytest.fixture(scope="session")
+def playwright_browser():
+    """Debian's Chromium, headless, driven by Playwright (which cannot fetch its own here):
+    one per test process, shared by the browser tests and the website's (tests/browser,
+    tests/site: one process cannot hold two of Playwright's synchronous drivers)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("browser tests skipped: the Python package playwright is not installed "
+                    "(`make setup` installs the dev extras)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (`make browser` "
+                    "installs Debian's chromium; as root: apt-get install chromium)")
+    from tests.browser.lab_harness import CHROMIUM_ARGS
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=CHROMIUM_ARGS)   # a fresh temporary profile
+        yield browser
+        browser.close()
+
+
 def browser_available() -> bool:
     return CHROMIUM.exists() and importlib.util.find_spec("playwright") is not None
 

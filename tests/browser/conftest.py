@@ -1,4 +1,4 @@
-"""Browser tests: one JupyterLab and one headless Chromium per test session.
+"""Browser tests: one JupyterLab per test session, in the session's headless Chromium (conftest.py).
 
 They skip, saying why, only where no browser can be had: no Python ``playwright`` or no
 Debian ``chromium`` at /usr/bin/chromium (``make browser`` installs it). Under
@@ -11,34 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from lab_harness import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, EXECUTED, Lab, NotebookPage,
-                         copy_course)
+from lab_harness import ARTIFACTS, EXECUTED, Lab, NotebookPage, copy_course
 
-SKIP = "browser tests skipped: {}"
 IN_BROWSER = "test_lesson_runs_and_its_widgets_redraw"
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: drives JupyterLab in headless Chromium "
                                        "(deselect with -m 'not browser')")
-
-
-@pytest.fixture(scope="session")
-def playwright_browser():
-    """Debian's Chromium, headless, driven by Playwright (which cannot fetch its own here)."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip(SKIP.format("the Python package playwright is not installed "
-                                "(`make setup` installs the dev extras)"))
-    if not CHROMIUM.exists():
-        pytest.skip(SKIP.format(f"no Chromium at {CHROMIUM} (`make browser` installs "
-                                "Debian's chromium; as root: apt-get install chromium)"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                    args=CHROMIUM_ARGS)   # a fresh temporary profile
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="session")

@@ -128,15 +128,9 @@ def test_each_lesson_page_has_its_launch_links(site_dir):
 # --------------------------------------------------------------------------- in Chromium
 
 @pytest.fixture(scope="module")
-def browser():
-    pw = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from tests.browser.lab_harness import CHROMIUM, CHROMIUM_ARGS
-    if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (`make browser`)")
-    with pw.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(playwright_browser):
+    """The session's Chromium (conftest.py), shared with the browser tests."""
+    return playwright_browser
 
 
 @pytest.fixture
