@@ -72,6 +72,7 @@ sandbox:                        ## bubblewrap, the OS sandbox `ddl-lab grade` ru
 engines: $(VENV)/.engines java  ## Spark and Ray (lesson 04's RDD job, lesson 11's Options): optional
 
 $(VENV)/.engines: $(VENV)/.installed
+	[ -x $(UV) ] || $(PY) -m pip install -q uv      # a venv set up before uv was used
 	$(INSTALL) -e ".[engines]"
 	touch $@
 
