@@ -63,10 +63,18 @@ def descendants(pid: int | None = None) -> set[int]:
     return {p.pid for p in procs if alive(p.pid)}
 
 
+# Chromium's own segments (the browser and site tests' Chromium, beside these tests in one
+# run), which it may leave behind as it exits: not the runtime's to remove
+NOT_OURS = ("org.chromium.",)
+
+
 def shm_segments() -> dict[str, float]:
-    """/dev/shm entries (POSIX shared memory and semaphores) -> their change time."""
+    """/dev/shm entries (POSIX shared memory and semaphores) -> their change time; never
+    NOT_OURS."""
     out = {}
     for p in SHM.iterdir() if SHM.is_dir() else ():
+        if p.name.startswith(NOT_OURS):
+            continue
         try:
             out[p.name] = p.stat().st_ctime
         except FileNotFoundError:                # removed while we looked
