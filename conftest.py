@@ -67,7 +67,8 @@ def pytest_collection_modifyitems(config, items):
 # per notebook so that the workers share them: the browser lessons and the solution notebooks. Groups go out
 # longest first (LONGEST_FIRST, measured with --durations on 2 cores; then every other
 # group, most tests first; the reliability tests and the site last: LAST), so that no worker
-# is left with a long group at the end while the others idle. A group named nowhere (a new lesson) only loses its place in the queue.
+# is left with a long group at the end while the others idle. A group named nowhere (a new
+# lesson) only loses its place in the queue.
 PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
 IN_BROWSER = "tests/browser/test_lessons_in_browser.py"
@@ -87,8 +88,8 @@ ONE_SPARK = ("tests/message_passing/test_spark_rdd.py", "tests/scaling_out/test_
 # Queued after everything else: the reliability tests (faults, soak, scale, loopback: they
 # fill the cores the last long groups leave idle) and the website, one group (one build),
 # which waits for this run's browser lessons (tests/site/conftest.py) and browses them.
-LAST = ("tests/reliability/", "tests/site/")
 SITE = "tests/site"
+LAST = ("tests/reliability/", SITE)
 
 
 def scope_of(nodeid: str) -> str:
@@ -109,7 +110,7 @@ def rank_of(scope: str) -> int:
     for name in (scope, scope.partition("::")[0]):
         if name in LONGEST_FIRST:
             return LONGEST_FIRST.index(name)
-    if scope.startswith(LAST) or scope == SITE:
+    if scope.startswith(LAST):
         return len(LONGEST_FIRST) + 1
     return len(LONGEST_FIRST)
 

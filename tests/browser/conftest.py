@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lab_harness import ARTIFACTS, EXECUTED, Lab, NotebookPage, copy_course
+from lab_harness import ARTIFACTS, EXECUTED, LESSON_TEST, Lab, NotebookPage, copy_course
 
-IN_BROWSER = "test_lesson_runs_and_its_widgets_redraw"
 
 
 def pytest_configure(config):
@@ -36,7 +35,7 @@ def pytest_runtest_protocol(item, nextitem):
     ``<lesson>.run`` beside where it saves the lesson: the website's tests, queued last in
     the same test run, wait for these (tests/site/conftest.py)."""
     yield
-    if getattr(item, "originalname", "") == IN_BROWSER:
+    if getattr(item, "originalname", "") == LESSON_TEST:
         EXECUTED.mkdir(parents=True, exist_ok=True)
         (EXECUTED / f"{item.callspec.params['lesson']}.run").write_text(item.config.ddl_run)
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
 EXECUTED = ROOT / "build" / "lessons"     # the lessons as they ran, which the website is built from
+LESSON_TEST = "test_lesson_runs_and_its_widgets_redraw"   # one lesson's run, in the browser
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from ddl_lab.tools import site
+from tests.browser.lab_harness import LESSON_TEST
 
 ROOT = Path(__file__).resolve().parents[2]
 EXECUTED = ROOT / "build" / "lessons"
 REPOSITORY = "https://github.com/ddl-lab/ddl_lab"    # any URL: the tests read the links it makes
 
 
-IN_BROWSER = "test_lesson_runs_and_its_widgets_redraw"
 WAIT_S = 900        # for this run's browser lessons: longer than any lesson's browser test
 
 
@@ -34,7 +34,7 @@ def wait_for_the_browser(session: pytest.Session, run: str) -> list[str]:
     tests/browser/conftest.py); return those still running
     after WAIT_S seconds. None are waited for where the run has no browser lessons."""
     lessons = {i.callspec.params["lesson"] for i in session.items
-               if getattr(i, "originalname", "") == IN_BROWSER}
+               if getattr(i, "originalname", "") == LESSON_TEST}
 
     def running() -> list[str]:
         marks = {name: EXECUTED / f"{name}.run" for name in lessons}

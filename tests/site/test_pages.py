@@ -236,7 +236,7 @@ def test_the_site_waits_for_this_runs_browser_lessons_and_no_others(tmp_path, mo
     monkeypatch.setattr(C, "EXECUTED", tmp_path)
     monkeypatch.setattr(C, "WAIT_S", 0.2)
 
-    def item(lesson, name=C.IN_BROWSER):
+    def item(lesson, name=C.LESSON_TEST):
         return SimpleNamespace(originalname=name, callspec=SimpleNamespace(params={"lesson": lesson}))
     run = SimpleNamespace(items=[item("00_a"), item("01_b"), item("x", name="test_other")])
     (tmp_path / "00_a.run").write_text("this run")
