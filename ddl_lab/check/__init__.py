@@ -20,6 +20,7 @@ from .compression import (strom_threshold, error_feedback_onebit, qsgd_rounding,
 from .model_parallel import stage_step, one_f_one_b, row_parallel, bytes_per_rank, pipeline_plan
 from .memory import zero2_step, zero_bytes, memory_plan
 from .scaling_out import fedavg, resume, rendezvous_env, best_workers, fedavg_plan
+from .transformers import parallel_plan, ring_attention, transformer_bytes, vocab_cross_entropy
 from .capstone import budget_bytes, capstone
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     "stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan",
     "zero2_step", "zero_bytes", "memory_plan",
     "fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan",
+    "ring_attention", "vocab_cross_entropy", "transformer_bytes", "parallel_plan",
     "budget_bytes", "capstone",
 ]

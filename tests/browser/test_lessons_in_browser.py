@@ -25,6 +25,7 @@ LESSON_CONTROLS = {
 # Further controls moved after that one, in the same page.
 MORE_CONTROLS = {
     "06_ring_allreduce": [Control("step", panel=2)],   # §7: halving/doubling, stepped
+    "12_transformers": [Control("ring step", panel=1)],  # §6: the ring-attention stepper
 }
 
 
