@@ -1,6 +1,7 @@
 """Compressors, error feedback and index coding (lesson 08): real bytes, measured sizes."""
 import math
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -212,6 +213,8 @@ def test_reconstruction_picture_draws_the_gradient_and_every_decoding():
     from ddl_lab.compression.plots import plot_reconstruction
     g = torch.linspace(-1, 1, 500)
     rows = C.compare_on(g, [C.FP16(), C.Threshold(0.5)])
-    ax = plot_reconstruction(g, rows, n=50)
+    fig, ax = plt.subplots()            # its own axes: not whatever an earlier test left
+    assert plot_reconstruction(g, rows, n=50, ax=ax) is ax
+    plt.close(fig)
     assert [len(line.get_ydata()) for line in ax.lines] == [50] * 3
     assert ax.lines[2].get_label().startswith("threshold τ=0.5")
