@@ -48,25 +48,48 @@ def pytest_runtest_makereport(item, call):
         item.browser_call_failed = report.failed
 
 
+@pytest.fixture(scope="session")
+def reusable() -> dict:
+    """The page a test left behind in good order, for the next test's first notebook
+    (``open_notebook``): one JupyterLab load per test process instead of one per test."""
+    return {}
+
+
 @pytest.fixture
-def open_notebook(lab, playwright_browser, request):
-    """``open_notebook(path)`` → a NotebookPage in a fresh browser context; on teardown the
-    page closes (saved as artifacts/browser/failed-*.png if the test failed) and every
-    kernel, with its workers, is shut down."""
-    pages = []
+def open_notebook(lab, playwright_browser, request, reusable):
+    """``open_notebook(path)`` → a NotebookPage. A test's first notebook opens in the page the
+    last test left (JupyterLab's own documents closed, ``NotebookPage(reopen=True)``), any
+    other in a fresh browser context. On teardown every kernel, with its workers, is shut
+    down; a failed test's pages are saved as artifacts/browser/failed-*.png and closed, so
+    the next test starts from a fresh page."""
+    pages: list[NotebookPage] = []
 
     def open_(path: str) -> NotebookPage:
-        ctx = playwright_browser.new_context(viewport={"width": 1400, "height": 1000})
-        ctx.set_default_timeout(30_000)
-        page = ctx.new_page()
-        pages.append(page)
-        return NotebookPage(page, lab, path)
+        page = reusable.pop("page", None) if not pages else None
+        if page is None or page.is_closed():
+            ctx = playwright_browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx.set_default_timeout(30_000)
+            page, reopen = ctx.new_page(), False
+        else:
+            reopen = True
+        try:
+            nb = NotebookPage(page, lab, path, reopen=reopen)
+        except BaseException:
+            page.context.close()
+            raise
+        pages.append(nb)
+        return nb
 
     yield open_
-    for page in pages:
-        if getattr(request.node, "browser_call_failed", False):
-            page.screenshot(path=str(failure_shot(request.node.name)))
-        page.context.close()
+    failed = getattr(request.node, "browser_call_failed", False)
+    for i, nb in enumerate(pages):
+        if failed:
+            nb.page.screenshot(path=str(failure_shot(request.node.name)))
+        if i == 0 and not failed:
+            nb.close_all()
+            reusable["page"] = nb.page
+        else:
+            nb.page.context.close()
     lab.shutdown_kernels()
 
 

@@ -94,6 +94,22 @@ _SNAPSHOT_JS = r"""
                   .filter(o => !o.querySelector('img')).map(o => o.textContent).join('\n')})
 """
 
+# Dismiss any dialog and close every document of the main area without asking (a notebook
+# that ran is "dirty"); its kernel keeps running (Lab.shutdown_kernels stops it).
+_CLOSE_ALL_JS = r"""
+() => {
+  document.querySelectorAll('.jp-Dialog .jp-mod-reject').forEach(b => b.click());
+  for (const w of [...window.jupyterapp.shell.widgets('main')]) {
+    if (w.context) w.context.model.dirty = false;
+    w.dispose();
+  }
+}
+"""
+# ... then open the notebook at ``path`` with the notebook factory, as double-clicking it does.
+_REOPEN_JS = "async (path) => { (" + _CLOSE_ALL_JS + ")(); await window.jupyterapp.commands" \
+             ".execute('docmanager:open', {path: path, factory: 'Notebook'}); }"
+
+
 CONTROLS = ".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox, " \
            ".widget-radio, .widget-button"
 
@@ -175,7 +191,8 @@ class Lab:
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser",
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-               f"--ServerApp.root_dir={root}", "--LabApp.news_url=None"]
+               f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+               "--LabApp.expose_app_in_browser=True"]    # window.jupyterapp: NotebookPage.reopen
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = state / "jupyter-lab.log"
@@ -262,13 +279,24 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 class NotebookPage:
     """One notebook open in JupyterLab in a browser page, its kernel started."""
 
-    def __init__(self, page: "Page", lab: Lab, path: str):
+    def __init__(self, page: "Page", lab: Lab, path: str, reopen: bool = False):
+        """Open ``path`` in ``page``: loading JupyterLab anew, or (``reopen``) in the
+        JupyterLab the page already shows, whose open documents are closed first (unsaved
+        changes discarded; their kernels are the caller's to stop): a third of the CPU of a
+        page load, and the same notebook, cells and kernel a learner gets."""
         self.page, self.lab, self.path = page, lab, path
         n_cells = len(json.loads((lab.root / path).read_text())["cells"])
-        page.goto(lab.url(path), timeout=60_000)
+        if reopen:
+            page.evaluate(_REOPEN_JS, path)
+        else:
+            page.goto(lab.url(path), timeout=60_000)
         wait_until(lambda: self.cells.count() == n_cells and self.kernel_status() == "idle"
                    and lab.kernel_state(path) == "idle", KERNEL_START_S,
                    f"{path} to show its {n_cells} cells and its kernel to be ready")
+
+    def close_all(self) -> None:
+        """Close the notebook (and any other document) in this page, leaving JupyterLab open."""
+        self.page.evaluate(_CLOSE_ALL_JS)
 
     # -- what the page shows
     @property
