@@ -1,6 +1,9 @@
 """Each solution runs once, and that one run answers two questions: does the notebook run top
 to bottom without an error, and did every check it calls pass? One test per task names the
-task whose check failed.
+task whose check failed. It is graded as a class is, under an instructor's seed (SEED): the
+checks draw cases no learner ran at home, so a check whose verdict hangs on its default
+cases fails here. The default cases are those the right answers of each check's own tests
+(``tests/<slug>/``) and the solutions in learner types (``test_check_learner_types``) meet.
 
 The run is ``ddl-lab grade`` itself (tools/grading) on the exercise as a learner who solved it
 hands it in (exercises/ with the solution's code in every stub, ``pristine.solved``): the
@@ -30,6 +33,7 @@ from ddl_lab.tools.notebooks import ROOT
 STEMS = sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 TASKS = [(stem, task) for stem in STEMS
          for task in load_exercise(ROOT / "exercises" / f"{stem}.ipynb").tasks]
+SEED = 20260527            # an instructor's grading seed, not the checks' default
 CELL_TIMEOUT = 600          # seconds, as nbval had (--nbval-cell-timeout)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -45,7 +49,7 @@ class Ran:
 def judges():
     """One judge for every notebook this process grades (as one class would have)."""
     from ddl_lab.tools.grading.grade import Judges
-    _JUDGES.append(Judges(None, ()))
+    _JUDGES.append(Judges(SEED, ()))
     yield
     _JUDGES.pop().stop()
 
@@ -64,7 +68,7 @@ def ran(stem: str) -> Ran:
         limits = Limits(timeout=1800, cell_timeout=CELL_TIMEOUT, jobs=1,
                         trust_learner_code=sandbox.why_not() is not None)
         try:
-            row, = grade(subs, out, [stem[:2]], limits, progress=False,
+            row, = grade(subs, out, [stem[:2]], limits, progress=False, seed=SEED,
                          judges=_JUDGES[-1] if _JUDGES else None)
         except Exception as e:      # noqa: BLE001 — the grader itself failed
             return Ran([f"the exercise could not be graded: {type(e).__name__}: {e}"], [])
