@@ -265,15 +265,18 @@ class Lab:
 # --------------------------------------------------------------------------- one page
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition`` until it returns something true; PageError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` until it returns something true; PageError after ``timeout`` s.
+    The polls start POLL_S apart and spread out to 1 s over a long wait (a lesson's Run
+    All): each poll costs the test, the driver and the page a round trip."""
+    deadline, pause = time.monotonic() + timeout, POLL_S
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
             raise PageError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(POLL_S)
+        time.sleep(pause)
+        pause = min(1.0, pause * 1.25)
 
 
 class NotebookPage:

@@ -1,4 +1,4 @@
-"""Soak: 100 re-runs of a lesson-06 and a lesson-07 experiment panel, each started
+"""Soak: 50 re-runs of a lesson-06 and a lesson-07 experiment panel, each started
 the way a learner starts it — the panel's own Run button, clicked in this process as the
 notebook's kernel would run it. Open files, threads, processes, /dev/shm segments and the
 notebook's resident memory must not grow beyond a small bound.
@@ -22,7 +22,7 @@ from .conftest import SCALE
 from .system import descendants, shm_in_use, usage
 
 ROOT = Path(__file__).resolve().parents[2]
-RERUNS = max(20, round(100 * SCALE))
+RERUNS = max(20, round(50 * SCALE))     # a resource leaked per run shows by then
 WARM_UP = 5
 MB = 1 << 20
 
