@@ -1,0 +1,409 @@
+"""Checks for lesson 13 (performance): reading real profiler traces of every rank (task 1,
+implementation), the model FLOPs of a step and its MFU (task 2, reasoning), and the per-rank
+batch that makes a data-parallel step compute-bound on a machine known only by measured
+numbers (task 3, design).
+
+Task 1's traces are made by the check, on real workers: training steps of lesson 12's GPT
+under ``torch.profiler`` with DDP or a hand step, bucket sizes and world sizes drawn, the
+ranks' files merged (``traces.merge_traces``); the learner's reading is held against the
+course's own (``traces.summary``). Task 2's first case is lesson 12's GPT, its FLOPs
+counted by ``FlopCounterMode`` too. Task 3's first case describes this machine as the check
+measured it on two workers (matmul FLOP/s, α and β of gloo's allreduce), and the chosen
+batch is run there: its compute must outlast its allreduce."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _answers as answers
+from ._core import fail, on_workers, run_cases, task
+from ._diagnose import Case, apart, describe_value, explain, returned_none
+from ._trial import Trial
+
+__all__ = ["overlap_from_trace", "model_flops", "compute_bound_batch"]
+
+_PKG = "ddl_lab.performance"
+
+
+# ------------------------------------------------------ task 1 (implementation): a trace
+
+TRACE_FIXED = [{"n": 2, "mode": "ddp", "bucket_mb": 0.05, "steps": 1},
+               {"n": 2, "mode": "hand", "bucket_mb": 0.1, "steps": 1}]
+
+
+def _draw_trace(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n": int(rng.choice([2, 3])), "mode": "ddp" if rng.random() < 0.75 else "hand",
+            "bucket_mb": float(rng.choice([0.02, 0.03, 0.05, 0.08, 0.15])),
+            "steps": int(rng.integers(1, 3))}
+
+
+def _make_traces(trial: Trial, root: str) -> list[str]:
+    """Every case's merged trace, made on real workers (cases of one world size together)."""
+    from ddl_lab.performance import traces as T
+    paths: list[str] = []
+    folders = [os.path.join(root, f"case{c.index}") for c in trial]
+    for folder in folders:
+        os.makedirs(folder)
+    worlds = [(c.params["n"], (folder, c.params["mode"], c.params["bucket_mb"], T.TRACE_MODEL,
+                               4, c.params["steps"], 1, c.index))
+              for c, folder in zip(trial, folders)]
+    outcomes = run_cases(T.profiled_steps, worlds, fn=T.profiled_steps, timeout=60.0)
+    for outcome, folder in zip(outcomes, folders):
+        if outcome.failure is not None:
+            fail(f"the check could not make its traces: {outcome.failure.message('the profiled step', outcome.n)}")
+        paths.append(T.merge_traces([r["path"] for r in outcome.results],
+                                    os.path.join(folder, "merged.json")))
+    return paths
+
+
+def _readings(got: Any, n: int, name: str, case: Case) -> list[tuple[float, float]]:
+    """The learner's answer as one (overlap, exposed) per rank, or a failure saying why."""
+    want = (f"a list with one dict {{'overlap': share, 'exposed': seconds}} per rank, in "
+            f"rank order ({n} here)")
+    items = ([got[k] for k in sorted(got)] if isinstance(got, dict) and
+             all(isinstance(k, (int, np.integer)) for k in got) else got)
+    if not isinstance(items, (list, tuple)):
+        fail(returned_none(got, name, want, f"{want} [{case}].") or "")
+    if len(items) != n:
+        one = (" — one rank's trace only: a merged trace holds every rank's events, one "
+               "process (pid) per rank" if len(items) == 1 else "")
+        fail(f"{name} returned {len(items)} readings for a trace of {n} ranks{one}; return "
+             f"{want} [{case}].")
+    out = []
+    for r, item in enumerate(items):
+        pair = (item.get("overlap"), item.get("exposed")) if isinstance(item, dict) else item
+        both = answers.pair(pair)
+        if both is None or not all(math.isfinite(v) for v in both):
+            fail(f"{name} returned {describe_value(item)} for rank {r}; return {want} "
+                 f"[{case}].")
+        out.append(both)
+    return out
+
+
+def _trace_mistakes(path: str) -> dict[str, list[tuple[float, float]]]:
+    """What each named mistake reads from the trace at ``path``, per rank."""
+    from ddl_lab.performance import traces as T
+    t = T.load(path)
+    right = T.summary(t)
+    launch = T.summary(t, collective=T.LAUNCH)
+    summed = []
+    for row in right:
+        total = sum(b - a for a, b in T.intervals(T.events(t, row["rank"], T.COLLECTIVE))) / 1e6
+        summed.append((row["overlap"], total - row["hidden"]))
+    return {
+        "the collectives' whole wall time was returned as the exposed part: the exposed "
+        "communication is what no backward work hides, the collectives' time minus the part "
+        "under backward's events": [(r["overlap"], r["collective"]) for r in right],
+        "the CPU-side launch events (c10d::allreduce_, on the thread that calls backward) "
+        "were counted as the collective: they hand the tensor to gloo and return; the "
+        "communication is gloo's own gloo:all_reduce events, on its pt_gloo_runloop threads":
+            [(r["overlap"], r["exposed"]) for r in launch],
+        "one rank's trace only: every rank got rank 0's reading — a merged trace holds one "
+        "process (pid) per rank; read each one's events": [(right[0]["overlap"],
+                                                           right[0]["exposed"])] * len(right),
+        "the collectives' durations were added up, but gloo runs two of them at once (two "
+        "pt_gloo_runloop threads): take the union of their intervals, not the sum":
+            summed,
+        "the exposed time came back in microseconds: a trace's ts and dur are µs; return "
+        "seconds": [(r["overlap"], r["exposed"] * 1e6) for r in right],
+        "the overlap share was divided by backward's time: it is hidden ÷ the collectives' "
+        "time": [(r["hidden"] / r["backward"] if r["backward"] else 0.0, r["exposed"])
+                 for r in right],
+    }
+
+
+def _close(got: tuple[float, float], want: tuple[float, float]) -> bool:
+    return (math.isclose(got[0], want[0], rel_tol=1e-3, abs_tol=1e-4) and
+            math.isclose(got[1], want[1], rel_tol=1e-3, abs_tol=2e-6))
+
+
+def _trace_fault(got: list[tuple[float, float]], path: str, name: str) -> str | None:
+    from ddl_lab.performance.traces import summary
+    right = [(r["overlap"], r["exposed"]) for r in summary(path)]
+    if all(_close(g, w) for g, w in zip(got, right)):
+        return None
+    for message, wrong in _trace_mistakes(path).items():
+        if all(_close(g, w) for g, w in zip(got, wrong)) and \
+                not all(_close(w, r) for w, r in zip(wrong, right)):
+            return f"{name}(…): {message}"
+    r = next(i for i, (g, w) in enumerate(zip(got, right)) if not _close(g, w))
+    (go, ge), (wo, we) = got[r], right[r]
+    return (f"rank {r}: {name} returned overlap {go:.4g} and exposed {ge:.6g} s, the course's "
+            f"reading of the same trace is overlap {wo:.4g} and exposed {we:.6g} s. The "
+            "collectives are the gloo:all_reduce events (union of their intervals), backward "
+            "is the autograd::engine::evaluate_function events; overlap = the collectives' "
+            "time under backward ÷ the collectives' time, exposed = the rest, in seconds.")
+
+
+@task("performance", refuses=(_PKG, "summary", "phi"))
+def overlap_from_trace(my_overlap_from_trace: Callable, seed: int = 0) -> None:
+    """Lesson 13, task 1 (implementation): ``my_overlap_from_trace(path)`` reads the merged
+    Chrome trace at ``path`` — one process (pid) per rank of a profiled training step — and
+    returns, per rank in rank order, {"overlap": the share of the collectives' time spent
+    under backward's work, "exposed": the seconds of collective time left uncovered}. The
+    check profiles real steps on workers (DDP and a hand step, drawn bucket sizes, 2 and 3
+    ranks) and compares your reading with the course's own reading of the same files."""
+    trial = Trial("overlap_from_trace", my_overlap_from_trace, seed, TRACE_FIXED, draws=3,
+                  draw=_draw_trace)
+    name = trial.name
+    root = tempfile.mkdtemp(prefix="ddl_lab-trace-", dir=os.environ.get("DDL_LAB_SHARED_DIR"))
+    try:
+        paths = _make_traces(trial, root)
+        readings = []
+        for case, path in zip(trial, paths):
+            got = _readings(trial.call(case, path), case.params["n"], name, case)
+            trial.judge(_trace_fault(got, path, name), case)
+            readings.append((case.params["mode"], got))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    ddp = [o for mode, got in readings if mode == "ddp" for o, _ in got]
+    hand = [o for mode, got in readings if mode == "hand" for o, _ in got]
+    trial.passed(f"{len(trial)} traces of real steps on 2 and 3 ranks read as the course reads "
+                 f"them (DDP hid {np.mean(ddp):.0%} of its collectives' time on average, the "
+                 f"hand step {np.mean(hand):.0%})")
+
+
+# --------------------------------------------------- task 2 (reasoning): FLOPs and MFU
+
+_FLOP_ARGS = ("N", "L", "h", "s", "batch", "attention", "causal", "seconds", "peak")
+
+
+def _lesson_case() -> dict[str, Any]:
+    """Lesson 12's GPT at batch 4, its step timed and the matmul peak measured here."""
+    from ddl_lab.performance.flops import gpt_matmul_params, timed_step
+    from ddl_lab.performance.roofline import matmul_flop_s, threads
+    from ddl_lab.transformers.train import MODEL
+    with threads(1):
+        seconds, peak = timed_step(MODEL, 4, repeats=2), matmul_flop_s(256, repeats=3)
+    return {"N": gpt_matmul_params(MODEL), "L": MODEL.layers, "h": MODEL.hidden,
+            "s": MODEL.seq, "batch": 4, "attention": True, "causal": False,
+            "seconds": float(seconds), "peak": float(peak)}
+
+
+FLOP_FIXED = [{"N": 1_300_000_000, "L": 24, "h": 2048, "s": 2048, "batch": 8,
+               "attention": True, "causal": True, "seconds": 0.9, "peak": 312e12}]
+
+
+def _draw_flops(rng: np.random.Generator) -> dict[str, Any]:
+    L, h = int(rng.integers(2, 97)), 128 * int(rng.integers(2, 97))
+    return {"N": int(12 * L * h * h + 50_000 * h), "L": L, "h": h,
+            "s": int(2 ** rng.integers(7, 16)), "batch": int(rng.integers(1, 65)),
+            "attention": bool(rng.random() < 0.7), "causal": bool(rng.random() < 0.6),
+            "seconds": float(rng.uniform(0.05, 20)), "peak": float(rng.choice([1e11, 1e14,
+                                                                             312e12, 989e12]))}
+
+
+def _flops(p: dict[str, Any], mistake: str | None = None) -> tuple[float, float]:
+    """(FLOPs of the step, MFU) as the lesson counts them, or as ``mistake`` would."""
+    N, L, h, s, b = (p[k] for k in ("N", "L", "h", "s", "batch"))
+    per_n = {"2N": 2, "forward only": 2, "4N": 4}.get(mistake or "", 6)
+    attention, causal = p["attention"], p["causal"]
+    if mistake == "no attention":
+        attention = False
+    if mistake == "attention always":
+        attention = True
+    if mistake == "non-causal":
+        causal = False
+    if mistake == "halved":
+        causal = True
+    att = (6.0 if causal else 12.0) * L * h * s if attention else 0.0
+    if mistake == "forward only":
+        att /= 3
+    tokens = {"per token": 1, "per sequence": s, "per example batch": b}.get(mistake or "",
+                                                                             b * s)
+    flops = (per_n * N + att) * tokens
+    mfu = flops / (p["seconds"] * p["peak"])
+    return flops, mfu * (100 if mistake == "percent" else 1)
+
+
+_FLOP_MISTAKES = {
+    "2N": "2N a token is the forward pass only: a training step does 6N (2N forward, 4N "
+          "backward: the input's gradient and the weight's, a matmul each)",
+    "forward only": "the backward pass was forgotten: it costs twice the forward, for the "
+                    "parameters (4N) and for attention alike",
+    "4N": "4N a token counts backward as one matmul per weight: it does two (the input's "
+          "gradient and the weight's), 2N + 4N = 6N",
+    "non-causal": "the non-causal attention term 12·L·h·s for a causal model: under a "
+                  "causal mask only the half of the scores below the diagonal is needed, "
+                  "6·L·h·s",
+    "halved": "the attention term was halved for a model that is not causal: every query "
+              "sees every key, 12·L·h·s",
+    "no attention": "the attention term was left out: attention's q·kᵀ and p·v hold no "
+                    "parameter, so 6N does not count them — add 12·L·h·s (6·L·h·s causal)",
+    "attention always": "the attention term was added where the count asks for 6N alone "
+                        "(attention=False)",
+    "per token": "FLOPs per token were returned: a step processes batch × s tokens",
+    "per sequence": "the batch was forgotten: a step processes batch × s tokens",
+    "per example batch": "the sequence length was forgotten in the token count: a step "
+                         "processes batch × s tokens",
+    "percent": "MFU came back as a percentage: return the fraction (0.42, not 42)",
+}
+
+
+@task("performance", refuses=(_PKG, "step_flops", "attention_flops"))
+def model_flops(my_model_flops: Callable, seed: int = 0) -> None:
+    """Lesson 13, task 2 (reasoning): ``my_model_flops(N, L, h, s, batch, attention, causal,
+    seconds, peak)`` returns {"flops": the model FLOPs of one training step of a GPT with N
+    matmul parameters, L layers of width h, on batch sequences of s tokens — attention's
+    term included if ``attention``, for a causal mask if ``causal`` —, "mfu": its model
+    FLOPs utilisation for a step of ``seconds`` on a machine of ``peak`` FLOP/s}. The first
+    case is lesson 12's GPT, its FLOPs counted by FlopCounterMode as well."""
+    trial = Trial("model_flops", my_model_flops, seed, [_lesson_case(), *FLOP_FIXED],
+                  draws=8, draw=_draw_flops)
+    name = trial.name
+    for case in trial:
+        p = case.params
+        call = f"{name}({', '.join(f'{k}={p[k]!r:.12}' for k in _FLOP_ARGS)})"
+        got = trial.call(case, *(p[k] for k in _FLOP_ARGS))
+        if not (isinstance(got, dict) and {"flops", "mfu"} <= set(got)):
+            fail(returned_none(got, name, 'a dict with "flops" and "mfu"',
+                               f'a dict {{"flops": FLOPs of the step, "mfu": a fraction}} '
+                               f'({case}).', call))
+        flops = answers.answer(got["flops"], answers.Real(0, math.inf, "neither", "FLOPs"),
+                               name, call, case)
+        util = answers.answer(got["mfu"], answers.Real(0, math.inf, "neither", "MFU"), name,
+                              call, case)
+        want = _flops(p)
+        rel = max(1e-6, answers.answer_rtol([got["flops"], got["mfu"]]))
+        for what, value, right, i in (("flops", flops, want[0], 0), ("mfu", util, want[1], 1)):
+            if math.isclose(value, right, rel_tol=rel):
+                continue
+            hint = explain(value, [(msg, _flops(p, m)[i]) for m, msg in _FLOP_MISTAKES.items()],
+                           rtol=rel, right=right)
+            shown, wanted = apart(value, right)
+            fail(f"{call} returned {what} = {shown}, expected {wanted} ({case})"
+                 + (f": {hint}." if hint else "."))
+        if case.index == 0:
+            from ddl_lab.performance.flops import gpt_counted_flops
+            from ddl_lab.transformers.train import MODEL
+            counted = gpt_counted_flops(MODEL, p["batch"])
+            if abs(flops / counted - 1) > 0.02:
+                fail(f"{call} returned flops = {flops:.6g}; FlopCounterMode counted {counted:,} "
+                     f"in a real step of lesson 12's GPT ({case}).")
+    trial.passed(f"lesson 12's GPT (within 2 % of FlopCounterMode's count of a real step) and "
+                 f"{len(trial) - 1} more configurations, causal and not, with and without "
+                 "attention's term, match 6N + 12·L·h·s (× ½ causal) and MFU")
+
+
+# ---------------------------------------------- task 3 (design): a compute-bound batch
+
+RATIO = 2.0                 # compute at least twice the allreduce
+SLACK = 1.25                # at most 25 % above the least such batch
+
+
+def _least(d: dict[str, float], mistake: str | None = None) -> int:
+    """The least per-rank batch whose compute is ≥ RATIO × the allreduce (or as a mistake
+    would compute it)."""
+    n, N = d["world"], d["params"]
+    S = (1.0 if mistake == "bytes as params" else 4.0) * N
+    alpha = 0.0 if mistake == "no alpha" else d["alpha"]
+    if mistake == "one message":
+        comm = alpha + S * d["beta"]
+    elif mistake == "no share":
+        comm = 2 * (n - 1) * alpha + 2 * S * d["beta"]
+    else:
+        comm = 2 * (n - 1) * alpha + 2 * (n - 1) / n * S * d["beta"]
+    per_example = (2.0 if mistake == "2N" else 6.0) * N * \
+        (1 if mistake == "tokens" else d["tokens"])
+    ratio = 1.0 if mistake == "ratio 1" else RATIO
+    return max(1, math.ceil(ratio * comm * d["flop_s"] / per_example * (1 - 1e-12)))
+
+
+_BATCH_MISTAKES = {
+    "ratio 1": "that is where compute only equals the allreduce: the task asks for compute "
+               f"at least {RATIO:g} times the communication",
+    "2N": "the FLOPs of an example were counted as 2N a token (forward only): a training "
+          "step does 6N",
+    "tokens": "the tokens of an example were left out: an example of s tokens costs 6N·s",
+    "bytes as params": "the gradients' bytes were taken as the parameter count: float32 "
+                       "gradients are 4 bytes each",
+    "no alpha": "the latency α was left out: a ring allreduce pays 2(n−1)·α",
+    "one message": "the allreduce was costed as one message, α + S·β: the ring takes 2(n−1) "
+                   "rounds, 2(n−1)·α + 2(n−1)/n·S·β",
+    "no share": "the ring's bytes were taken as 2S: each rank sends 2(n−1)/n·S",
+}
+
+
+def _draw_machine(rng: np.random.Generator) -> dict[str, float]:
+    from ddl_lab.performance.crossover import describe
+    while True:
+        d = describe(flop_s=float(10 ** rng.uniform(10, 14.5)), alpha=float(10 ** rng.uniform(-6, -4)),
+                     beta=float(1 / 10 ** rng.uniform(8.5, 11)),
+                     params=int(10 ** rng.uniform(5, 9.5)), world=int(rng.choice([2, 4, 8, 64, 512])),
+                     tokens=int(rng.choice([1, 1, 128, 1024])))
+        least = _least(d)
+        wrong = {_least(d, m) for m in _BATCH_MISTAKES}
+        if 8 <= least <= 100_000 and all(w < least or w > SLACK * least + 1 for w in wrong):
+            return d
+
+
+def _measure_machine(width: int, depth: int) -> dict[str, float]:
+    """This machine, as the check measures it on two workers: one rank's matmul FLOP/s and
+    gloo's α, β (``crossover.link``, ``fit_ring``); the MLP's parameters."""
+    from ddl_lab.performance import crossover as X
+    sizes = (4 << 10, 64 << 10, 512 << 10, 2 << 20)
+    runs = on_workers(X.sweep, 2, [1], width, depth, 3, fn=X.sweep)
+    links = on_workers(X.link, 2, sizes, 5, fn=X.link)
+    alpha, beta = X.fit_ring(2, sizes, [max(t) for t in zip(*links)])
+    return X.describe(runs[0]["flop_s"], alpha, beta, runs[0]["params"], 2)
+
+
+REAL = {"width": 256, "depth": 2}
+
+
+def _judge_batch(b: int, d: dict[str, float], name: str, case: Case, plans: list) -> None:
+    least = _least(d)
+    tail = answers.drawn(False, plans) + f" ({case})"
+    if least <= b <= max(least + 1, math.ceil(SLACK * least)):
+        return
+    hint = next((msg for m, msg in _BATCH_MISTAKES.items() if _least(d, m) == b
+                 and _least(d, m) != least), None)
+    compute = b * 6.0 * d["params"] * d["tokens"] / d["flop_s"]
+    from ddl_lab.performance.crossover import comm_seconds
+    comm = comm_seconds(d)
+    where = (f"{name}(…) chose b = {b}: compute {compute:.3g} s against an allreduce of "
+             f"{comm:.3g} s ({compute / comm:.2f}×)")
+    if b < least:
+        fail(f"{where}, less than {RATIO:g}× — the least batch that reaches it is {least}"
+             + (f": {hint}." if hint else ".") + tail)
+    fail(f"{where}: more than {SLACK - 1:.0%} above the least batch that is compute-bound "
+         f"by {RATIO:g}×, {least} — a larger batch costs memory and convergence for nothing"
+         + (f": {hint}." if hint else ".") + tail)
+
+
+@task("performance", refuses=(_PKG, "comm_seconds"))
+def compute_bound_batch(my_compute_bound_batch: Callable, seed: int = 0) -> None:
+    """Lesson 13, task 3 (design): ``my_compute_bound_batch(machine)`` gets a dict of measured
+    numbers — "flop_s" (one rank's FLOP/s), "alpha" (s), "beta" (s per byte) of the link,
+    "params" (the model's parameters, float32 gradients allreduced by a ring), "tokens" (an
+    example's tokens) and "world" (ranks) — and returns the per-rank batch at which a
+    data-parallel step is compute-bound: compute (6N FLOPs a token) at least twice the
+    allreduce, and no more than 25 % above the least batch that achieves it. The first
+    machine is this one, measured by the check on two workers, and the chosen batch runs
+    there: its measured compute must outlast its measured allreduce."""
+    real = _measure_machine(**REAL)
+    fixed = [real, {"flop_s": 312e12, "alpha": 5e-6, "beta": 1 / 50e9, "params": 1_300_000_000,
+                    "tokens": 2048, "world": 64}]
+    trial = Trial("compute_bound_batch", my_compute_bound_batch, seed, fixed, draws=5,
+                  draw=_draw_machine, plan=True)
+    name = trial.name
+    plans = [answers.answer(trial.call(c, dict(c.params), where=f"{name}(machine) ({c})"),
+                            answers.Whole(1, math.inf, what="a per-rank batch"), name,
+                            f"{name}(machine)", c) for c in trial]
+    for case, b in zip(trial, plans):
+        _judge_batch(b, case.params, name, case, plans)
+    from ddl_lab.performance.crossover import sweep
+    run = on_workers(sweep, 2, [plans[0]], REAL["width"], REAL["depth"], 5, fn=sweep)
+    compute, comm = max(r["compute"][0] for r in run), max(r["comm"][0] for r in run)
+    if compute < comm:
+        fail(f"{name}(machine) chose b = {plans[0]} for this machine; run on two workers its "
+             f"forward and backward took {compute * 1e3:.3g} ms and the allreduce of its "
+             f"gradients {comm * 1e3:.3g} ms: still communication-bound ({trial.cases[0]}).")
+    trial.passed(f"b = {plans[0]} ran compute-bound on two workers here (compute "
+                 f"{compute * 1e3:.2f} ms, allreduce {comm * 1e3:.2f} ms); {len(trial) - 1} "
+                 "more machines, up to 512 ranks, met by the cost model")
