@@ -168,7 +168,7 @@ def test_compute_bound_batch_passes_right_answers():
     (lambda m: batch(m, alpha=False), "latency α was left out"),
     (lambda m: batch(m, bytes_per=1), "4 bytes each"),
     (lambda m: 10 * batch(m), "more than 25% above"),
-    (lambda m: 64, "same plan, 64, for all 7"),
+    (lambda m: 64, "same batch, 64, for all 6 machines"),
 ])
 def test_compute_bound_batch_names_the_mistakes(fn, words):
     with pytest.raises(CheckFailed, match=words):
