@@ -75,7 +75,8 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
     ``batch`` sequences under ``torch.profiler`` (CPU), ``mode`` 'ddp' (DDP with buckets of
     ``bucket_mb`` MB) or 'hand' (allreduce in buckets of that size after backward); the
     trace written to ``outdir/rank<r>.json``. Returns the path, the buckets' bytes (in the
-    order they are reduced), the world size and the seconds of the profiled steps."""
+    order they are reduced), the world size, the seconds of the profiled steps and the best
+    seconds of a warm-up step (no profiler)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.profiler import ProfilerActivity, profile, record_function
     if mode not in ("ddp", "hand"):
@@ -102,8 +103,11 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
                 buckets = _hand_sync(params, int(bucket_mb * 2 ** 20), world)
         with label("optimizer"):
             opt.step()
+    unprofiled = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         step(False)
+        unprofiled.append(time.perf_counter() - t0)
     dist.barrier()
     t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -116,7 +120,7 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
     path = os.path.join(outdir, f"rank{rank}.json")
     prof.export_chrome_trace(path)
     return {"path": path, "buckets": buckets, "world": world, "seconds": seconds,
-            "mode": mode, "bucket_mb": bucket_mb}
+            "step": min(unprofiled, default=float("nan")), "mode": mode, "bucket_mb": bucket_mb}
 
 
 def merge_traces(paths: Sequence[str | os.PathLike], out: str | os.PathLike) -> str:
@@ -167,11 +171,12 @@ def intervals(evs: Iterable[dict]) -> list[Interval]:
     return [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in evs]
 
 
-def union(iv: Iterable[Interval]) -> list[Interval]:
-    """The intervals merged where they overlap or touch, sorted."""
+def union(iv: Iterable[Interval], gap: float = 0.0) -> list[Interval]:
+    """The intervals merged where they overlap or touch (or lie less than ``gap`` apart),
+    sorted."""
     out: list[Interval] = []
     for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
+        if out and a <= out[-1][1] + gap:
             out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
             out.append((a, b))
@@ -227,11 +232,13 @@ def collective_durations(trace: str | os.PathLike | dict) -> list[list[float]]:
             for r in ranks(t)]
 
 
-def timelines(trace: str | os.PathLike | dict) -> list[Timeline]:
+def timelines(trace: str | os.PathLike | dict, gap: float = 30.0) -> list[Timeline]:
     """The merged trace as the course's per-rank ``Timeline``s (``ddl_lab.timeline``), in
     seconds from the trace's first event: the step's ``forward`` and ``update`` (the
     profiled step's annotations), ``backward`` (the union of its events) and ``communicate``
-    (the collectives), which ``plot_timeline`` draws in the lower lane of each row."""
+    (the collectives), which ``plot_timeline`` draws in the lower lane of each row; gaps
+    under ``gap`` µs inside a kind are closed, so backward's hundreds of events read as one
+    bar where nothing else ran."""
     t = load(trace)
     stamps = [float(e["ts"]) for e in t["traceEvents"] if e.get("ph") == "X"]
     origin = min(stamps, default=0.0)
@@ -243,7 +250,7 @@ def timelines(trace: str | os.PathLike | dict) -> list[Timeline]:
                           ("update", events(t, r, "optimizer")),
                           ("communicate", events(t, r, COLLECTIVE))):
             for a, b in union(intervals(e for e in evs if e.get("cat") != "cpu_op" or
-                                        kind == "backward")):
+                                        kind == "backward"), gap):
                 tl.add(kind, (a - origin) / 1e6, (b - origin) / 1e6)
         out.append(tl)
     return out
