@@ -41,7 +41,7 @@ from ddl_lab.timeline import Timeline
 
 __all__ = ["TRACE_MODEL", "COLLECTIVE", "BACKWARD", "LAUNCH", "profiled_steps",
            "merge_traces", "load", "ranks", "events", "intervals", "union", "timelines",
-           "collective_durations", "summary", "phi"]
+           "collective_durations", "alpha_beta", "summary", "phi"]
 
 TRACE_MODEL = GPTConfig(vocab=64, seq=32, hidden=64, heads=4, layers=2)
 COLLECTIVE = "gloo:all_reduce"
@@ -230,6 +230,14 @@ def collective_durations(trace: str | os.PathLike | dict) -> list[list[float]]:
     t = load(trace)
     return [[(b - a) / 1e6 for a, b in sorted(intervals(events(t, r, COLLECTIVE)))]
             for r in ranks(t)]
+
+
+def alpha_beta(buckets: Sequence[int], world: int, alpha: float, beta: float,
+               steps: int = 1) -> list[float]:
+    """The α–β model's seconds of each collective a trace of ``steps`` steps holds: a ring
+    allreduce of each bucket (lesson 06, ``runtime.costs.ring_time``), in order."""
+    from ddl_lab.runtime.costs import ring_time
+    return [ring_time(world, b, alpha, beta) for b in buckets] * steps
 
 
 def timelines(trace: str | os.PathLike | dict, gap: float = 30.0) -> list[Timeline]:

@@ -81,7 +81,10 @@ def test_timelines_and_pictures_draw_the_trace(merged):
     fig, axes = plt.subplots(1, 2)
     plots.plot_trace(merged["ddp"][0], ax=axes[0])
     durations = T.collective_durations(merged["ddp"][0])
-    plots.plot_collectives(durations, [1e-4] * len(durations[0]), ax=axes[1])
+    runs = merged["ddp"][1]
+    predicted = T.alpha_beta(runs[0]["buckets"], 2, 1e-4, 1e-9, steps=2)
+    assert len(predicted) == len(durations[0]) == len(durations[1])
+    plots.plot_collectives(durations, predicted, ax=axes[1])
     assert axes[0].get_yticklabels()[0].get_text() == "rank 0"
     plt.close(fig)
 
