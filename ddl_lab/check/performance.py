@@ -92,6 +92,7 @@ def _trace_mistakes(path: str) -> dict[str, list[tuple[float, float]]]:
     t = T.load(path)
     right = T.summary(t)
     launch = T.summary(t, collective=T.LAUNCH)
+    annotated = T.summary(t, backward="backward")
     summed = []
     for row in right:
         total = sum(b - a for a, b in T.intervals(T.events(t, row["rank"], T.COLLECTIVE))) / 1e6
@@ -104,6 +105,11 @@ def _trace_mistakes(path: str) -> dict[str, list[tuple[float, float]]]:
         "were counted as the collective: they hand the tensor to gloo and return; the "
         "communication is gloo's own gloo:all_reduce events, on its pt_gloo_runloop threads":
             [(r["overlap"], r["exposed"]) for r in launch],
+        "the step's \"backward\" annotation was taken for backward's work: it lasts until "
+        "loss.backward() returns, which under DDP includes the wait for the last buckets' "
+        "allreduces, when nothing is computed; backward's work is its "
+        "autograd::engine::evaluate_function events": [(r["overlap"], r["exposed"])
+                                                       for r in annotated],
         "one rank's trace only: every rank got rank 0's reading — a merged trace holds one "
         "process (pid) per rank; read each one's events": [(right[0]["overlap"],
                                                            right[0]["exposed"])] * len(right),
@@ -123,16 +129,15 @@ def _close(got: tuple[float, float], want: tuple[float, float]) -> bool:
             math.isclose(got[1], want[1], rel_tol=1e-3, abs_tol=2e-6))
 
 
-def _trace_verdict(got: list[tuple[float, float]], path: str) -> set[str] | None:
-    """None if ``got`` is the course's reading of the trace at ``path``, else the named
-    mistakes that explain it (maybe none, maybe several where this trace cannot tell them
-    apart)."""
+def _trace_verdict(got: list[tuple[float, float]], path: str) -> tuple[bool, set[str]]:
+    """Whether ``got`` is the course's reading of the trace at ``path``, and the named
+    mistakes that would have returned ``got`` on it (several where this trace cannot tell
+    them apart; on a right answer, those that read this trace right too)."""
     from ddl_lab.performance.traces import summary
     right = [(r["overlap"], r["exposed"]) for r in summary(path)]
-    if all(_close(g, w) for g, w in zip(got, right)):
-        return None
-    return {message for message, wrong in _trace_mistakes(path).items()
-            if all(_close(g, w) for g, w in zip(got, wrong))}
+    return (all(_close(g, w) for g, w in zip(got, right)),
+            {message for message, wrong in _trace_mistakes(path).items()
+             if all(_close(g, w) for g, w in zip(got, wrong))})
 
 
 def _trace_fault(got: list[tuple[float, float]], path: str, name: str,
@@ -171,14 +176,12 @@ def overlap_from_trace(my_overlap_from_trace: Callable, seed: int = 0) -> None:
             path = paths[case.index]
             got = _readings(trial.call(case, path), case.params["n"], name, case)
             readings.append((case.params["mode"], got))
-            named = _trace_verdict(got, path)
-            if named is None:
-                continue
-            if wrong is None:               # the first wrong case is the one the message
-                wrong = (case, got, path, named)        # quotes; later ones only narrow
-            else:                                       # down which mistake it was
-                wrong[3].intersection_update(named or wrong[3])
-            if len(wrong[3]) <= 1:
+            right, fits = _trace_verdict(got, path)
+            if wrong is None and not right:     # the first wrong case is the one the message
+                wrong = (case, got, path, fits)             # quotes; the later ones only
+            elif wrong is not None:                         # narrow down which mistake
+                wrong[3].intersection_update(fits or wrong[3])  # it was
+            if wrong is not None and len(wrong[3]) <= 1:
                 break
         if wrong is not None:
             case, got, path, named = wrong
@@ -432,7 +435,7 @@ def compute_bound_batch(my_compute_bound_batch: Callable, seed: int = 0) -> None
     _judge_batch(plans[-1], case.params, name, case, plans)
     from ddl_lab.performance.crossover import sweep
     run = on_workers(sweep, 2, [plans[-1]], REAL["width"], REAL["depth"], 5, fn=sweep)
-    compute, comm = max(r["compute"][0] for r in run), max(r["comm"][0] for r in run)
+    compute, comm = (float(np.mean([r[k][0] for r in run])) for k in ("compute", "comm"))
     if compute < comm:
         fail(f"{name}(machine) chose b = {plans[-1]} for this machine; run on two workers its "
              f"forward and backward took {compute * 1e3:.3g} ms and the allreduce of its "

@@ -200,7 +200,8 @@ def _common(x: list[Interval], y: list[Interval]) -> float:
     return total
 
 
-def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE) -> list[dict]:
+def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE,
+            backward: str = BACKWARD) -> list[dict]:
     """The course's reading of a merged trace, one dict per rank: ``collective`` seconds
     (the union of the collectives' intervals), ``backward`` seconds (the union of the
     backward's events), ``hidden`` (their intersection), ``overlap`` = hidden ÷ collective
@@ -209,7 +210,7 @@ def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE) -> li
     rows = []
     for r in ranks(t):
         coll = union(intervals(events(t, r, collective)))
-        back = union(intervals(events(t, r, BACKWARD)))
+        back = union(intervals(events(t, r, backward)))
         c, hidden = _length(coll) / 1e6, _common(coll, back) / 1e6
         rows.append({"rank": r, "collective": c, "backward": _length(back) / 1e6,
                      "hidden": hidden, "overlap": hidden / c if c > 0 else 0.0,
