@@ -28,7 +28,7 @@ from torch import nn
 from ddl_lab.ml.gpt import GPT, GPTConfig, lm_loss
 
 __all__ = ["matmul_params", "gpt_matmul_params", "attention_flops", "step_flops",
-           "counted_flops", "gpt_counted_flops", "mfu", "timed_step", "model_mfu"]
+           "counted_flops", "gpt_counted_flops", "mfu", "timed_step"]
 
 
 def matmul_params(model: nn.Module) -> int:
@@ -102,19 +102,3 @@ def timed_step(cfg: GPTConfig, batch: int, repeats: int = 3, seed: int = 0) -> f
             best = min(best, time.perf_counter() - t0)
     return best
 
-
-def model_mfu(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
-              peak: float, repeats: int = 3) -> dict[str, float]:
-    """Any model's training step measured here (lesson 13's MFU of the course's MLP, CNN and
-    GPT): the FLOPs FlopCounterMode counts in one forward and backward, the best seconds of
-    ``repeats`` such steps, and their MFU against ``peak``."""
-    def step() -> None:
-        model.zero_grad()
-        loss_fn(model(X), y).backward()
-    flops = counted_flops(step)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    return {"flops": float(flops), "seconds": best, "mfu": mfu(flops, best, peak)}

@@ -10,8 +10,7 @@ import numpy as np
 from ddl_lab.performance.roofline import Op, attainable
 from ddl_lab.timeline import plot_timeline
 
-__all__ = ["plot_roofline", "plot_trace", "plot_collectives", "plot_crossover",
-           "figure_panel"]
+__all__ = ["plot_roofline", "plot_trace", "plot_collectives", "plot_crossover"]
 
 
 def _ax(ax):
@@ -93,25 +92,3 @@ def plot_crossover(batches: Sequence[int], compute: Sequence[float], comm: Seque
     ax.grid(True, which="both", alpha=0.2)
     return ax
 
-
-def figure_panel(run):
-    """The panel's picture (``panel.PanelRun``): the merged trace on the timeline, the step's
-    ops on the roofline, and each rank's MFU with its overlap share."""
-    import matplotlib.pyplot as plt
-    fig = plt.figure(figsize=(12, 6.5))
-    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.1], hspace=0.55, wspace=0.3)
-    plot_trace(run.trace, ax=fig.add_subplot(grid[0, :]),
-               title=f"one DDP step: h = {run.hidden}, {run.batch} sequences a rank, "
-                     f"{run.world} ranks (merged trace)")
-    plot_roofline({"float32, 1 thread": run.peak}, run.bandwidth, run.ops,
-                  ax=fig.add_subplot(grid[1, 0]))
-    ax = fig.add_subplot(grid[1, 1])
-    ranks = np.arange(run.world)
-    ax.bar(ranks - 0.2, np.asarray(run.mfu) * 100, 0.4, label="MFU (%)")
-    ax.bar(ranks + 0.2, [r["overlap"] * 100 for r in run.rows], 0.4,
-           label="collectives hidden (%)")
-    ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
-    ax.set_ylim(0, 100)
-    ax.set_title(f"{run.flops / 1e6:.0f} MFLOPs a rank a step")
-    ax.legend(fontsize=8)
-    return fig

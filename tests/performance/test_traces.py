@@ -110,11 +110,3 @@ def test_found_interpolates_on_log_axes():
     assert X.found([8, 16], [3.0, 4.0], [2.0, 2.0]) == 8.0
     assert math.isnan(X.found([8, 16], [1.0, 1.5], [2.0, 2.0]))
 
-
-def test_the_panel_runs_a_profiled_step_and_draws_it(cluster2):
-    from ddl_lab.performance.panel import panel_run
-    run = panel_run(cluster2, hidden=32, batch=2, world=2)
-    assert [row["rank"] for row in run.rows] == [0, 1] and len(run.mfu) == 2
-    assert all(0 < m < 1 for m in run.mfu) and run.flops > 0
-    assert T.ranks(run.trace) == [0, 1]
-    plt.close(plots.figure_panel(run))
