@@ -42,20 +42,21 @@ def _draw_trace(rng: np.random.Generator) -> dict[str, Any]:
             "steps": int(rng.integers(1, 3))}
 
 
-def _make_traces(trial: Trial, root: str) -> list[str]:
-    """Every case's merged trace, made on real workers (cases of one world size together)."""
+def _make_traces(cases: list[Case], root: str) -> list[str]:
+    """The cases' merged traces, made on real workers (one call for all of them)."""
     from ddl_lab.performance import traces as T
-    paths: list[str] = []
-    folders = [os.path.join(root, f"case{c.index}") for c in trial]
+    folders = [os.path.join(root, f"case{c.index}") for c in cases]
     for folder in folders:
         os.makedirs(folder)
     worlds = [(c.params["n"], (folder, c.params["mode"], c.params["bucket_mb"], T.TRACE_MODEL,
                                4, c.params["steps"], 1, c.index))
-              for c, folder in zip(trial, folders)]
-    outcomes = run_cases(T.profiled_steps, worlds, fn=T.profiled_steps, timeout=60.0)
-    for outcome, folder in zip(outcomes, folders):
+              for c, folder in zip(cases, folders)]
+    paths = []
+    for outcome, folder in zip(run_cases(T.profiled_steps, worlds, fn=T.profiled_steps,
+                                         timeout=60.0), folders):
         if outcome.failure is not None:
-            fail(f"the check could not make its traces: {outcome.failure.message('the profiled step', outcome.n)}")
+            fail("the check could not make its traces: "
+                 + outcome.failure.message("the profiled step", outcome.n))
         paths.append(T.merge_traces([r["path"] for r in outcome.results],
                                     os.path.join(folder, "merged.json")))
     return paths
@@ -91,6 +92,7 @@ def _trace_mistakes(path: str) -> dict[str, list[tuple[float, float]]]:
     t = T.load(path)
     right = T.summary(t)
     launch = T.summary(t, collective=T.LAUNCH)
+    annotated = T.summary(t, backward="backward")
     summed = []
     for row in right:
         total = sum(b - a for a, b in T.intervals(T.events(t, row["rank"], T.COLLECTIVE))) / 1e6
@@ -103,6 +105,11 @@ def _trace_mistakes(path: str) -> dict[str, list[tuple[float, float]]]:
         "were counted as the collective: they hand the tensor to gloo and return; the "
         "communication is gloo's own gloo:all_reduce events, on its pt_gloo_runloop threads":
             [(r["overlap"], r["exposed"]) for r in launch],
+        "the step's \"backward\" annotation was taken for backward's work: it lasts until "
+        "loss.backward() returns, which under DDP includes the wait for the last buckets' "
+        "allreduces, when nothing is computed; backward's work is its "
+        "autograd::engine::evaluate_function events": [(r["overlap"], r["exposed"])
+                                                       for r in annotated],
         "one rank's trace only: every rank got rank 0's reading — a merged trace holds one "
         "process (pid) per rank; read each one's events": [(right[0]["overlap"],
                                                            right[0]["exposed"])] * len(right),
@@ -122,15 +129,23 @@ def _close(got: tuple[float, float], want: tuple[float, float]) -> bool:
             math.isclose(got[1], want[1], rel_tol=1e-3, abs_tol=2e-6))
 
 
-def _trace_fault(got: list[tuple[float, float]], path: str, name: str) -> str | None:
+def _trace_verdict(got: list[tuple[float, float]], path: str) -> tuple[bool, set[str]]:
+    """Whether ``got`` is the course's reading of the trace at ``path``, and the named
+    mistakes that would have returned ``got`` on it (several where this trace cannot tell
+    them apart; on a right answer, those that read this trace right too)."""
     from ddl_lab.performance.traces import summary
     right = [(r["overlap"], r["exposed"]) for r in summary(path)]
-    if all(_close(g, w) for g, w in zip(got, right)):
-        return None
-    for message, wrong in _trace_mistakes(path).items():
-        if all(_close(g, w) for g, w in zip(got, wrong)) and \
-                not all(_close(w, r) for w, r in zip(wrong, right)):
-            return f"{name}(…): {message}"
+    return (all(_close(g, w) for g, w in zip(got, right)),
+            {message for message, wrong in _trace_mistakes(path).items()
+             if all(_close(g, w) for g, w in zip(got, wrong))})
+
+
+def _trace_fault(got: list[tuple[float, float]], path: str, name: str,
+                 named: set[str]) -> str:
+    from ddl_lab.performance.traces import summary
+    if named:
+        return f"{name}(…): " + next(m for m in _trace_mistakes(path) if m in named)
+    right = [(r["overlap"], r["exposed"]) for r in summary(path)]
     r = next(i for i, (g, w) in enumerate(zip(got, right)) if not _close(g, w))
     (go, ge), (wo, we) = got[r], right[r]
     return (f"rank {r}: {name} returned overlap {go:.4g} and exposed {ge:.6g} s, the course's "
@@ -153,12 +168,24 @@ def overlap_from_trace(my_overlap_from_trace: Callable, seed: int = 0) -> None:
     name = trial.name
     root = tempfile.mkdtemp(prefix="ddl_lab-trace-", dir=os.environ.get("DDL_LAB_SHARED_DIR"))
     try:
-        paths = _make_traces(trial, root)
-        readings = []
-        for case, path in zip(trial, paths):
+        paths = _make_traces(trial.cases[:1], root)         # the first alone: a stub fails
+        readings, wrong = [], None                          # before the others are made
+        for case in trial:
+            if case.index == 1:
+                paths += _make_traces(trial.cases[1:], root)
+            path = paths[case.index]
             got = _readings(trial.call(case, path), case.params["n"], name, case)
-            trial.judge(_trace_fault(got, path, name), case)
             readings.append((case.params["mode"], got))
+            right, fits = _trace_verdict(got, path)
+            if wrong is None and not right:     # the first wrong case is the one the message
+                wrong = (case, got, path, fits)             # quotes; the later ones only
+            elif wrong is not None:                         # narrow down which mistake
+                wrong[3].intersection_update(fits or wrong[3])  # it was
+            if wrong is not None and len(wrong[3]) <= 1:
+                break
+        if wrong is not None:
+            case, got, path, named = wrong
+            trial.judge(_trace_fault(got, path, name, named), case)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ddp = [o for mode, got in readings if mode == "ddp" for o, _ in got]
@@ -354,11 +381,19 @@ def _measure_machine(width: int, depth: int) -> dict[str, float]:
 
 
 REAL = {"width": 256, "depth": 2}
+FIXED_MACHINES = [{"flop_s": 312e12, "alpha": 5e-6, "beta": 1 / 50e9, "params": 1_300_000_000,
+                   "tokens": 2048, "world": 64}]
+
+
+def _batch(trial: Trial, case: Case, name: str) -> int:
+    got = trial.call(case, dict(case.params), where=f"{name}(machine) ({case})")
+    return answers.answer(got, answers.Whole(1, math.inf, what="a per-rank batch"), name,
+                          f"{name}(machine)", case)
 
 
 def _judge_batch(b: int, d: dict[str, float], name: str, case: Case, plans: list) -> None:
     least = _least(d)
-    tail = answers.drawn(False, plans) + f" ({case})"
+    tail = answers.same_for_all(plans, "batch", "machines") + f" ({case})"
     if least <= b <= max(least + 1, math.ceil(SLACK * least)):
         return
     hint = next((msg for m, msg in _BATCH_MISTAKES.items() if _least(d, m) == b
@@ -384,26 +419,27 @@ def compute_bound_batch(my_compute_bound_batch: Callable, seed: int = 0) -> None
     example's tokens) and "world" (ranks) — and returns the per-rank batch at which a
     data-parallel step is compute-bound: compute (6N FLOPs a token) at least twice the
     allreduce, and no more than 25 % above the least batch that achieves it. The first
-    machine is this one, measured by the check on two workers, and the chosen batch runs
-    there: its measured compute must outlast its measured allreduce."""
-    real = _measure_machine(**REAL)
-    fixed = [real, {"flop_s": 312e12, "alpha": 5e-6, "beta": 1 / 50e9, "params": 1_300_000_000,
-                    "tokens": 2048, "world": 64}]
-    trial = Trial("compute_bound_batch", my_compute_bound_batch, seed, fixed, draws=5,
-                  draw=_draw_machine, plan=True)
+    machines are drawn, judged by the cost model; the last is this one, measured by the
+    check on two workers, and the chosen batch runs there: its measured compute must
+    outlast its measured allreduce."""
+    trial = Trial("compute_bound_batch", my_compute_bound_batch, seed, FIXED_MACHINES,
+                  draws=5, draw=_draw_machine, plan=True)
     name = trial.name
-    plans = [answers.answer(trial.call(c, dict(c.params), where=f"{name}(machine) ({c})"),
-                            answers.Whole(1, math.inf, what="a per-rank batch"), name,
-                            f"{name}(machine)", c) for c in trial]
+    plans = [_batch(trial, c, name) for c in trial]
     for case, b in zip(trial, plans):
         _judge_batch(b, case.params, name, case, plans)
+    here = Trial("compute_bound_batch", my_compute_bound_batch, seed,
+                 [_measure_machine(**REAL)])      # this machine, measured: shown nowhere
+    case = here.cases[0]
+    plans.append(_batch(here, case, name))
+    _judge_batch(plans[-1], case.params, name, case, plans)
     from ddl_lab.performance.crossover import sweep
-    run = on_workers(sweep, 2, [plans[0]], REAL["width"], REAL["depth"], 5, fn=sweep)
-    compute, comm = max(r["compute"][0] for r in run), max(r["comm"][0] for r in run)
+    run = on_workers(sweep, 2, [plans[-1]], REAL["width"], REAL["depth"], 5, fn=sweep)
+    compute, comm = (float(np.mean([r[k][0] for r in run])) for k in ("compute", "comm"))
     if compute < comm:
-        fail(f"{name}(machine) chose b = {plans[0]} for this machine; run on two workers its "
+        fail(f"{name}(machine) chose b = {plans[-1]} for this machine; run on two workers its "
              f"forward and backward took {compute * 1e3:.3g} ms and the allreduce of its "
-             f"gradients {comm * 1e3:.3g} ms: still communication-bound ({trial.cases[0]}).")
-    trial.passed(f"b = {plans[0]} ran compute-bound on two workers here (compute "
-                 f"{compute * 1e3:.2f} ms, allreduce {comm * 1e3:.2f} ms); {len(trial) - 1} "
+             f"gradients {comm * 1e3:.3g} ms: still communication-bound ({case}).")
+    trial.passed(f"b = {plans[-1]} ran compute-bound on two workers here (compute "
+                 f"{compute * 1e3:.2f} ms, allreduce {comm * 1e3:.2f} ms); {len(trial)} "
                  "more machines, up to 512 ranks, met by the cost model")

@@ -101,3 +101,4 @@ def timed_step(cfg: GPTConfig, batch: int, repeats: int = 3, seed: int = 0) -> f
         if i:
             best = min(best, time.perf_counter() - t0)
     return best
+

@@ -91,3 +91,4 @@ def plot_crossover(batches: Sequence[int], compute: Sequence[float], comm: Seque
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.2)
     return ax
+

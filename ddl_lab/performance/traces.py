@@ -41,7 +41,7 @@ from ddl_lab.timeline import Timeline
 
 __all__ = ["TRACE_MODEL", "COLLECTIVE", "BACKWARD", "LAUNCH", "profiled_steps",
            "merge_traces", "load", "ranks", "events", "intervals", "union", "timelines",
-           "collective_durations", "summary", "phi"]
+           "collective_durations", "alpha_beta", "summary", "phi"]
 
 TRACE_MODEL = GPTConfig(vocab=64, seq=32, hidden=64, heads=4, layers=2)
 COLLECTIVE = "gloo:all_reduce"
@@ -75,7 +75,8 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
     ``batch`` sequences under ``torch.profiler`` (CPU), ``mode`` 'ddp' (DDP with buckets of
     ``bucket_mb`` MB) or 'hand' (allreduce in buckets of that size after backward); the
     trace written to ``outdir/rank<r>.json``. Returns the path, the buckets' bytes (in the
-    order they are reduced), the world size and the seconds of the profiled steps."""
+    order they are reduced), the world size, the seconds of the profiled steps and the best
+    seconds of a warm-up step (no profiler)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.profiler import ProfilerActivity, profile, record_function
     if mode not in ("ddp", "hand"):
@@ -102,8 +103,11 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
                 buckets = _hand_sync(params, int(bucket_mb * 2 ** 20), world)
         with label("optimizer"):
             opt.step()
+    unprofiled = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         step(False)
+        unprofiled.append(time.perf_counter() - t0)
     dist.barrier()
     t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -116,7 +120,7 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
     path = os.path.join(outdir, f"rank{rank}.json")
     prof.export_chrome_trace(path)
     return {"path": path, "buckets": buckets, "world": world, "seconds": seconds,
-            "mode": mode, "bucket_mb": bucket_mb}
+            "step": min(unprofiled, default=float("nan")), "mode": mode, "bucket_mb": bucket_mb}
 
 
 def merge_traces(paths: Sequence[str | os.PathLike], out: str | os.PathLike) -> str:
@@ -167,11 +171,12 @@ def intervals(evs: Iterable[dict]) -> list[Interval]:
     return [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in evs]
 
 
-def union(iv: Iterable[Interval]) -> list[Interval]:
-    """The intervals merged where they overlap or touch, sorted."""
+def union(iv: Iterable[Interval], gap: float = 0.0) -> list[Interval]:
+    """The intervals merged where they overlap or touch (or lie less than ``gap`` apart),
+    sorted."""
     out: list[Interval] = []
     for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
+        if out and a <= out[-1][1] + gap:
             out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
             out.append((a, b))
@@ -195,7 +200,8 @@ def _common(x: list[Interval], y: list[Interval]) -> float:
     return total
 
 
-def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE) -> list[dict]:
+def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE,
+            backward: str = BACKWARD) -> list[dict]:
     """The course's reading of a merged trace, one dict per rank: ``collective`` seconds
     (the union of the collectives' intervals), ``backward`` seconds (the union of the
     backward's events), ``hidden`` (their intersection), ``overlap`` = hidden ÷ collective
@@ -204,7 +210,7 @@ def summary(trace: str | os.PathLike | dict, collective: str = COLLECTIVE) -> li
     rows = []
     for r in ranks(t):
         coll = union(intervals(events(t, r, collective)))
-        back = union(intervals(events(t, r, BACKWARD)))
+        back = union(intervals(events(t, r, backward)))
         c, hidden = _length(coll) / 1e6, _common(coll, back) / 1e6
         rows.append({"rank": r, "collective": c, "backward": _length(back) / 1e6,
                      "hidden": hidden, "overlap": hidden / c if c > 0 else 0.0,
@@ -227,11 +233,21 @@ def collective_durations(trace: str | os.PathLike | dict) -> list[list[float]]:
             for r in ranks(t)]
 
 
-def timelines(trace: str | os.PathLike | dict) -> list[Timeline]:
+def alpha_beta(buckets: Sequence[int], world: int, alpha: float, beta: float,
+               steps: int = 1) -> list[float]:
+    """The α–β model's seconds of each collective a trace of ``steps`` steps holds: a ring
+    allreduce of each bucket (lesson 06, ``runtime.costs.ring_time``), in order."""
+    from ddl_lab.runtime.costs import ring_time
+    return [ring_time(world, b, alpha, beta) for b in buckets] * steps
+
+
+def timelines(trace: str | os.PathLike | dict, gap: float = 30.0) -> list[Timeline]:
     """The merged trace as the course's per-rank ``Timeline``s (``ddl_lab.timeline``), in
     seconds from the trace's first event: the step's ``forward`` and ``update`` (the
     profiled step's annotations), ``backward`` (the union of its events) and ``communicate``
-    (the collectives), which ``plot_timeline`` draws in the lower lane of each row."""
+    (the collectives), which ``plot_timeline`` draws in the lower lane of each row; gaps
+    under ``gap`` µs inside a kind are closed, so backward's hundreds of events read as one
+    bar where nothing else ran."""
     t = load(trace)
     stamps = [float(e["ts"]) for e in t["traceEvents"] if e.get("ph") == "X"]
     origin = min(stamps, default=0.0)
@@ -243,7 +259,7 @@ def timelines(trace: str | os.PathLike | dict) -> list[Timeline]:
                           ("update", events(t, r, "optimizer")),
                           ("communicate", events(t, r, COLLECTIVE))):
             for a, b in union(intervals(e for e in evs if e.get("cat") != "cpu_op" or
-                                        kind == "backward")):
+                                        kind == "backward"), gap):
                 tl.add(kind, (a - origin) / 1e6, (b - origin) / 1e6)
         out.append(tl)
     return out

@@ -27,7 +27,8 @@ def _merge(iv):
     return out
 
 
-def reading(path, launch=False, whole=False, first_only=False, summed=False):
+def reading(path, launch=False, whole=False, first_only=False, summed=False,
+            annotation=False):
     """A right reading (plain loops), or one with a learner's mistake switched on."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
@@ -37,8 +38,8 @@ def reading(path, launch=False, whole=False, first_only=False, summed=False):
     for pid in pids:
         raw = _spans(events, pid, lambda n: n == name)
         coll = _merge(raw)
-        back = _merge(_spans(events, pid, lambda n: n.startswith(
-            "autograd::engine::evaluate_function")))
+        back = _merge(_spans(events, pid, (lambda n: n == "backward") if annotation else
+                             lambda n: n.startswith("autograd::engine::evaluate_function")))
         total = sum(b - a for a, b in (raw if summed else coll))
         hidden = sum(max(0.0, min(b, d) - max(a, c)) for a, b in coll for c, d in back)
         exposed = total if whole else total - hidden
@@ -80,6 +81,8 @@ def test_overlap_from_trace_passes_right_answers():
     (dict(whole=True), "whole wall time"),
     (dict(launch=True), "CPU-side launch events"),
     (dict(first_only=True), "one rank's trace only"),
+    (dict(annotation=True), "annotation was taken for backward's work"),
+    (dict(summed=True), "durations were added up"),
 ])
 def test_overlap_from_trace_names_the_mistakes(mistake, words):
     with pytest.raises(CheckFailed, match=words):
@@ -168,7 +171,7 @@ def test_compute_bound_batch_passes_right_answers():
     (lambda m: batch(m, alpha=False), "latency α was left out"),
     (lambda m: batch(m, bytes_per=1), "4 bytes each"),
     (lambda m: 10 * batch(m), "more than 25% above"),
-    (lambda m: 64, "same plan, 64, for all 7"),
+    (lambda m: 64, "same batch, 64, for all 6 machines"),
 ])
 def test_compute_bound_batch_names_the_mistakes(fn, words):
     with pytest.raises(CheckFailed, match=words):
