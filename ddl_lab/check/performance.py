@@ -321,6 +321,7 @@ def model_flops(my_model_flops: Callable, seed: int = 0) -> None:
 
 RATIO = 2.0                 # compute at least twice the allreduce
 SLACK = 1.25                # at most 25 % above the least such batch
+ATTEMPTS = 3                # real runs of the chosen batch before it is called comm-bound
 
 
 def _least(d: dict[str, float], mistake: str | None = None) -> int:
@@ -434,12 +435,18 @@ def compute_bound_batch(my_compute_bound_batch: Callable, seed: int = 0) -> None
     plans.append(_batch(here, case, name))
     _judge_batch(plans[-1], case.params, name, case, plans)
     from ddl_lab.performance.crossover import sweep
-    run = on_workers(sweep, 2, [plans[-1]], REAL["width"], REAL["depth"], 5, fn=sweep)
-    compute, comm = (float(np.mean([r[k][0] for r in run])) for k in ("compute", "comm"))
-    if compute < comm:
-        fail(f"{name}(machine) chose b = {plans[-1]} for this machine; run on two workers its "
-             f"forward and backward took {compute * 1e3:.3g} ms and the allreduce of its "
-             f"gradients {comm * 1e3:.3g} ms: still communication-bound ({case}).")
+    tries = []
+    for _ in range(ATTEMPTS):               # a load spike on a shared machine slows gloo's
+        run = on_workers(sweep, 2, [plans[-1]], REAL["width"], REAL["depth"], 5, fn=sweep)
+        tries.append([float(np.mean([r[k][0] for r in run])) for k in ("compute", "comm")])
+        compute, comm = tries[-1]                   # loopback for a while: a right batch
+        if compute >= comm:                         # passes as soon as one run shows it
+            break
+    else:
+        runs = "; ".join(f"{c * 1e3:.3g} ms against {m * 1e3:.3g} ms" for c, m in tries)
+        fail(f"{name}(machine) chose b = {plans[-1]} for this machine; run on two workers "
+             f"{ATTEMPTS} times, its forward and backward against the allreduce of its "
+             f"gradients took {runs}: still communication-bound ({case}).")
     trial.passed(f"b = {plans[-1]} ran compute-bound on two workers here (compute "
                  f"{compute * 1e3:.2f} ms, allreduce {comm * 1e3:.2f} ms); {len(trial)} "
                  "more machines, up to 512 ranks, met by the cost model")
