@@ -12,6 +12,7 @@ measured it on two workers (matmul FLOP/s, α and β of gloo's allreduce), and t
 batch is run there: its compute must outlast its allreduce."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -21,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _answers as answers
-from ._core import fail, on_workers, run_cases, task
+from ._core import fail, on_workers, run_cases, stub_message, task
 from ._diagnose import Case, apart, describe_value, explain, returned_none
 from ._trial import Trial
 
@@ -60,6 +61,26 @@ def _make_traces(cases: list[Case], root: str) -> list[str]:
         paths.append(T.merge_traces([r["path"] for r in outcome.results],
                                     os.path.join(folder, "merged.json")))
     return paths
+
+
+def _unwritten(fn: Callable, root: str) -> bool:
+    """Whether ``fn`` is the exercise's stub: it raises NotImplementedError on a small
+    hand-made trace (two ranks, one backward event and one collective each) — asked before
+    the workers profile anything, and nothing else about the answer is read."""
+    from ddl_lab.performance.traces import BACKWARD, COLLECTIVE
+    events = [{"ph": "X", "name": name, "pid": r, "tid": tid, "ts": ts, "dur": 10.0}
+              for r in (0, 1) for name, tid, ts in ((BACKWARD + ": MmBackward0", 1, 0.0),
+                                                    (COLLECTIVE, 2, 5.0))]
+    path = os.path.join(root, "probe.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+    try:
+        fn(path)
+    except NotImplementedError:
+        return True
+    except Exception:                       # judged on the real traces, with its message
+        pass
+    return False
 
 
 def _readings(got: Any, n: int, name: str, case: Case) -> list[tuple[float, float]]:
@@ -168,11 +189,11 @@ def overlap_from_trace(my_overlap_from_trace: Callable, seed: int = 0) -> None:
     name = trial.name
     root = tempfile.mkdtemp(prefix="ddl_lab-trace-", dir=os.environ.get("DDL_LAB_SHARED_DIR"))
     try:
-        paths = _make_traces(trial.cases[:1], root)         # the first alone: a stub fails
-        readings, wrong = [], None                          # before the others are made
+        if _unwritten(my_overlap_from_trace, root):
+            fail(stub_message(my_overlap_from_trace))
+        paths = _make_traces(trial.cases, root)
+        readings, wrong = [], None
         for case in trial:
-            if case.index == 1:
-                paths += _make_traces(trial.cases[1:], root)
             path = paths[case.index]
             got = _readings(trial.call(case, path), case.params["n"], name, case)
             readings.append((case.params["mode"], got))
