@@ -7,7 +7,8 @@ machine every time ratio moves with it.
 
 1. the lesson's matmul FLOP/s (``roofline.matmul_flop_s``: best of a few ``torch.mm``
    timed with ``perf_counter``, the way a learner's cell measures it) against torch's own
-   best, ``torch.utils.benchmark.Timer.blocked_autorange`` on the same product, measured
+   best, the best block of ``torch.utils.benchmark.Timer.blocked_autorange`` on the same
+   product, measured
    alternately: float32 and bfloat16, sizes 256–1024, one thread and all (target: the
    lesson's within 10 %, ratio ≥ 0.90);
 2. FLOPs counted by ``FlopCounterMode`` in a real forward and backward of lesson 12's GPT
@@ -18,8 +19,9 @@ machine every time ratio moves with it.
    construction), with lesson 11's φ from the same traces;
 4. the per-rank batch where compute meets the allreduce: predicted from the measured FLOP/s
    and gloo's fitted α, β, and found by a real sweep on two ranks (predicted / swept; the
-   prediction uses the matmul peak, which a small MLP's step does not reach, so it expects
-   the crossover later than it comes).
+   prediction counts FLOPs at the matmul peak, while a small MLP's step runs below the peak
+   and pays a fixed overhead per operation, so its compute meets the allreduce at a smaller
+   batch than predicted: the ratio is above 1, most for the narrowest model).
 """
 from __future__ import annotations
 
@@ -45,12 +47,12 @@ def _load() -> str:
 
 
 def torch_best(n: int, dtype: str) -> float:
-    """FLOP/s of torch.mm on n × n by torch.utils.benchmark's blocked_autorange (its median
-    of blocks of runs)."""
+    """FLOP/s of torch.mm on n × n by torch.utils.benchmark's blocked_autorange: its best
+    block (a best against the lesson's best, as a shared machine's load only slows runs)."""
     a, b = (torch.randn(n, n).to(DTYPES[dtype]) for _ in range(2))
     m = benchmark.Timer("torch.mm(a, b)", globals={"a": a, "b": b, "torch": torch},
                         num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=0.2)
-    return 2.0 * n ** 3 / m.median
+    return 2.0 * n ** 3 / min(m.times)
 
 
 def peak(quick: bool) -> None:
@@ -103,7 +105,7 @@ def overlap(c2: Cluster, quick: bool) -> None:
 
 
 def crossover(c2: Cluster, quick: bool) -> None:
-    print(f"\n4. the DP crossover batch, MLP 256 wide, 2 ranks ({_load()})")
+    print(f"\n4. the DP crossover batch of an MLP (2 layers), 2 ranks ({_load()})")
     sizes = (4 << 10, 64 << 10, 512 << 10, 2 << 20)
     for width in ((256,) if quick else (128, 256, 512)):
         alpha, beta = X.fit_ring(2, sizes, [max(t) for t in zip(*c2.run(X.link, sizes, 5))])

@@ -46,19 +46,24 @@ def threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _best(fn: Callable[[], object], repeats: int) -> float:
+def _best(fn: Callable[[], object], repeats: int, min_time: float = 0.03) -> float:
+    """The best seconds of ``fn()`` over at least ``repeats`` runs and ``min_time`` seconds
+    (after a warm-up): on a shared machine a few runs may all meet another process on a
+    core — with two threads, one waits for the other at every barrier — and only more runs
+    find a quiet moment."""
     fn()                                                    # warm-up: allocation, packing
-    best = math.inf
-    for _ in range(repeats):
+    best, runs, start = math.inf, 0, time.perf_counter()
+    while runs < repeats or time.perf_counter() - start < min_time:
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
+        runs += 1
     return best
 
 
 def matmul_flop_s(n: int = 512, dtype: str = "float32", repeats: int = 5) -> float:
-    """FLOP/s of an n × n by n × n product in this process (2n³ FLOPs; best of ``repeats``,
-    at the threads torch has now)."""
+    """FLOP/s of an n × n by n × n product in this process (2n³ FLOPs; the best of at least
+    ``repeats`` runs and 30 ms, at the threads torch has now)."""
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=g).to(DTYPES[dtype]) for _ in range(2))
     out = torch.empty(n, n, dtype=DTYPES[dtype])

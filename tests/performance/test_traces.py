@@ -110,3 +110,20 @@ def test_found_interpolates_on_log_axes():
     assert X.found([8, 16], [3.0, 4.0], [2.0, 2.0]) == 8.0
     assert math.isnan(X.found([8, 16], [1.0, 1.5], [2.0, 2.0]))
 
+
+
+def test_merge_puts_ranks_with_different_base_times_on_one_axis(tmp_path):
+    def rank_file(r, base_ns, ts):
+        path = tmp_path / f"rank{r}.json"
+        path.write_text(json.dumps({"baseTimeNanoseconds": base_ns, "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 4242 + r, "tid": 0,
+             "args": {"name": "python"}},
+            {"ph": "X", "name": T.COLLECTIVE, "pid": 4242 + r, "tid": 7, "ts": ts, "dur": 5.0}]}))
+        return path
+    out = T.merge_traces([rank_file(0, 2_000_000, 10.0), rank_file(1, 1_000_000, 1010.0)],
+                         tmp_path / "merged.json")
+    trace = T.load(out)
+    starts = {e["pid"]: e["ts"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert starts == {0: 1010.0, 1: 1010.0}          # rank 0's base is 1000 µs later
+    names = [e for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert [(e["pid"], e["args"]["name"]) for e in names] == [(0, "rank 0"), (1, "rank 1")]
