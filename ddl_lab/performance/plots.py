@@ -1,6 +1,6 @@
 """Pictures for lesson 13 (performance): the roofline with a step's operations on it, the
 merged trace on the course's timeline, the collectives' durations beside the α–β model,
-and the crossover sweep."""
+the crossover sweep, and the MFU of the course's runs."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -10,7 +10,7 @@ import numpy as np
 from ddl_lab.performance.roofline import Op, attainable
 from ddl_lab.timeline import plot_timeline
 
-__all__ = ["plot_roofline", "plot_trace", "plot_collectives", "plot_crossover"]
+__all__ = ["plot_roofline", "plot_trace", "plot_collectives", "plot_crossover", "plot_mfu"]
 
 
 def _ax(ax):
@@ -92,3 +92,14 @@ def plot_crossover(batches: Sequence[int], compute: Sequence[float], comm: Seque
     ax.grid(True, which="both", alpha=0.2)
     return ax
 
+
+def plot_mfu(rows: Sequence[Mapping], ax=None, peak_label: str = "the one-thread fp32 peak"):
+    """One bar per run (``runs.course_mfu``'s rows): its MFU in per cent of ``peak_label``."""
+    ax = _ax(ax)
+    ax.barh([r["name"] for r in rows], [100 * r["mfu"] for r in rows], color="tab:blue")
+    for i, r in enumerate(rows):
+        ax.text(100 * r["mfu"], i, f" {100 * r['mfu']:.0f} %", va="center", fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"MFU, % of {peak_label}")
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax

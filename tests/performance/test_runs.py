@@ -41,3 +41,15 @@ def test_the_panel_profiles_a_ddp_step_of_every_rank_and_merges_it(tmp_path):
     assert run.mfu == pytest.approx(F.step_flops(U.panel_config(32), 2) / (run.seconds * 1e11))
     assert [op.name for op in run.ops] == ["matmul", "attention", "LayerNorm", "GELU"]
     assert all(op.seconds > 0 for op in run.ops)
+
+
+def test_the_mfu_picture_has_one_bar_per_run_at_its_share():
+    import matplotlib.pyplot as plt
+
+    from ddl_lab.performance.plots import plot_mfu
+    rows = [{"name": "MLP", "mfu": 0.12}, {"name": "GPT", "mfu": 0.43}]
+    _, ax = plt.subplots()
+    plot_mfu(rows, ax=ax)
+    assert [round(p.get_width(), 6) for p in ax.patches] == [12.0, 43.0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["MLP", "GPT"]
+    plt.close(ax.figure)
