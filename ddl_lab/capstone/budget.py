@@ -1,4 +1,4 @@
-"""The capstone's targets and budgets (lesson 13)."""
+"""The capstone's targets and budgets (lesson 14)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -21,6 +21,7 @@ from .model_parallel import stage_step, one_f_one_b, row_parallel, bytes_per_ran
 from .memory import zero2_step, zero_bytes, memory_plan
 from .scaling_out import fedavg, resume, rendezvous_env, best_workers, fedavg_plan
 from .transformers import parallel_plan, ring_attention, transformer_bytes, vocab_cross_entropy
+from .performance import overlap_from_trace, model_flops, compute_bound_batch
 from .capstone import budget_bytes, capstone
 
 __all__ = [
@@ -42,5 +43,6 @@ __all__ = [
     "zero2_step", "zero_bytes", "memory_plan",
     "fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan",
     "ring_attention", "vocab_cross_entropy", "transformer_bytes", "parallel_plan",
+    "overlap_from_trace", "model_flops", "compute_bound_batch",
     "budget_bytes", "capstone",
 ]
