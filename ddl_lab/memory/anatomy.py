@@ -11,16 +11,14 @@ fp32 Adam keeps 4 + 4 + 8 = 16 bytes per parameter; mixed-precision Adam 2 + 2 +
 from __future__ import annotations
 
 import gc
-import os
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
 from ddl_lab.ml.activations import ActivationMeter
+from ddl_lab.ml.profiling import quiet_stderr
 from ddl_lab.model_parallel.stages import build_layers, digits_batches
 
 __all__ = ["MiB", "OPTIMIZERS", "PRECISIONS", "Memory", "tensor_bytes", "state_tensors",
@@ -137,21 +135,6 @@ def make_optimizer(name: str, lr: float = 1e-2) -> Callable[[list], torch.optim.
     raise ValueError(f"unknown optimizer {name!r}: use one of {OPTIMIZERS}")
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """File descriptor 2 to /dev/null: the profiler's C++ side logs every start and stop
-    there, which a notebook would show under the cell."""
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def profiled(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     """``fn()`` under the profiler with memory events: (its result, the most bytes allocated
     at once beyond what was there before, the bytes it left allocated), on the CPU."""
@@ -159,7 +142,7 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     gc.collect()            # earlier work's garbage, freed inside the window, would count
     gc.disable()            # against the step's own bytes: none is collected during it
     try:
-        with _quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             out = fn()
     finally:
         gc.enable()

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ddl_lab.ml.gpt import GPT, GPTConfig, lm_loss
+from ddl_lab.ml.profiling import quiet_stderr
 from ddl_lab.timeline import Timeline
 
 __all__ = ["TRACE_MODEL", "COLLECTIVE", "BACKWARD", "LAUNCH", "profiled_steps",
@@ -110,7 +111,7 @@ def profiled_steps(outdir: str, mode: str = "ddp", bucket_mb: float = 0.1,
         unprofiled.append(time.perf_counter() - t0)
     dist.barrier()
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step(True)
     seconds = time.perf_counter() - t0

@@ -208,7 +208,7 @@ def test_a_dead_shard_is_an_error_not_a_hang():
         with pytest.raises(errors.ShardDied, match=r"shard 1 died \(exit code -15 \(SIGTERM\)\).*"
                                               r"parameters 2\.\.3"):
             ps.check(ps.roles.events(2.0))
-        assert time.perf_counter() - t < 3.0
+        assert time.perf_counter() - t < 4.5        # below the 5 s timeout: no wait for it
 
 
 def test_a_pull_held_by_the_gate_times_out_instead_of_hanging():
