@@ -142,7 +142,8 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     gc.collect()            # earlier work's garbage, freed inside the window, would count
     gc.disable()            # against the step's own bytes: none is collected during it
     try:
-        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with quiet_stderr(), \
+                profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             out = fn()
     finally:
         gc.enable()
