@@ -12,10 +12,15 @@ from typing import Any, Callable
 
 import matplotlib
 import pytest
+import torch
 
 from ddl_lab.runtime import Cluster
 
 matplotlib.use("Agg")
+# The tests compute with one torch thread, as the course's workers do: `make test` runs three
+# test processes on two cores, where a thread per core only makes them wait on each other
+# (a test that needs more threads asks for them and puts the number back).
+torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 

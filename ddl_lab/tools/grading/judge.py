@@ -224,8 +224,11 @@ def serve() -> None:
     os.dup2(2, 1)                            # prints of the checks go to the log
     hello = json.loads(sys.stdin.readline())
     seed = hello.get("seed")
+    import torch
+
     import ddl_lab.check as check
     from ddl_lab.check import _core, _record
+    torch.set_num_threads(1)     # one thread, as the workers: judges run beside kernels (--jobs)
     from .link import Link, LinkLost, by_value, remote_in, run_beside, run_remote
     by_value(*hello.get("checks", []))
     links: dict[str, Link] = {}
