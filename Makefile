@@ -12,7 +12,7 @@ WORKERS ?= 3
 REPO   ?=
 HUB    ?=
 
-.PHONY: setup lab lessons site exercises browser sandbox engines java lint test test-gpu bench clean
+.PHONY: setup bytecode lab lessons site exercises browser sandbox engines java lint test test-gpu bench clean
 
 setup: $(VENV)/.installed
 
@@ -32,14 +32,21 @@ $(VENV)/.installed: pyproject.toml
 	$(INSTALL) -e ".[dev,site]"
 	touch $@
 
-lab: setup                      ## open the course in JupyterLab (HEADLESS=1: execute every lesson instead)
+# The course's own modules compiled once, beside their sources: where PYTHONDONTWRITEBYTECODE
+# is set (as on the course machines) Python never writes them, and every process the course
+# starts (a kernel, a judge, a forkserver, each test process) would compile anew each module
+# it imports. Only changed files are compiled again; a stale one is simply recompiled.
+bytecode: setup
+	$(PY) -m compileall -q -j 0 ddl_lab tests >/dev/null
+
+lab: setup bytecode             ## open the course in JupyterLab (HEADLESS=1: execute every lesson instead)
 ifeq ($(HEADLESS),1)
 	$(PY) -m ddl_lab execute lessons
 else
 	$(VENV)/bin/jupyter lab lessons/
 endif
 
-lessons: setup                  ## execute every lesson headlessly into build/lessons/
+lessons: setup bytecode         ## execute every lesson headlessly into build/lessons/
 	$(PY) -m ddl_lab execute lessons
 
 site: setup                     ## the course as a static website in build/site/ (executes stale lessons)
@@ -83,7 +90,7 @@ java: setup                     ## a Java 17+ runtime for PySpark (Debian's head
 # reliability tests — faults, soak, scale, properties, bad input, loopback; DDL_SOAK_SCALE=20
 # soaks longer — and the website last: tests/site builds it from the lessons this run's
 # browser tests saved into build/lessons/, waiting for them, so no lesson runs twice).
-test: setup engines | browser sandbox   ## the whole test suite: notebooks, browser, engines, site
+test: setup engines bytecode | browser sandbox   ## the whole test suite: notebooks, browser, engines, site
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n $(WORKERS) --dist loadscope $(PYTEST_ARGS)
 

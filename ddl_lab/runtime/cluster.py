@@ -99,7 +99,12 @@ class Cluster:
 
     # -- life cycle
     def start(self) -> None:
-        """Start the workers and wait until every rank has joined the group."""
+        """Start the workers and wait until every rank has joined the group (again, after
+        ``shutdown()``; a running cluster is refused: ``restart()`` starts fresh workers)."""
+        if self.alive:
+            raise RuntimeError(f"{self!r} is running already: restart() starts fresh "
+                               "workers, shutdown() stops these")
+        self._kill()                   # workers that died, if any: start afresh
         if self.port is not None:
             check_port(self.addr, self.port)
         self._tmpdir = tempfile.mkdtemp(prefix="ddl_lab_")

@@ -332,6 +332,17 @@ def test_shutdown_and_leaving_with_leave_no_worker():
     assert _gone(pids)
 
 
+def test_start_refuses_a_running_cluster_and_starts_a_stopped_one_again():
+    with Cluster(2) as c:
+        first = c.pids
+        with pytest.raises(RuntimeError, match=r"running already: restart\(\) starts fresh"):
+            c.start()                      # once spawned a second set, then "deadlock"
+        assert c.pids == first and c.run(dist.get_rank) == [0, 1]
+        c.shutdown()
+        c.start()
+        assert c.run(dist.get_rank) == [0, 1] and not set(c.pids) & set(first)
+
+
 def _child_pids(script: str) -> tuple[subprocess.Popen, list[int]]:
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)],
                          stdout=subprocess.PIPE, text=True)
