@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 # The course's own modules compiled once, beside their sources: where PYTHONDONTWRITEBYTECODE
 # is set (as on the course machines) Python never writes them, and every process the course
 # starts (a kernel, a judge, a forkserver, each test process) would compile anew each module
-# it imports. Only changed files are compiled again; a stale one is simply recompiled.
+# it imports. compileall rewrites only what changed since.
 bytecode: setup
 	$(PY) -m compileall -q -j 0 ddl_lab tests >/dev/null || \
 		echo "could not write the course's bytecode: each process compiles what it imports"

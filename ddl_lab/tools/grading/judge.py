@@ -228,8 +228,8 @@ def serve() -> None:
 
     import ddl_lab.check as check
     from ddl_lab.check import _core, _record
-    torch.set_num_threads(1)     # one thread, as the workers: judges run beside kernels (--jobs)
     from .link import Link, LinkLost, by_value, remote_in, run_beside, run_remote
+    torch.set_num_threads(1)     # one thread, as the workers: judges run beside kernels (--jobs)
     by_value(*hello.get("checks", []))
     links: dict[str, Link] = {}
 
