@@ -44,6 +44,26 @@ def playwright_browser():
         browser.close()
 
 
+START_METHOD = "DDL_LAB_START_METHOD"
+
+
+@pytest.fixture(autouse=True)
+def _start_method_left_as_found():
+    """A test that leaves another start method behind fails (and the setting is put back):
+    every later test in its process would start its workers that way. One did, once: the
+    rest of its xdist worker's tests spawned every worker, importing torch anew each time."""
+    before = os.environ.get(START_METHOD)
+    yield
+    after = os.environ.get(START_METHOD)
+    if after != before:
+        if before is None:
+            os.environ.pop(START_METHOD, None)
+        else:
+            os.environ[START_METHOD] = before
+        pytest.fail(f"the test left {START_METHOD}={after!r} (it was {before!r}): set it "
+                    "with monkeypatch.setenv, which puts it back", pytrace=False)
+
+
 def browser_available() -> bool:
     return CHROMIUM.exists() and importlib.util.find_spec("playwright") is not None
 

@@ -339,9 +339,15 @@ def join_all(children: Iterable[Child], timeout: float) -> None:
         c.join(max(0.0, deadline - time.monotonic()))
 
 
+# A SIGKILLed child is dead at once, but a forkserver's child is reported dead by the server
+# (which reaps it): on a busy machine that report can take longer than a short grace.
+_KILLED_REPORT_S = 10.0
+
+
 def stop_all(children: Iterable[Child], grace: float = 1.0) -> None:
     """End every child within about ``2 * grace`` seconds: SIGTERM, then SIGKILL for those
-    still running after ``grace``; close the parent's ends of their pipes."""
+    still running after ``grace``, whose end is awaited (a busy forkserver reports it late,
+    ``_KILLED_REPORT_S`` at most); close the parent's ends of their pipes."""
     children = list(children)
     for c in children:
         if c.alive:
@@ -350,7 +356,7 @@ def stop_all(children: Iterable[Child], grace: float = 1.0) -> None:
     survivors = [c for c in children if c.alive]
     for c in survivors:
         c.process.kill()
-    join_all(survivors, grace)
+    join_all(survivors, max(grace, _KILLED_REPORT_S))
     for c in children:
         c.conn.close()
         c._lifeline.close()

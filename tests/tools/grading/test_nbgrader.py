@@ -61,7 +61,11 @@ def nbgrader_env() -> Path:
     Path(site.stdout.strip(), "ddl_lab_course.pth").write_text(
         f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     uv = Path(sys.executable).with_name("uv")          # `make setup` installs it: faster
-    installer = [str(uv), "pip", "install", "--python", str(bin_ / "python")] \
+    # compiled at install, as pip does and `make setup` asks of uv: where
+    # PYTHONDONTWRITEBYTECODE is set, each of nbgrader's processes (the command, its
+    # kernels, alembic) would otherwise compile all it imports, 2-3 CPU-s each
+    installer = [str(uv), "pip", "install", "--compile-bytecode", "--python",
+                 str(bin_ / "python")] \
         if uv.exists() else [str(bin_ / "python"), "-m", "pip", "install"]
     pip = subprocess.run([*installer, "-q", *wanted], capture_output=True, text=True,
                          timeout=600)
