@@ -5,7 +5,16 @@ website (tests/site) is built from this run instead of executing every lesson ag
 
 A lesson without an entry in LESSON_CONTROLS is covered by moving the first control of its
 first experiment panel, so a new lesson gets its browser test without touching this file.
+
+The longest experiments run smaller here (SMALLER: fewer epochs and steps, the same code,
+every cell): `make test` has to fit 15 minutes on two cores, and these runs prove that the
+lesson works, not the figures its prose quotes (`make lessons` and `ddl-lab times --measure`
+run them whole). The saved copy says so (``metadata.ddl_lab.smaller``), so `ddl-lab site`
+runs such a lesson again, whole, before it publishes it.
 """
+import json
+from pathlib import Path
+
 import pytest
 
 from lab_harness import EXECUTED, ROOT, Control, check_lesson, exercise_panel
@@ -29,17 +38,69 @@ MORE_CONTROLS = {
 }
 
 
+# Each replacement is made in the served copy of the lesson, once (a lesson edited so that a
+# line below no longer appears fails here, saying which): the sizes of the longest runs.
+SMALLER = {
+    "05_data_parallel": [("def averaging_runs(periods, skew, steps=96):",
+                          "def averaging_runs(periods, skew, steps=32):"),
+                         ("B.run_batches(cluster, steps=150, base_lr=0.2, warmup=30)",
+                          "B.run_batches(cluster, steps=50, base_lr=0.2, warmup=10)")],
+    "08_compression": [("EPOCHS = 8 ", "EPOCHS = 2 "),
+                       ("SWEEP_EPOCHS = 4 ", "SWEEP_EPOCHS = 1 "),
+                       ("steps=100, eval_every=20", "steps=40, eval_every=20")],
+    "07_parameter_server": [("slow=slow, steps=150,", "slow=slow, steps=60,")],
+    "11_scaling_out": [("steps, M, lr = 40, 64, 0.1", "steps, M, lr = 10, 64, 0.1"),
+                       ("for e in (1, 5, 20)]", "for e in (1, 2, 5)]"),
+                       ('OPTION_ARGS = ("digits-mlp", 100, 64, 0.3)',
+                        'OPTION_ARGS = ("digits-mlp", 20, 64, 0.3)'),
+                       ("NBYTES, REPEATS = 64 << 20, 3", "NBYTES, REPEATS = 16 << 20, 2")],
+    "12_transformers": [("Tr.TrainConfig(steps=150, eval_every=50)",
+                         "Tr.TrainConfig(steps=50, eval_every=25)")],
+}
+
+
+def make_smaller(lesson: str, served: Path) -> list[int]:
+    """Make SMALLER's replacements in the served copy of ``lesson``; the cells changed."""
+    nb = json.loads(served.read_text())
+    changed = []
+    for old, new in SMALLER.get(lesson, []):
+        found = [i for i, c in enumerate(nb["cells"]) if old in "".join(c["source"])]
+        assert len(found) == 1, (f"{lesson}: SMALLER's {old!r} is in {len(found)} cells of the "
+                                 "lesson, not one: update SMALLER in this file")
+        cell = nb["cells"][found[0]]
+        cell["source"] = "".join(cell["source"]).replace(old, new)
+        changed.append(found[0])
+    served.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+    return changed
+
+
+def mark_smaller(lesson: str, saved: Path, changed: list[int]) -> None:
+    """The saved run with the lesson's own code back in the changed cells (the outputs are
+    the smaller run's), marked ``metadata.ddl_lab.smaller`` with what was changed."""
+    if not changed or not saved.exists():
+        return
+    nb = json.loads(saved.read_text())
+    lesson_nb = json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text())
+    for i in changed:
+        nb["cells"][i]["source"] = lesson_nb["cells"][i]["source"]
+    nb.setdefault("metadata", {}).setdefault("ddl_lab", {})["smaller"] = \
+        [f"{old} -> {new}" for old, new in SMALLER[lesson]]
+    saved.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
 def test_there_are_lessons_to_test():
     assert "00_welcome" in LESSONS
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_lesson_runs_and_its_widgets_redraw(lesson, open_notebook):
+def test_lesson_runs_and_its_widgets_redraw(lesson, open_notebook, lab):
     spec = LESSON_CONTROLS.get(lesson, Control())
     (EXECUTED / f"{lesson}.ipynb").unlink(missing_ok=True)    # a failed run leaves none
+    changed = make_smaller(lesson, lab.root / "lessons" / f"{lesson}.ipynb")
     nb = open_notebook(f"lessons/{lesson}.ipynb")
     try:
         took, change = check_lesson(nb, spec, keep=EXECUTED)
+        mark_smaller(lesson, EXECUTED / f"{lesson}.ipynb", changed)
         print(f"{lesson}: run all {took:.0f} s; {change.action}")
         assert change.after.images or change.after.text.strip(), (
             f"{lesson}: the panel shows nothing after the re-run")

@@ -93,6 +93,20 @@ def test_a_missing_or_stale_executed_copy_is_named(tmp_path):
         pages.lesson_page(root, root / "run", "03_x", LINKS)
 
 
+def test_a_copy_run_smaller_by_the_tests_is_stale_except_for_the_tests_own_site(tmp_path):
+    from ddl_lab.tools.site import stale_lessons
+    ran = _nb([_md("# 03 · X"), _code("EPOCHS = 8", [_stream("8")])])
+    root = _course(tmp_path, "03_x", ran)
+    assert stale_lessons(root, root / "run") == []
+    ran["metadata"]["ddl_lab"] = {"smaller": ["EPOCHS = 8 -> EPOCHS = 2"]}   # tests/browser's
+    (root / "run" / "03_x.ipynb").write_text(json.dumps(ran))
+    assert stale_lessons(root, root / "run") == ["03_x"]          # ddl-lab site runs it whole
+    assert stale_lessons(root, root / "run", smaller_ok=True) == []
+    ran["cells"][1]["source"] = "EPOCHS = 2"                      # its own code, not put back
+    (root / "run" / "03_x.ipynb").write_text(json.dumps(ran))
+    assert stale_lessons(root, root / "run", smaller_ok=True) == ["03_x"]
+
+
 def test_a_lesson_that_stopped_early_is_named(tmp_path):
     root = _course(tmp_path, "03_x", _nb([_md("# 03 · X"), _code("x = 1", [], count=None)]))
     with pytest.raises(SiteError, match=r"cell 1: not executed"):

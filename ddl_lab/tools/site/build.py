@@ -62,12 +62,19 @@ class Launch:
         return pages.launch_links(path, self.repository, self.ref, self.hub)
 
 
-def stale_lessons(root: Path, executed: Path) -> list[str]:
-    """The lessons whose executed copy under ``executed`` is missing or from another version."""
+def stale_lessons(root: Path, executed: Path, smaller_ok: bool = False) -> list[str]:
+    """The lessons whose executed copy under ``executed`` is missing or from another version.
+
+    A copy the tests ran with smaller experiments (``metadata.ddl_lab.smaller``: the browser
+    suite's, tests/browser) is stale too, so ``ddl-lab site`` runs the lesson whole; the
+    tests' own website (``smaller_ok``) is built from it."""
     def current(name: str) -> bool:
         run = executed / f"{name}.ipynb"
-        return run.exists() and pages.same_cells(pages.read_nb(run),
-                                                 pages.read_nb(root / "lessons" / f"{name}.ipynb"))
+        if not run.exists():
+            return False
+        nb = pages.read_nb(run)
+        return pages.same_cells(nb, pages.read_nb(root / "lessons" / f"{name}.ipynb")) and \
+            (smaller_ok or not nb.get("metadata", {}).get("ddl_lab", {}).get("smaller"))
     return [name for name in pages.stems(root / "lessons") if not current(name)]
 
 
