@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ddl_lab.tools.site.build import SMALLER as SMALLER_KEY
 from lab_harness import EXECUTED, ROOT, Control, check_lesson, exercise_panel
 
 pytestmark = pytest.mark.browser
@@ -83,7 +84,7 @@ def mark_smaller(lesson: str, saved: Path, changed: list[int]) -> None:
     lesson_nb = json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text())
     for i in changed:
         nb["cells"][i]["source"] = lesson_nb["cells"][i]["source"]
-    nb.setdefault("metadata", {}).setdefault("ddl_lab", {})["smaller"] = \
+    nb.setdefault("metadata", {}).setdefault("ddl_lab", {})[SMALLER_KEY] = \
         [f"{old} -> {new}" for old, new in SMALLER[lesson]]
     saved.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
 

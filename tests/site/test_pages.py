@@ -94,11 +94,11 @@ def test_a_missing_or_stale_executed_copy_is_named(tmp_path):
 
 
 def test_a_copy_run_smaller_by_the_tests_is_stale_except_for_the_tests_own_site(tmp_path):
-    from ddl_lab.tools.site import stale_lessons
+    from ddl_lab.tools.site.build import SMALLER, stale_lessons
     ran = _nb([_md("# 03 · X"), _code("EPOCHS = 8", [_stream("8")])])
     root = _course(tmp_path, "03_x", ran)
     assert stale_lessons(root, root / "run") == []
-    ran["metadata"]["ddl_lab"] = {"smaller": ["EPOCHS = 8 -> EPOCHS = 2"]}   # tests/browser's
+    ran["metadata"]["ddl_lab"] = {SMALLER: ["EPOCHS = 8 -> EPOCHS = 2"]}     # tests/browser's
     (root / "run" / "03_x.ipynb").write_text(json.dumps(ran))
     assert stale_lessons(root, root / "run") == ["03_x"]          # ddl-lab site runs it whole
     assert stale_lessons(root, root / "run", smaller_ok=True) == []

@@ -62,10 +62,15 @@ class Launch:
         return pages.launch_links(path, self.repository, self.ref, self.hub)
 
 
+# The key of an executed copy's ``metadata.ddl_lab`` that says the tests ran its longest
+# experiments smaller (tests/browser writes it, with the replacements made).
+SMALLER = "smaller"
+
+
 def stale_lessons(root: Path, executed: Path, smaller_ok: bool = False) -> list[str]:
     """The lessons whose executed copy under ``executed`` is missing or from another version.
 
-    A copy the tests ran with smaller experiments (``metadata.ddl_lab.smaller``: the browser
+    A copy the tests ran with smaller experiments (``metadata.ddl_lab``'s ``SMALLER``: the browser
     suite's, tests/browser) is stale too, so ``ddl-lab site`` runs the lesson whole; the
     tests' own website (``smaller_ok``) is built from it."""
     def current(name: str) -> bool:
@@ -74,7 +79,7 @@ def stale_lessons(root: Path, executed: Path, smaller_ok: bool = False) -> list[
             return False
         nb = pages.read_nb(run)
         return pages.same_cells(nb, pages.read_nb(root / "lessons" / f"{name}.ipynb")) and \
-            (smaller_ok or not nb.get("metadata", {}).get("ddl_lab", {}).get("smaller"))
+            (smaller_ok or not nb.get("metadata", {}).get("ddl_lab", {}).get(SMALLER))
     return [name for name in pages.stems(root / "lessons") if not current(name)]
 
 
