@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -41,6 +42,7 @@ KERNEL_START_S = 90      # the notebook's kernel idle after the page opened
 RUN_ALL_S = 240          # a whole lesson: about a minute alone, more beside other tests
 INTERACTION_S = 150      # one re-run of an experiment after a control moved
 POLL_S = 0.25
+CLOSES = "close_shared()"     # what a lesson's last cell calls: no worker is left running
 
 # What a learner recognises as an error in an output: IPython's traceback header, or a line
 # that starts with an exception's name ("CheckFailed: …", "KeyboardInterrupt").
@@ -336,6 +338,13 @@ class NotebookPage:
                             "that displays a panel and returns it is the cell's last "
                             "expression, so Jupyter shows its value again (end it with ';')")
 
+    def closing_cell(self) -> int | None:
+        """The index of the notebook's last cell where it shuts the shared clusters down (as
+        lessons end: ``close_shared()``); None where the notebook ends otherwise."""
+        cells = json.loads((self.lab.root / self.path).read_text())["cells"]
+        last = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+        return last if CLOSES in "".join(cells[last]["source"]) else None
+
     def output_text(self, cell: int) -> str:
         return self.cells.nth(cell).locator(".jp-OutputArea").first.text_content() or ""
 
@@ -393,10 +402,15 @@ class NotebookPage:
             return settled()
         wait_until(settled_twice, timeout, what)
 
-    def run_all(self, timeout: float = RUN_ALL_S) -> float:
-        """Run > Run All Cells, wait for the kernel; return the seconds it took."""
+    def run_all(self, timeout: float = RUN_ALL_S, above: int | None = None) -> float:
+        """Run > Run All Cells (with ``above``: every cell above that one, Run > Run All
+        Above Selected Cell), wait for the kernel; return the seconds it took."""
         t0 = time.monotonic()
-        self.menu("Run", "Run All Cells")
+        if above is None:
+            self.menu("Run", "Run All Cells")
+        else:
+            self.cells.nth(above).locator(".jp-InputPrompt").click()
+            self.menu("Run", "Run All Above Selected Cell")
         wait_until(lambda: any(re.search(r"\d|\*", p) for p in self.prompts()), 30,
                    "Run All Cells to start")
         self.wait_idle(timeout, f"Run All Cells of {self.path} to finish")
@@ -569,22 +583,48 @@ def exercise_panel(nb: NotebookPage, spec: Control = Control()) -> Interaction:
     return Interaction(action, before, after, panel)
 
 
-def check_lesson(nb: NotebookPage, spec: Control = Control(),
-                 keep: Path | None = None) -> tuple[float, Interaction]:
-    """What a learner does with a lesson: Run All Cells, see no error, every cell run, each
-    widget shown once; then move a control and see the experiment redraw in place.
-    With ``keep``, the lesson as it ran (its panels at their default run) is saved there
-    before the control moves: the website is built from it (tests/site).
-    Returns the seconds Run All took and what the control did."""
-    took = nb.run_all()
-    nb.assert_no_errors("after Run All Cells")
-    not_run = [i for i, p in enumerate(nb.prompts()) if not re.fullmatch(r"\[\d+\]:", p)]
+def check_lesson(nb: NotebookPage, spec: Control = Control(), keep: Path | None = None,
+                 more: tuple[Control, ...] = ()) -> tuple[float, list[Interaction]]:
+    """What a learner does with a lesson: run it, see no error, every cell run, each widget
+    shown once; then move a control (``spec``, then each of ``more``) and see the experiment
+    redraw in place; last, the lesson's closing cell (``close_shared()``) shuts down the
+    clusters the panels ran on. A lesson that ends so is run up to that cell first (Run All
+    Above Selected Cell), as a learner who tries the panels before leaving does: the panels
+    re-run on the lesson's warm workers, not on fresh ones that import the lesson's modules
+    again. With ``keep``, the lesson as it ran (its panels at their default run, the closing
+    cell's output included) is saved there: the website is built from it (tests/site).
+    Returns the seconds the run took and what each control did."""
+    closing = nb.closing_cell()
+    took = nb.run_all(above=closing)
+    nb.assert_no_errors("after Run All Cells" if closing is None
+                        else "after Run All Above Selected Cell (the closing cell)")
+    prompts = nb.prompts()[:-1] if closing is not None else nb.prompts()
+    not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run:
         raise PageError(f"{nb.path}: code cells {not_run} did not run: {nb.prompts()}")
     nb.assert_widgets_shown_once()
-    if keep is not None:
-        nb.save_copy(keep)
-    return took, exercise_panel(nb, spec)
+    kept = nb.save_copy(keep) if keep is not None else None
+    changes = [exercise_panel(nb, c) for c in (spec, *more)]
+    if closing is not None:
+        nb.run_cell(closing)
+        nb.assert_no_errors("after the closing cell")
+        said = nb.output_text(closing)
+        if not re.search(r"shut down [1-9]\d* shared cluster", said):
+            raise PageError(f"{nb.path}: the closing cell, run after the panels, says "
+                            f"{said.strip()!r}: it should have shut down their cluster(s)")
+        if kept is not None:
+            _keep_output(nb, kept, closing)
+    return took, changes
+
+
+def _keep_output(nb: NotebookPage, kept: Path, cell: int) -> None:
+    """Put cell ``cell`` as the page now shows it (saved again) into the copy ``kept``."""
+    with tempfile.TemporaryDirectory(prefix="ddl-lab-closing-") as tmp:
+        with_it = json.loads(nb.save_copy(Path(tmp)).read_text())["cells"][cell]
+    saved = json.loads(kept.read_text())
+    for key in ("outputs", "execution_count"):
+        saved["cells"][cell][key] = with_it[key]
+    kept.write_text(json.dumps(saved, indent=1, ensure_ascii=False))
 
 
 def _started(nb: NotebookPage, panel: "Locator", before: Snapshot, status_before: str,
