@@ -10,7 +10,8 @@ was imported, and the calls DDP's C++ reducer makes, pass through it::
         ...
     tap.ops            # every Op: (source, destination, bytes) of a message, or (operation,
                        # payload bytes, group size, ranks) of a collective
-    tap.sent           # bytes this rank put on the wire, by lesson 06's ring model
+    tap.sent           # bytes this rank put on the wire, by lesson 06's ring model (an
+                       # all-to-all with uneven splits: exactly what leaves the rank)
 
 ``Wiretap(every_group=True)`` records too what this rank hands to any other process group
 (a device mesh's, FSDP2's): every ``ProcessGroup``'s methods record while inside.
@@ -124,6 +125,19 @@ class Op:
     size: int
     ranks: tuple[int, ...]
     refused: bool = False
+
+
+def _kept_back(name: str, args: tuple, me: int, nbytes: int) -> int | None:
+    """Of an all-to-all's ``nbytes``, the part this rank ``me`` sends itself (it never
+    leaves): its own tensor of ``alltoall``, its own rows of ``alltoall_base`` with uneven
+    ``input_split_sizes`` (lesson 14, experts). None with equal splits: the ring model's
+    (n−1)/n·S is then exact."""
+    if name == "alltoall":
+        return tensor_bytes(args[1][me])
+    x, in_splits = args[1], list(args[3]) if len(args) > 3 and args[3] is not None else []
+    if not in_splits or not x.shape[0]:
+        return None
+    return in_splits[me] * (nbytes // x.shape[0])
 
 
 class _Tapped(dist.ProcessGroup):
@@ -256,8 +270,9 @@ class Wiretap:
         elif op == "recv":
             src, dst = (int(args[1]) if name == "recv" else None), me
         root = op == "gather" and me == getattr(args[-1], "rootRank", 0)
-        return Op(op, name, call, nbytes, sent_bytes(op, n, nbytes, root=root), src, dst, n,
-                  self._ranks_of(group))
+        sent = _kept_back(name, args, me, nbytes) if op == "all_to_all" else None
+        sent = sent_bytes(op, n, nbytes, root=root) if sent is None else nbytes - sent
+        return Op(op, name, call, nbytes, sent, src, dst, n, self._ranks_of(group))
 
     def _route(self, group: dist.ProcessGroup, name: str, args: tuple) -> Any:
         """Record the call ``group.name(*args)``, let ``on_op`` see it, then forward it."""

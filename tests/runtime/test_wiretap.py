@@ -51,6 +51,35 @@ def test_counts_on_two_to_four_ranks_equal_the_ring_model():
             assert got["by_op"]["send"] == 40 and got["by_op"]["recv"] == 0
 
 
+def exchange() -> list[tuple[str, int, float]]:
+    """Worker: all-to-alls, even and uneven (rank r sends r + j + 1 rows of 4 floats to
+    rank j, as lesson 14's experts do), and the list form (equal tensors, as gloo asks)."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    rows = [r + j + 1 for j in range(n)]
+    with Wiretap() as tap:
+        dist.all_to_all_single(torch.zeros(4 * n), torch.ones(4 * n))
+        dist.all_to_all_single(torch.zeros(sum(i + r + 1 for i in range(n)), 4),
+                               torch.ones(sum(rows), 4),
+                               [i + r + 1 for i in range(n)], rows)
+        dist.all_to_all([torch.zeros(3) for _ in range(n)],      # gloo: equal tensors
+                        [torch.ones(3) for _ in range(n)])
+    return [(o.op, o.nbytes, o.sent) for o in tap.ops]
+
+
+def test_an_all_to_all_counts_what_leaves_the_rank():
+    """Even splits: the ring model's (n−1)/n·S; uneven: the bytes bound for the others,
+    exactly (what a rank sends itself never leaves it)."""
+    for outcome in run_cases(exchange, [(n, ()) for n in (2, 3)], fn=exchange):
+        n = outcome.n
+        assert outcome.failure is None, outcome.failure
+        for r, got in enumerate(outcome.results):
+            away = sum(r + j + 1 for j in range(n) if j != r)
+            total = sum(r + j + 1 for j in range(n))
+            assert got == [("all_to_all", 16 * n, (n - 1) / n * 16 * n),
+                           ("all_to_all", 16 * total, 16 * away),
+                           ("all_to_all", 12 * n, 12 * (n - 1))]
+
+
 def test_the_ring_model_has_one_source():
     n, S = 4, 1000
     assert cost.sent_bytes is sent_bytes                  # lesson 06's name, the shared one
