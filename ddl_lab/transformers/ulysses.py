@@ -101,15 +101,19 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: in
 def ulysses_bytes(s: int, n: int, b: int, a: int, d: int, itemsize: int = 4,
                   backward: bool = False) -> list[float]:
     """Bytes each rank puts on the wire in one Ulysses attention, forward (``backward``:
-    its backward), as the wiretap counts an all-to-all: (n − 1)/n of the tensor a rank
-    hands in. Forward: q, k, v of its slice (b·a·s_r·d each) in, its heads' output
-    (b·a_r·s·d) back; backward: the output's gradient in, the three gradients back."""
+    its backward), as the wiretap counts an all-to-all: the pieces for the other ranks (a
+    rank's piece for itself never leaves it) — (n − 1)/n of the tensor it hands in when
+    heads and positions split evenly. Forward: q, k, v of its s_r positions, the other
+    ranks' heads (b·(a − a_r)·s_r·d each) out; its a_r heads' output for the other ranks'
+    positions (b·a_r·(s − s_r)·d) back; backward: the output's gradient out, the three
+    gradients back."""
     lengths, heads = _splits(s, n), _splits(a, n)
-    share = (n - 1) / n * b * d * itemsize
+    unit = b * d * itemsize
     slices = [p.stop - p.start for p in lengths]
     groups = [h.stop - h.start for h in heads]
     ins, outs = (3, 1) if not backward else (1, 3)
-    return [share * (ins * a * slices[r] + outs * groups[r] * s) for r in range(n)]
+    return [unit * (ins * (a - groups[r]) * slices[r] + outs * groups[r] * (s - slices[r]))
+            for r in range(n)]
 
 
 def ulysses_case(b: int, a: int, s: int, d: int, causal: bool = True, seed: int = 0,
