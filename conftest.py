@@ -105,6 +105,11 @@ LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]"
 
 # Modules that start Spark run in one group: one JVM (the session fixture) for the test run.
 ONE_SPARK = ("tests/message_passing/test_spark_rdd.py", "tests/scaling_out/test_engines.py")
+# Modules whose workers run torch's DTensor, FSDP2 and pipelining (about 1.5 CPU-s a worker
+# to import) run in one group too: their shared clusters (2, 4 and 8 ranks) import them once.
+ONE_MESH = ("tests/transformers/test_tensor.py", "tests/experts/test_reshard.py",
+            "tests/experts/test_compose.py")
+TOGETHER = (ONE_SPARK, ONE_MESH)
 # Queued after everything else: the reliability tests (faults, soak, scale, loopback: they
 # fill the cores the last long groups leave idle) and the website, one group (one build),
 # which waits for this run's browser lessons (tests/site/conftest.py) and browses them.
@@ -114,10 +119,11 @@ LAST = ("tests/reliability/", SITE)
 
 def scope_of(nodeid: str) -> str:
     """The group a test runs in: its module (or class), its module and notebook, or the
-    group of the modules that start Spark."""
+    group of modules that share what they start (TOGETHER: Spark, the mesh workers)."""
     module, _, rest = nodeid.partition("::")
-    if module in ONE_SPARK:
-        return ONE_SPARK[-1]
+    for together in TOGETHER:
+        if module in together:
+            return together[-1]
     if module.startswith(SITE + "/"):
         return SITE
     if module in PER_NOTEBOOK and "[" in rest:

@@ -62,8 +62,8 @@ def step_times(cfg: GPTConfig, b: int, steps: int, sequence: bool) -> dict[str, 
     hand = T.tp_gpt(build_gpt(cfg, 0), rank, n, sequence)
     lib = build_gpt(cfg, 0)
     for block in lib.blocks:
-        block.attn = T._SplitAttention(block.attn)
-    lib = parallelize_module(lib, T.device_mesh(), T._library_plan(cfg.layers, sequence))
+        block.attn = T.SplitAttention(block.attn)
+    lib = parallelize_module(lib, T.device_mesh(), T.library_plan(cfg.layers, sequence))
     idx, targets = T.batch(cfg, b, 0)
 
     def hand_step() -> None:

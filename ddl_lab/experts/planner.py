@@ -7,7 +7,9 @@ The accounting, each term from its source (mixed precision: bf16 weights and gra
 fp32 master weights and Adam's two moments):
 
 - **model states** (Rajbhandari et al. 2020, ZeRO, §3–5): 2Ψ + 2Ψ + KΨ bytes, K = 12, for
-  the Ψ parameters (in fp32, e = 4: 4Ψ + 4Ψ + 8Ψ, the course's runs) a rank holds after tensor and pipeline cuts (experts also cut by ep);
+  the Ψ parameters (in fp32, e = 4: 4Ψ + 4Ψ + 8Ψ, the course's runs) the busiest rank holds
+  after tensor and pipeline cuts (``rank_params``: norms and row-parallel biases stay whole
+  under tp, the end stages hold the embedding or head; experts also cut by ep);
   ZeRO stage 1 divides the optimizer's KΨ by the data-parallel degree d, stage 2 the
   gradients too, stage 3 the weights too. ``zero_paper_check`` gives the paper's Figure 1
   (Ψ = 7.5 B, d = 64: 120, 31.4, 16.6 and 1.9 GB).
@@ -22,14 +24,20 @@ fp32 master weights and Adam's two moments):
   flight on the first stage, so it holds L/p layers × p = L layers' worth (Narayanan et
   al. 2021); the last stage's fp32 logits, b·s·V/t · 4 bytes, are added.
 - **bytes per step** (the ring model, lesson 06; ``runtime.costs.sent_bytes``): data
-  parallelism 2(d−1)/d of the rank's gradients (e bytes each) (ZeRO-1 and 2 the same: reduce-scatter
-  plus all-gather), 3(d−1)/d with ZeRO-3 (weights gathered forward and backward; ZeRO
-  §7); tensor parallelism 8(t−1)/t · bsh·e per layer and micro-batch (two all-reduces
-  forward, two backward, or the same bytes as all-gathers and reduce-scatters under sequence
+  parallelism 2(d−1)/d of the rank's gradients (e bytes each) (ZeRO-1 and 2 the same:
+  reduce-scatter plus all-gather), 3(d−1)/d with ZeRO-3 for the layers (weights gathered
+  forward and backward; ZeRO §7), 2(d−1)/d for the rest (FSDP2's root — embedding,
+  positions, final norm — stays gathered from forward to backward; lesson 14 measured it);
+  tensor parallelism 8(t−1)/t · bsh·e per layer and micro-batch (two all-reduces forward,
+  two backward, or the same bytes as all-gathers and reduce-scatters under sequence
   parallelism: lesson 12), 4 more with full recomputation, and per micro-batch the
   embedding's and the head's all-reduces of bsh·e and the vocabulary-parallel
-  cross-entropy's three of b·s fp32 numbers (lesson 12's ``tp_bytes``); pipeline 2 · bsh·e/t per
-  micro-batch (an activation forward, its gradient back); context parallelism 6(c−1) K/V
+  cross-entropy's three of b·s fp32 numbers (lesson 12's ``tp_bytes``) — none of these
+  without vocabulary parallelism; pipeline, on the busiest stage, 2 · bsh·e/t per
+  micro-batch in the middle (an activation forward, its gradient back), one of them at an
+  end, plus there the all-reduce of a tied embedding's gradient between the first and the
+  last stage (Megatron-LM's embedding group); /t only with Megatron's scatter-gather (lesson
+  14: torch's ``pipelining`` sends the whole activation); context parallelism 6(c−1) K/V
   blocks per layer and micro-batch (passed forward; passed again with their gradients
   backward: lesson 12's ring attention); expert parallelism 4(ep−1)/ep · k·tokens·h·e per
   MoE layer and micro-batch (dispatch and combine, forward and backward: ``parallel.py``).
@@ -53,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from ddl_lab.runtime.costs import sent_bytes
 
 __all__ = ["Model", "Cluster", "Layout", "Prediction", "LLAMA3_8B", "predict", "plan",
-           "layouts", "zero_paper_check", "on_one_node"]
+           "layouts", "zero_paper_check", "on_one_node", "rank_params"]
 
 GB = 1e9
 RECOMPUTE = ("none", "selective", "full")
@@ -64,7 +72,9 @@ class Model:
     """A decoder-only transformer: L layers of width h, a heads (``kv_heads`` for grouped
     keys and values), sequences of s tokens, vocabulary V, MLP width ``ffn`` (4h by default;
     ``gated``: SwiGLU's three matrices), ``experts`` per MoE layer (1: dense) with top-k
-    routing, ``tied`` embedding and head; elements of ``e`` bytes, ``dropout`` or not."""
+    routing, ``tied`` embedding and head; elements of ``e`` bytes, ``dropout`` or not;
+    ``biases`` in every Linear and LayerNorm (GPT-2's, the course's ``ml.gpt``; otherwise
+    Llama's: none, norms with a weight only), learned ``positions`` (s·h)."""
 
     layers: int
     hidden: int
@@ -79,6 +89,8 @@ class Model:
     tied: bool = False
     e: int = 2
     dropout: bool = False
+    biases: bool = False
+    positions: bool = False
 
     @property
     def kv(self) -> int:
@@ -95,13 +107,31 @@ class Model:
         """Ψ of all the experts of all layers (0 for a dense model: its MLP is not cut by ep)."""
         return self.layers * self.experts * self._expert() if self.experts > 1 else 0
 
+    def layer_params(self) -> tuple[int, int]:
+        """Ψ of one layer's dense part: (cut by tensor parallelism — the attention's and a
+        dense MLP's matrices and column-parallel biases —, kept whole on every tp rank — the
+        norms, the row-parallel biases, a router)."""
+        h, ffn = self.hidden, self.ffn or 4 * self.hidden
+        dense = self.experts == 1
+        cut = self._attention() + dense * self._expert()
+        whole = (4 if self.biases else 2) * h + (h * self.experts if not dense else 0)
+        if self.biases:
+            cut += h + 2 * h * self.kv // self.heads + dense * ffn * (2 if self.gated else 1)
+            whole += (1 + dense) * h
+        return cut, whole
+
+    def end_params(self) -> tuple[int, int, int]:
+        """Ψ outside the layers: (the embedding — and as many again for an untied head —,
+        the positions, the final norm)."""
+        emb = self.vocab * self.hidden
+        return (emb, self.seq * self.hidden * self.positions,
+                self.hidden * (2 if self.biases else 1))
+
     def dense_params(self) -> int:
         """Ψ of everything else: attention, dense MLPs, routers, norms, embedding and head."""
-        mlp = 0 if self.experts > 1 else self._expert()
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        per_layer = self._attention() + mlp + router + 2 * self.hidden
-        return self.layers * per_layer + self.vocab * self.hidden * (1 if self.tied else 2) \
-            + self.hidden
+        emb, pos, norm = self.end_params()
+        return self.layers * sum(self.layer_params()) + emb * (1 if self.tied else 2) \
+            + pos + norm
 
     def params(self) -> int:
         return self.dense_params() + self.expert_params()
@@ -136,7 +166,11 @@ class Cluster:
 @dataclass(frozen=True)
 class Layout:
     """One way to use the devices: dp · tp · pp · cp of them (ep inside dp), a ZeRO stage,
-    recomputation, micro-batches of ``micro`` sequences, sequence parallelism with tp."""
+    recomputation, micro-batches of ``micro`` sequences, sequence parallelism with tp;
+    ``vocab_parallel``: the embedding and head cut by tp (Megatron-LM; torch's
+    ``parallelize_module`` plan of lesson 14 keeps them whole); ``scatter_gather``: a
+    pipeline sends 1/t of an activation from each tp rank (Megatron-LM; torch's
+    ``pipelining`` sends it whole)."""
 
     dp: int = 1
     tp: int = 1
@@ -147,6 +181,8 @@ class Layout:
     recompute: str = "none"
     micro: int = 1
     sp: bool = True
+    vocab_parallel: bool = True
+    scatter_gather: bool = True
 
     @property
     def devices(self) -> int:
@@ -204,6 +240,21 @@ def _layer_activations(m: Model, lay: Layout) -> float:
     return whole / (t if lay.sp else 1) + (cut + scores) / t
 
 
+def rank_params(m: Model, lay: Layout) -> float:
+    """Ψ of the dense part the busiest rank holds (before ZeRO): its L/p layers (their
+    matrices cut by t, norms and row-parallel biases whole), and on the first stage the
+    embedding and positions, on the last the final norm and the head — a tied head's copy of
+    the embedding when p > 1 (Megatron-LM keeps one there); the embedding cut by t only
+    ``vocab_parallel``."""
+    cut, whole = m.layer_params()
+    layers = m.layers / lay.pp * (cut / lay.tp + whole)
+    emb, pos, norm = m.end_params()
+    emb = emb / lay.tp if lay.vocab_parallel else emb
+    if lay.pp == 1:
+        return layers + emb * (1 if m.tied else 2) + pos + norm
+    return layers + emb + max(pos, norm)
+
+
 def _link(m_before: int, size: int, c: Cluster) -> tuple[float, float]:
     """(α, β) of a mesh dimension of ``size`` ranks, ``m_before`` ranks apart."""
     inside = m_before * size <= c.per_node
@@ -214,7 +265,7 @@ def predict(m: Model, batch: int, c: Cluster, lay: Layout) -> Prediction:
     """Memory, bytes and time of one step of ``batch`` sequences under ``lay`` on ``c``."""
     microbatches = batch // (lay.dp * lay.micro)
     t, p, cp, dp, ep = lay.tp, lay.pp, lay.cp, lay.dp, lay.ep
-    dense = m.dense_params() / (t * p)
+    dense = rank_params(m, lay)
     experts = m.expert_params() / (t * p * ep)
     mem = {k: v + w for (k, v), w in zip(_states(dense, dp * cp, lay.zero, m.e).items(),
                                           _states(experts, dp * cp // ep, lay.zero, m.e).values())}
@@ -226,13 +277,18 @@ def predict(m: Model, batch: int, c: Cluster, lay: Layout) -> Prediction:
     ar = sent_bytes("all_reduce", t, 1.0)                    # 2(t−1)/t
     loss = lay.micro * m.seq / cp * max(m.e, 4)             # the loss's b·s numbers, ≥ fp32
     ends = 2 * bsh + 3 * loss if p == 1 else bsh + 3 * loss  # embedding, head, cross-entropy
+    ends *= lay.vocab_parallel
+    cut, whole = m.layer_params()
+    regather = sent_bytes("all_reduce", dp * cp, m.e * m.layers / p * (cut / t + whole)) / 2
+    pipe = bsh / (t if lay.scatter_gather else 1) * microbatches
+    tied = m.vocab * m.hidden / (t if lay.vocab_parallel else 1) * m.e if m.tied else 0.0
     traffic = {
-        "dp": (3 / 2 if lay.zero == 3 else 1) * (
-            sent_bytes("all_reduce", dp * cp, m.e * dense)
-            + sent_bytes("all_reduce", dp * cp // ep, m.e * experts)),
+        "dp": (3 / 2 if lay.zero == 3 else 1) * sent_bytes("all_reduce", dp * cp // ep,
+                                                           m.e * experts)
+        + sent_bytes("all_reduce", dp * cp, m.e * dense) + (lay.zero == 3) * regather,
         "tp": ar * ((6 if lay.recompute == "full" else 4) * bsh * per_layer_micro
                     + ends * microbatches),
-        "pp": (2 * bsh / t * microbatches) if p > 1 else 0.0,
+        "pp": max(2 * pipe if p > 2 else 0.0, pipe + tied) if p > 1 else 0.0,
         "cp": 6 * (cp - 1) * bsh * m.kv / m.heads / t * per_layer_micro,
         "ep": (4 * (ep - 1) / ep * bsh * m.top_k / t * per_layer_micro) if m.experts > 1
         else 0.0}

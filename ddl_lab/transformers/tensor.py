@@ -50,7 +50,8 @@ from ddl_lab.transformers.vocab import (VocabParallelEmbedding, loss_dtype,
                                         _vocab_parallel_cross_entropy)
 
 __all__ = ["TPAttention", "TPMLP", "TPBlock", "TPGPT", "tp_block", "tp_gpt", "split_of",
-           "unshard", "differences", "tp_bytes", "batch", "one_process", "tp_step", "library_step"]
+           "unshard", "differences", "tp_bytes", "batch", "one_process", "tp_step", "library_step",
+           "SplitAttention", "library_plan"]
 
 
 def _check_heads(cfg: GPTConfig, n: int) -> None:
@@ -351,7 +352,7 @@ def tp_step(cfg: GPTConfig, b: int = 2, seed: int = 0, sequence: bool = False,
 
 # ------------------------------------------------------ torch's own tensor parallelism
 
-class _SplitAttention(nn.Module):
+class SplitAttention(nn.Module):
     """A block's attention with Q, K and V as three Linear layers, so that
     ``ColwiseParallel``'s contiguous rows of each are whole heads; the heads a rank holds
     are read from its output's width."""
@@ -373,7 +374,10 @@ class _SplitAttention(nn.Module):
         return self.proj(attention(q, k, v, causal=True).transpose(1, 2).reshape(b, s, -1))
 
 
-def _library_plan(layers: int, sequence: bool) -> dict[str, Any]:
+def library_plan(layers: int, sequence: bool) -> dict[str, Any]:
+    """Lesson 12's plan for ``parallelize_module`` (blocks with ``SplitAttention``): Q, K, V
+    and ``fc`` column-parallel, the projections row-parallel; ``sequence``: the LayerNorms
+    on sequence shards (lesson 14's checkpoints reuse it)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                    RowwiseParallel, SequenceParallel)
@@ -410,8 +414,8 @@ def library_step(cfg: GPTConfig, b: int = 2, seed: int = 0,
     from torch.distributed.tensor.parallel import parallelize_module
     model = build_gpt(cfg, seed)
     for block in model.blocks:
-        block.attn = _SplitAttention(block.attn)
-    model = parallelize_module(model, device_mesh(), _library_plan(cfg.layers, sequence))
+        block.attn = SplitAttention(block.attn)
+    model = parallelize_module(model, device_mesh(), library_plan(cfg.layers, sequence))
     idx, targets = batch(cfg, b, seed)
     loss = F.cross_entropy(model(idx).reshape(-1, cfg.vocab), targets.reshape(-1))
     loss.backward()

@@ -108,3 +108,62 @@ def test_experts_are_cut_by_ep_and_routed_bytes_counted():
     assert one.bytes["ep"] == 0 and spread.bytes["ep"] > 0
     saved = one.memory["weights"] - spread.memory["weights"]
     assert saved == pytest.approx(2 * moe.expert_params() * (1 - 1 / 8))
+
+
+# ------------------------------------------- fixes from lesson 14's measured runs (compose)
+
+GPT4 = GPTConfig(vocab=32, seq=16, hidden=32, heads=4, layers=4)
+
+
+def _gpt(cfg: GPTConfig = GPT4) -> P.Model:
+    return P.Model(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, seq=cfg.seq,
+                   vocab=cfg.vocab, tied=True, e=4, biases=True, positions=True)
+
+
+def test_the_course_s_gpt_is_counted_with_its_biases_and_positions():
+    from ddl_lab.ml.gpt import build_gpt
+    for cfg in (SMALL, GPT4):
+        assert _gpt(cfg).params() == sum(p.numel() for p in build_gpt(cfg).parameters())
+
+
+def test_tensor_parallelism_keeps_norms_row_biases_and_a_whole_vocabulary_on_every_rank():
+    m, h, L = _gpt(), GPT4.hidden, GPT4.layers
+    cut = 12 * h * h + 3 * h + 4 * h                  # qkv, proj, fc, proj; qkv and fc biases
+    whole = 4 * h + 2 * h                             # two LayerNorms; the row biases
+    ends = GPT4.vocab * h + GPT4.seq * h + 2 * h
+    for t in (1, 2, 4):
+        lay = P.Layout(tp=t, vocab_parallel=False)
+        assert P.rank_params(m, lay) == L * (cut / t + whole) + ends
+        assert P.rank_params(m, P.Layout(tp=t)) == \
+            L * (cut / t + whole) + ends - GPT4.vocab * h * (1 - 1 / t)
+
+
+def test_a_pipeline_s_end_stages_hold_the_embedding_and_a_tied_copy():
+    m, h = _gpt(), GPT4.hidden
+    per_layer = sum(m.layer_params())
+    first = 2 * per_layer + GPT4.vocab * h + GPT4.seq * h       # stage 0 of 2: + positions
+    assert P.rank_params(m, P.Layout(pp=2)) == first
+    assert P.rank_params(m, P.Layout(pp=4)) == per_layer + GPT4.vocab * h + GPT4.seq * h
+
+
+def test_pipeline_bytes_are_the_busiest_stage_s():
+    """p = 2: each stage sends one activation (or its gradient) per micro-batch and the
+    tied embedding's gradient once; p > 2: a middle stage sends both."""
+    m, c = _gpt(), P.Cluster(4, 1e12, 1e9)
+    bsh = 2 * GPT4.seq * GPT4.hidden * 4
+    emb = GPT4.vocab * GPT4.hidden * 4
+    torch_way = dict(vocab_parallel=False, scatter_gather=False)
+    two = P.predict(m, 8, c, P.Layout(pp=2, dp=2, micro=2, **torch_way)).bytes["pp"]
+    assert two == 2 * bsh + emb                                 # 2 micro-batches a rank
+    four = P.predict(m, 8, c, P.Layout(pp=4, micro=2, **torch_way)).bytes["pp"]
+    assert four == 2 * 4 * bsh
+    megatron = P.predict(m, 8, c, P.Layout(pp=2, tp=2, micro=2)).bytes["pp"]
+    assert megatron == 4 * bsh / 2 + emb / 2                   # scatter-gather; vocab cut
+
+
+def test_fsdp2_gathers_the_layers_twice_and_its_root_once():
+    m, d = _gpt(), 4
+    got = P.predict(m, 8, P.Cluster(d, 1e12, 1e9), P.Layout(dp=d, zero=3)).bytes["dp"]
+    layers = GPT4.layers * sum(m.layer_params())
+    ring = (d - 1) / d * 4
+    assert got == pytest.approx(2 * ring * m.params() + ring * layers, rel=1e-12)
