@@ -12,6 +12,10 @@ import pytest
 
 # Checks run by the tests are not the learner's: they leave the course's progress alone.
 os.environ.setdefault("DDL_LAB_PROGRESS", "off")
+# Three pytest workers, a browser and their clusters share two cores: a rank can wait many
+# seconds for a peer that is merely unscheduled, so checks wait 4× their usual timeouts (a
+# deadlock that tests provoke sets its own short wait).
+os.environ.setdefault("DDL_LAB_PATIENCE", "4")
 
 CHROMIUM = Path("/usr/bin/chromium")
 LESSONS = Path(__file__).resolve().parent / "lessons"

@@ -10,7 +10,7 @@ from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
 from . import _record
 
-DEFAULT_TIMEOUT = 20.0      # seconds a check waits for the learner's code on the workers
+DEFAULT_TIMEOUT = 20.0 * worlds.patience()   # seconds a check waits for the learner's code (workers)
 # Set by the grading judge (``tools/grading/judge.py``) to run where the learner's function
 # lives, the sandboxed kernel: ``route(body, cases, fn, timeout)`` gives the cases' Outcomes,
 # ``beside(procedure, args, kwargs)`` gives ``(True, result)``; None, ``(False, None)``: here.

@@ -169,9 +169,10 @@ def test_a_child_ends_when_its_parent_dies_and_cleans_up(tmp_path, method):
     finally:
         parent.kill()
         parent.wait(10)
-    assert _within(5.0, lambda: not _alive(pid)), "the child outlived its parent"
-    assert _within(5.0, lambda: not left.exists()), "the child did not clean up"
-    assert _within(5.0, lambda: not any(map(_alive, family))), "a server outlived the parent"
+    # polled: on a quiet machine all within a second; a loaded one needs longer
+    assert _within(30.0, lambda: not _alive(pid)), "the child outlived its parent"
+    assert _within(30.0, lambda: not left.exists()), "the child did not clean up"
+    assert _within(30.0, lambda: not any(map(_alive, family))), "a server outlived the parent"
 
 
 def _parent_pid(conn):
