@@ -103,7 +103,7 @@ LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]"
                  "tests/scaling_out/test_engines.py", "tests/scaling_out/test_elastic.py",
                  f"{IN_BROWSER}::[09_model_parallel]", f"{IN_BROWSER}::[12_transformers]",
                  f"{IN_BROWSER}::[05_data_parallel]",
-                 f"{IN_BROWSER}::[14_capstone]", IN_BROWSER,
+                 f"{IN_BROWSER}::[15_capstone]", IN_BROWSER,
                  "tests/tools/grading/test_nbgrader.py", "tests/tools/test_solution_notebooks.py")
 
 

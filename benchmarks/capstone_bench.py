@@ -1,9 +1,9 @@
-"""The capstone's worked plan against plain synchronous SGD, side by side (lesson 14).
+"""The capstone's worked plan against plain synchronous SGD, side by side (lesson 15).
 
     .venv/bin/python benchmarks/capstone_bench.py [--rounds 3] [--seed 0]
 
 Both train the digits CNN on 4 real workers under the capstone's budget, measured by its
-meter: the plan of ``solutions/14_capstone.ipynb`` (``my_plan``, read from the notebook,
+meter: the plan of ``solutions/15_capstone.ipynb`` (``my_plan``, read from the notebook,
 its single source) and ``capstone.plans.sync_sgd_plan`` (the whole fp32 gradient at
 every step). Runs alternate (baseline, plan) so a change of load hits both alike; the
 bytes are exact and the same every round, the times are medians.
@@ -22,7 +22,7 @@ from ddl_lab.capstone.meter import measure
 from ddl_lab.capstone.plans import sync_sgd_plan
 from ddl_lab.runtime.launch import close_shared
 
-SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "14_capstone.ipynb"
+SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "15_capstone.ipynb"
 
 
 def solution_plan():

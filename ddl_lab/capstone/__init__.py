@@ -1,2 +1,2 @@
-"""Lesson 14, the capstone: train the digits CNN on 4 workers to a target accuracy under a
+"""Lesson 15, the capstone: train the digits CNN on 4 workers to a target accuracy under a
 byte budget and a step budget, with everything the course built — measured by a meter."""

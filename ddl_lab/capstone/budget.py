@@ -1,4 +1,4 @@
-"""The capstone's targets and budgets (lesson 14)."""
+"""The capstone's targets and budgets (lesson 15)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

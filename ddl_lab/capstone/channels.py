@@ -1,4 +1,4 @@
-"""Every channel between the capstone's workers is metered or closed (lesson 14).
+"""Every channel between the capstone's workers is metered or closed (lesson 15).
 
 The meter (``capstone.wire``) charges what goes through the default process group. Around
 a plan, on each worker, ``sealed()`` closes what would talk past it and records what it

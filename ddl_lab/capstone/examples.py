@@ -1,4 +1,4 @@
-"""Which examples a capstone worker's models ran on (lesson 14).
+"""Which examples a capstone worker's models ran on (lesson 15).
 
 Each worker is given its own shard (``meter.Batches``, which records the rows it hands
 out); nothing stops a plan from loading the whole training set itself (``digits()``,

@@ -1,4 +1,4 @@
-"""The budget meter (lesson 14): run a training plan on real workers and measure it.
+"""The budget meter (lesson 15): run a training plan on real workers and measure it.
 
 A *plan* is a function that runs on every worker::
 
@@ -189,7 +189,7 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
 
 @dataclass
 class Result:
-    """A plan's run, measured (lesson 14). ``accuracy`` is rank 0's model on the held-out
+    """A plan's run, measured (lesson 15). ``accuracy`` is rank 0's model on the held-out
     digits; ``spread`` the largest |θ_r − θ_0| over workers (0: they agree)."""
 
     budget: Budget

@@ -1,4 +1,4 @@
-"""The capstone's baseline plans (lesson 14): synchronous SGD with the whole gradient on the
+"""The capstone's baseline plans (lesson 15): synchronous SGD with the whole gradient on the
 wire at every step — by hand (lesson 05) or with DDP and a communication hook (lessons 08,
 10). Accurate, and over the byte budget: the gap the capstone asks you to close."""
 from __future__ import annotations

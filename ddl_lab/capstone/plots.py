@@ -1,4 +1,4 @@
-"""Lesson 14's pictures: plans against the budget — bytes per worker and test accuracy."""
+"""Lesson 15's pictures: plans against the budget — bytes per worker and test accuracy."""
 from __future__ import annotations
 
 from typing import Mapping

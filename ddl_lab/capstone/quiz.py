@@ -1,4 +1,4 @@
-"""Lesson 14 (capstone): the self-check quiz (``quiz(load_quiz("capstone"))``).
+"""Lesson 15 (capstone): the self-check quiz (``quiz(load_quiz("capstone"))``).
 
 Answers and explanations are sealed (``ddl_lab.active.seal_choice`` /
 ``seal_number`` / ``seal_text``) so that they are not read at a glance; to change one,

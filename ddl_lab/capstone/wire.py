@@ -1,4 +1,4 @@
-"""The capstone's meter on the wire (lesson 14): every communication call is charged at the
+"""The capstone's meter on the wire (lesson 15): every communication call is charged at the
 process group, whoever makes it — not where a plan says it talks — by formula, not by capture.
 
 While a plan runs, the worker listens with the runtime's ``Wiretap`` (``runtime.wiretap``):
@@ -83,7 +83,7 @@ def metered_server(tap: Wiretap, tally: list[float]) -> Iterator[None]:
 
 
 class Wire:
-    """What a capstone plan talks through on one worker (lesson 14).
+    """What a capstone plan talks through on one worker (lesson 15).
 
     ``allreduce`` / ``all_gather_bytes`` / ``broadcast`` / ``barrier`` are the metered
     default group's (``dist.*`` calls and DDP are metered just the same); ``server`` is a

@@ -1,4 +1,4 @@
-"""Checks for lesson 14, the capstone: the bytes a local-SGD plan puts on the wire (reasoning); a
+"""Checks for lesson 15, the capstone: the bytes a local-SGD plan puts on the wire (reasoning); a
 training plan run on 4 real workers through the capstone's meter, judged on its budget (design)."""
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _bytes_mistakes(p: dict[str, Any]) -> dict[str, float]:
 
 @task("capstone", refuses=(_PACKAGE, "fp32_allreduce_bytes"))
 def budget_bytes(my_budget_bytes: Callable, seed: int = 0) -> None:
-    """Lesson 14, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
+    """Lesson 15, task 1: ``my_budget_bytes(params, workers, steps, period, value_bytes)``
     returns the bytes each worker sends when local SGD averages the whole model with a ring
     allreduce every ``period`` steps (and after the last step), each parameter
     ``value_bytes`` bytes on the wire: ⌈steps/period⌉ · 2(n−1)/n · params · value_bytes,
@@ -125,7 +125,7 @@ _TIMEOUT_S = 120.0
 
 @task("capstone")
 def capstone(my_plan: Callable, seed: int = 0, parameter_server: dict | None = None) -> None:
-    """Lesson 14, task 2: ``my_plan(model, batches, wire)`` trains the digits CNN on each of
+    """Lesson 15, task 2: ``my_plan(model, batches, wire)`` trains the digits CNN on each of
     4 workers and returns the model; run for real and judged against ``BUDGET``: test
     accuracy, bytes per worker counted by the meter, one model on every worker, steps and
     time, each worker learning from its own shard only, no channel past the meter.

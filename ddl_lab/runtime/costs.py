@@ -20,7 +20,7 @@ __all__ = ["sent_bytes", "message_time", "ring_time", "tree_time", "star_time"]
 
 def sent_bytes(op: str, world_size: int, nbytes: float, root: bool = False) -> float:
     """Bytes one of ``world_size`` ranks puts on the wire for ``op`` of the ``nbytes`` it
-    hands in, in the ring model (lesson 06; the wiretap and lesson 14's meter charge exactly
+    hands in, in the ring model (lesson 06; the wiretap and lesson 15's meter charge exactly
     this).
 
     all_reduce 2(n−1)/n·S (share-reduce, then share-only); all_gather (n−1)·S (its S to

@@ -237,7 +237,7 @@ def _become(env: dict[str, str], caller: str) -> dict[str, str]:
     if "tempfile" in sys.modules:          # its folder was cached from the server's TMPDIR
         sys.modules["tempfile"].tempdir = None
         sys.modules["tempfile"].gettempdir()   # probe it now (a file written and removed),
-        # not inside the task: lesson 14's meter would see the probe as the plan's own file
+        # not inside the task: lesson 15's meter would see the probe as the plan's own file
     return before
 
 

@@ -25,7 +25,7 @@ if the records do not show it exactly, it raises instead of ever reporting 0.
 ``METHODS`` is the one table of the ``ProcessGroup`` methods that move data: the operation,
 the argument with this rank's payload, the ``torch.distributed`` function a caller uses.
 ``forwarding()`` says whether this thread is inside a tap handing a recorded call on to
-the raw group (lesson 14 closes the raw groups to every other caller).
+the raw group (lesson 15 closes the raw groups to every other caller).
 """
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ _LOCAL = threading.local()
 
 def forwarding() -> bool:
     """Whether this thread is inside a wiretap handing a call it has recorded on to the
-    process group behind it (lesson 14's sealed plans: a raw group answers only this)."""
+    process group behind it (lesson 15's sealed plans: a raw group answers only this)."""
     return getattr(_LOCAL, "depth", 0) > 0
 
 

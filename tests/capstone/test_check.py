@@ -1,4 +1,4 @@
-"""Lesson 14's checks: the budget arithmetic names the ring's usual slips and accepts the
+"""Lesson 15's checks: the budget arithmetic names the ring's usual slips and accepts the
 answer in a learner's number types; the capstone runs plans on 4 real workers, passes the
 solution and another right style, and names a plan that sends fp32 at every step, one that
 never communicates, one that reports its own bytes, one that averages too rarely on skewed
@@ -182,7 +182,7 @@ def budget_loop(params, workers, steps, period, value_bytes):
 
 def test_right_budget_arithmetic_passes(solution, capsys):
     from tests.learner_types import in_learner_types
-    mine = solution("14_capstone", "my_budget_bytes")
+    mine = solution("15_capstone", "my_budget_bytes")
     check.budget_bytes(mine)
     check.budget_bytes(budget_loop, seed=3)
     check.budget_bytes(in_learner_types(mine, "float32"), seed=1)       # np.float32, 10.0

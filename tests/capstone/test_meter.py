@@ -1,4 +1,4 @@
-"""The capstone's meter (lesson 14): every operation on the wire is charged what the ring
+"""The capstone's meter (lesson 15): every operation on the wire is charged what the ring
 model says, whoever calls it (a plan, DDP's reducer, a parameter-server client); a new group,
 the raw group behind the meter, a gloo backend, a store, rpc — everything that would talk
 past it — is refused, and files and sockets are recorded; the examples each worker's models

@@ -199,9 +199,9 @@ def test_launch_links_come_from_the_repository_url():
 
 
 def test_lessons_and_exercises_are_found_in_their_folders(tmp_path):
-    for name in ("00_a", "14_capstone", "10_memory", "notes", "1_bad"):
+    for name in ("00_a", "15_capstone", "10_memory", "notes", "1_bad"):
         (tmp_path / f"{name}.ipynb").write_text("{}")
-    assert pages.stems(tmp_path) == ["00_a", "10_memory", "14_capstone"]
+    assert pages.stems(tmp_path) == ["00_a", "10_memory", "15_capstone"]
 
 
 def test_an_exercise_page_says_what_each_check_judges():
