@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config, items):
 PER_NOTEBOOK = ("tests/browser/test_lessons_in_browser.py",
                 "tests/tools/test_solution_notebooks.py")
 IN_BROWSER = "tests/browser/test_lessons_in_browser.py"
-LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[10_memory]",
+LONGEST_FIRST = (f"{IN_BROWSER}::[11_scaling_out]", f"{IN_BROWSER}::[14_experts]",
+                 f"{IN_BROWSER}::[10_memory]",
                  "tests/tools/grading/test_tampering.py",
                  "tests/tools/grading/test_real_class.py",
                  f"{IN_BROWSER}::[06_ring_allreduce]", f"{IN_BROWSER}::[08_compression]",

@@ -22,6 +22,7 @@ from .memory import zero2_step, zero_bytes, memory_plan
 from .scaling_out import fedavg, resume, rendezvous_env, best_workers, fedavg_plan
 from .transformers import parallel_plan, ring_attention, transformer_bytes, vocab_cross_entropy
 from .performance import overlap_from_trace, model_flops, compute_bound_batch
+from .experts import ep_layer, mesh_bytes, choose_layout
 from .capstone import budget_bytes, capstone
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan",
     "ring_attention", "vocab_cross_entropy", "transformer_bytes", "parallel_plan",
     "overlap_from_trace", "model_flops", "compute_bound_batch",
+    "ep_layer", "mesh_bytes", "choose_layout",
     "budget_bytes", "capstone",
 ]

@@ -278,6 +278,9 @@ def layout_run(layout: dict[str, Any], cfg: GPTConfig, steps: int = 3, batch: in
     d, t, p, m = (layout.get(k, 1) for k in ("dp", "tp", "pp", "m"))
     if ranks_of(layout) != dist.get_world_size():
         raise ValueError(f"{layout} needs {ranks_of(layout)} ranks, not {dist.get_world_size()}")
+    if cfg.layers % p:
+        raise ValueError(f"{p} pipeline stages need a number of layers they divide, not "
+                         f"{cfg.layers}: every stage holds the same number of blocks")
     mesh = _mesh(layout)
     names = list(mesh.mesh_dim_names)
     dims = {n: frozenset(dist.get_process_group_ranks(mesh.get_group(n))) for n in names}
@@ -379,8 +382,10 @@ def table(cfg: GPTConfig, layouts: list[dict[str, Any]] | None = None, steps: in
     ref = one_process(cfg, steps, batch, seed, lr)
     rows = []
     for layout in layouts or LAYOUTS:
-        runs = shared_cluster(ranks_of(layout)).run(layout_run, layout, cfg, steps, batch,
-                                                    seed, lr)
+        # the first run on fresh workers imports DTensor, FSDP2 and pipelining (and torch's
+        # compiler with them): tens of seconds on a busy machine
+        runs = shared_cluster(ranks_of(layout)).run_with(
+            layout_run, (layout, cfg, steps, batch, seed, lr), timeout=300)
         dims = sorted({k for r in runs for k in r["bytes"]})
         rows.append({
             "layout": layout, "name": layout.get("name", str(layout)),

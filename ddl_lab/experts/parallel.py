@@ -41,6 +41,7 @@ S_r·a (dispatch) + R_r·a (combine), backward S_r·a (combine's gradient) + R_r
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,9 +55,11 @@ from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["local_experts", "all_to_all", "ep_moe", "problem", "ep_bytes", "ep_step",
-           "one_process", "assemble", "differences"]
+           "one_process", "assemble", "differences", "ep_wait", "PHASES"]
 
 EXPERT_PARAMS = ("fc.weight", "fc.bias", "proj.weight", "proj.bias")
+# what ``ep_moe(clock=...)`` times, in order
+PHASES = ("route", "split sizes", "dispatch", "experts", "combine")
 
 
 def local_experts(cfg: MoEConfig, rank: int, n: int) -> range:
@@ -112,12 +115,14 @@ def _experts(params: dict[str, torch.Tensor], x: torch.Tensor,
     return torch.cat(outs)[torch.argsort(order)]
 
 
-def ep_moe(params: dict[str, torch.Tensor], x: torch.Tensor,
-           cfg: MoEConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+def ep_moe(params: dict[str, torch.Tensor], x: torch.Tensor, cfg: MoEConfig,
+           clock: list[float] | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
     """The MoE layer on this rank's tokens ``x`` (T, h) with expert parallelism over the
     default group: ``params`` holds the whole ``router.weight`` and this rank's slice of the
     stacked experts (``local_experts``). Returns y (T, h) and the step's facts: ``aux``,
-    ``dropped`` pairs, ``splits`` (pairs sent to each rank), ``received`` (from each)."""
+    ``dropped`` pairs, ``splits`` (pairs sent to each rank), ``received`` (from each).
+    ``clock``: if given, ``time.perf_counter()`` is appended after each phase (``PHASES``)."""
+    tick = clock.append if clock is not None else (lambda _: None)
     n = dist.get_world_size()
     per = len(local_experts(cfg, dist.get_rank(), n))
     r = route(x @ params["router.weight"].t(), cfg.k, cfg.capacity(x.shape[0]))
@@ -126,11 +131,17 @@ def ep_moe(params: dict[str, torch.Tensor], x: torch.Tensor,
     order = torch.argsort(expert, stable=True)               # by expert, so by rank
     tok, choice, expert = tok[order], choice[order], expert[order]
     counts = torch.bincount(expert, minlength=cfg.experts)
+    tick(time.perf_counter())
     incoming = _exchange(counts, [per] * n, [per] * n).view(n, per)
     splits, received = counts.view(n, per).sum(1).tolist(), incoming.sum(1).tolist()
+    tick(time.perf_counter())
     arrived = all_to_all(x[tok], received, splits)                       # dispatch
+    tick(time.perf_counter())
     mine = torch.arange(per, device=x.device).repeat(n).repeat_interleave(incoming.reshape(-1))
-    back = all_to_all(_experts(params, arrived, mine), splits, received)  # combine
+    done = _experts(params, arrived, mine)
+    tick(time.perf_counter())
+    back = all_to_all(done, splits, received)                            # combine
+    tick(time.perf_counter())
     y = x.new_zeros(x.shape).index_add(0, tok, back * r.gate[tok, choice, None])
     return y, {"aux": r.aux, "dropped": r.dropped, "splits": splits, "received": received}
 
@@ -277,3 +288,27 @@ def differences(got: dict[str, Any], want: dict[str, Any], rtol: float = 1e-4,
         elif not torch.allclose(a, b, rtol, atol):
             out.append(f"{name}: off by {(a - b).abs().max().item():.3g}")
     return out
+
+
+def ep_wait(cfg: MoEConfig, tokens_per_rank: int, skew: float, repeats: int = 5,
+            seed: int = 0) -> dict[str, Any]:
+    """Worker function (lesson 14, §2, "what a rank waits for"): forwards of ``ep_moe`` on
+    this rank's slice of ``problem(skew=skew)``, each phase timed (``PHASES``, the median of
+    ``repeats`` after one warm-up, a barrier before each). With an unbalanced router the
+    rank that holds the favourite expert computes longest and every other rank waits for it
+    inside the combine's all-to-all. Returns ``seconds`` by phase and ``received`` pairs."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    mine = local_experts(cfg, rank, n)
+    data = problem(cfg, n, tokens_per_rank, seed, torch.float32, skew)
+    params = {k: (v if k == "router.weight" else v[mine.start:mine.stop])
+              for k, v in data["params"].items()}
+    x = data["x"][rank * tokens_per_rank:(rank + 1) * tokens_per_rank]
+    laps, facts = [], {}
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            dist.barrier()
+            clock = [time.perf_counter()]
+            _, facts = ep_moe(params, x, cfg, clock)
+            laps.append([b - a for a, b in zip(clock, clock[1:])])
+    middle = sorted(laps[1:], key=sum)[repeats // 2]
+    return {"seconds": dict(zip(PHASES, middle)), "received": sum(facts["received"])}

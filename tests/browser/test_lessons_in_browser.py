@@ -31,11 +31,13 @@ LESSON_CONTROLS = {
     "04_message_passing": Control("KB / message"),     # 16 → 256 KB: new bandwidth bars
     "06_ring_allreduce": Control("step"),              # the next step of the same ring
     "10_memory": Control("stage"),                     # ZeRO-1 → 2: gradients sharded too
+    "14_experts": Control("devices", panel=1),         # the planner: 64 → 128 devices
 }
 # Further controls moved after that one, in the same page.
 MORE_CONTROLS = {
     "06_ring_allreduce": [Control("step", panel=2)],   # §7: halving/doubling, stepped
     "12_transformers": [Control("ring step", panel=1)],  # §6: the ring-attention stepper
+    "14_experts": [Control("mesh", panel=0)],            # §3: another mesh and its groups
 }
 
 
@@ -62,6 +64,10 @@ SMALLER = {
                        ("NBYTES, REPEATS = 64 << 20, 3", "NBYTES, REPEATS = 16 << 20, 2")],
     "12_transformers": [("Tr.TrainConfig(steps=150, eval_every=50)",
                          "Tr.TrainConfig(steps=50, eval_every=25)")],
+    "14_experts": [("TrainConfig(steps=60, batch=16, eval_every=60,",
+                    "TrainConfig(steps=20, batch=16, eval_every=20,"),
+                   ("rows = C.table(CFG, C.LAYOUTS, steps=3, batch=8)",     # DP2×TP2 only:
+                    "rows = C.table(CFG, C.LAYOUTS[4:5], steps=3, batch=8)")],  # 4 ranks
 }
 
 
