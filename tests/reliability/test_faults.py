@@ -128,7 +128,9 @@ def test_a_shard_killed_while_replicas_push(leftovers, tmp_path):
             push(grad, versions)
             pushes[0] += 1
             if rid == 0 and pushes[0] == 5:
-                said.write_text(" ".join(map(str, _peer_ports(client))))
+                ready = said.with_suffix(".part")       # renamed whole: never read half
+                ready.write_text(" ".join(map(str, _peer_ports(client))))
+                ready.rename(said)
         client.push = counted
         return D.downpour_replica(client, problem, setup, rid, tl)
 
