@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -139,18 +140,73 @@ def sparse_logistic(m: int = 5000, d: int = 1000, nnz: int = 10,
 def digits(test_size: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
     """scikit-learn's bundled 8×8 digits, pixels scaled to [0, 1]: (train, test).
 
-    X float32 (n, 64), y int64 in 0..9; the split is stratified and fixed by ``seed``.
+    X float32 (n, 64), y int64 in 0..9; the split is scikit-learn's stratified
+    ``train_test_split`` under ``seed``. Importing scikit-learn costs about 1.5 CPU-s, in every
+    worker that loads the digits: the data are read from the file scikit-learn ships
+    (``digits.csv.gz``, as ``load_digits`` reads it) and the split's indices, computed once
+    with scikit-learn, are kept in the user's cache (``_split_cache``; where it cannot be
+    written, each process computes them).
     """
     if not 0 < test_size < 1:
         raise ValueError(f"test_size must be between 0 and 1, got {test_size!r}")
-    from sklearn.datasets import load_digits
+    pixels, y = _digits_file()
+    X = (pixels / 16.0).astype(np.float32)
+    train, test = _stratified_split(y, test_size, seed)
+    return Dataset(X[train], y[train]), Dataset(X[test], y[test])
+
+
+def _sklearn_dir() -> tuple[Path, str]:
+    """scikit-learn's installed folder and version, found without importing it."""
+    import importlib.metadata
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the digits come with scikit-learn: pip install scikit-learn")
+    return Path(list(spec.submodule_search_locations)[0]), \
+        importlib.metadata.version("scikit-learn")
+
+
+def _digits_file() -> tuple[np.ndarray, np.ndarray]:
+    """The 1,797 digits of scikit-learn's ``digits.csv.gz``: pixels (n, 64) in 0..16 and
+    labels (n,) int64, read as ``sklearn.datasets.load_digits`` reads them."""
+    folder, _ = _sklearn_dir()
+    data = np.loadtxt(folder / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    return data[:, :-1], data[:, -1].astype(np.int64)
+
+
+def _split_cache() -> Path:
+    import os
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ddl_lab"
+
+
+def _stratified_split(y: np.ndarray, test_size: float, seed: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The (train, test) indices of ``sklearn.model_selection.train_test_split(…,
+    stratify=y)`` — which depend on the labels, the sizes and the seed only — from the cache
+    when there, else computed and cached (written whole, then renamed into place)."""
+    import os
+    import tempfile
+    _, version = _sklearn_dir()
+    path = _split_cache() / f"digits-split-{version}-{len(y)}-{test_size!r}-{seed}.npz"
+    try:
+        with np.load(path) as kept:
+            if np.array_equal(kept["labels"], y):
+                return kept["train"], kept["test"]
+    except (OSError, KeyError, ValueError):
+        pass
     from sklearn.model_selection import train_test_split
-    raw = load_digits()
-    X = (raw.data / 16.0).astype(np.float32)
-    y = raw.target.astype(np.int64)
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed,
-                                          stratify=y)
-    return Dataset(Xtr, ytr), Dataset(Xte, yte)
+    train, test = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed,
+                                   stratify=y)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(dir=path.parent, suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, train=train, test=test, labels=y)
+        os.replace(part, path)
+    except OSError:
+        pass                                # a read-only home: computed again next time
+    return train, test
 
 
 def wave(m: int = 200, freq: float = 2.0, amp: float = 1.0, noise: float = 0.1,

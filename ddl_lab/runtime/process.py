@@ -56,9 +56,12 @@ __all__ = ["CONTEXT", "PRELOAD", "Child", "ByValue", "Raised", "answer", "join_a
 SETTING = "DDL_LAB_START_METHOD"
 START_METHODS = ("forkserver", "spawn")
 # imported once by the forkserver: what every worker imports and nothing that starts a
-# thread pool or runs a torch op at import (the server must never run a parallel op)
-PRELOAD = ["torch", "torch.distributed", "dill", "threadpoolctl", "ddl_lab.runtime.worker",
-           "ddl_lab.runtime.serverside"]
+# thread pool or runs a torch op at import (the server must never run a parallel op).
+# torch._dynamo: DDP, FSDP2 and DTensor import it on first use, 1.5–1.8 CPU-s in every worker
+# (lessons 10–14); imported here once, each fork has it (measured: the DDP, ZeRO and tensor-
+# parallel test modules 50–58 → 40–42 CPU-s), for 1.8 CPU-s once per forkserver
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "dill", "threadpoolctl",
+           "ddl_lab.runtime.worker", "ddl_lab.runtime.serverside"]
 _POLL_S = 0.5
 
 

@@ -72,3 +72,44 @@ def test_bad_arguments_say_what_to_do():
         data.sparse_logistic(d=5, nnz=6)
     with pytest.raises(ValueError, match="m must be"):
         data.linear_regression(0)
+
+
+def test_digits_are_scikit_learns_split_read_without_importing_it(tmp_path, monkeypatch):
+    """The file scikit-learn ships and its stratified split, the split cached: a later
+    process reads both without scikit-learn's 1.5 CPU-s import; a cache that cannot be
+    written, or that holds other labels, is computed again."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from ddl_lab.ml import data
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    raw = load_digits()
+    X = (raw.data / 16.0).astype(np.float32)
+    for test_size, seed in ((0.25, 0), (0.3, 7)):
+        want = train_test_split(X, raw.target.astype(np.int64), test_size=test_size,
+                                random_state=seed, stratify=raw.target)
+        for _ in range(2):                               # computed, then from the cache
+            train, test = data.digits(test_size, seed)
+            got = (train.X, test.X, train.y, test.y)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got, want))
+    assert len(list((tmp_path / "cache" / "ddl_lab").glob("digits-split-*.npz"))) == 2
+    fresh = subprocess.run([sys.executable, "-c", "import sys; from ddl_lab.ml.data import "
+                            "digits; digits(); print('sklearn' in sys.modules)"],
+                           capture_output=True, text=True)
+    assert fresh.stdout.strip() == "False", fresh.stderr
+    path, = (tmp_path / "cache" / "ddl_lab").glob("digits-split-*-0.25-0.npz")
+    np.savez(path, train=np.arange(3), test=np.arange(3), labels=np.zeros(3, np.int64))
+    assert np.array_equal(data.digits()[1].y, _default_test_labels())
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/not-writable")
+    assert len(data.digits()[0].y) == len(raw.target) - len(data.digits()[1].y)
+
+
+def _default_test_labels():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    raw = load_digits()
+    return train_test_split(raw.target.astype(np.int64), test_size=0.25, random_state=0,
+                            stratify=raw.target)[1]
