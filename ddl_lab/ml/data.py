@@ -144,7 +144,7 @@ def digits(test_size: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
     ``train_test_split`` under ``seed``. Importing scikit-learn costs about 1.5 CPU-s, in every
     worker that loads the digits: the data are read from the file scikit-learn ships
     (``digits.csv.gz``, as ``load_digits`` reads it) and the split's indices, computed once
-    with scikit-learn, are kept in the user's cache (``_split_cache``; where it cannot be
+    with scikit-learn, are kept in the user's cache (``cache_dir``; where it cannot be
     written, each process computes them).
     """
     if not 0 < test_size < 1:
@@ -174,7 +174,9 @@ def _digits_file() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1], data[:, -1].astype(np.int64)
 
 
-def _split_cache() -> Path:
+def cache_dir() -> Path:
+    """Where ``digits`` keeps its split's indices: ``$XDG_CACHE_HOME/ddl_lab`` (default
+    ``~/.cache/ddl_lab``)."""
     import os
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ddl_lab"
@@ -188,7 +190,7 @@ def _stratified_split(y: np.ndarray, test_size: float, seed: int
     import os
     import tempfile
     _, version = _sklearn_dir()
-    path = _split_cache() / f"digits-split-{version}-{len(y)}-{test_size!r}-{seed}.npz"
+    path = cache_dir() / f"digits-split-{version}-{len(y)}-{test_size!r}-{seed}.npz"
     try:
         with np.load(path) as kept:
             if np.array_equal(kept["labels"], y):

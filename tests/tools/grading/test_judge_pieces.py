@@ -97,11 +97,17 @@ def test_the_sandbox_hides_forbids_and_takes_everything_with_it(tmp_path):
             out["net"] = "connected"
         except OSError as e:
             out["net"] = type(e).__name__
+        import sys
+        from ddl_lab.ml.data import digits
+        digits()
+        out["sklearn"] = "sklearn" in sys.modules       # the grader's cached split came in
         subprocess.Popen(["sleep", "600.25"], start_new_session=True)
         out["pid"] = os.getpid()
         open("probe.json", "w").write(json.dumps(out))
     """)
     box = sandbox.Box(work, sandbox.hidden_from_learners(ROOT))
+    from ddl_lab.ml.data import digits
+    digits()                                        # the grader's cache holds the split
     env = sandbox.environment(work, "DDL_LAB_GRADE_JOB", "t")
     subprocess.run(sandbox.command(box, [sys.executable, "-c", probe], env), env=env,
                    timeout=120, check=True)
@@ -110,6 +116,7 @@ def test_the_sandbox_hides_forbids_and_takes_everything_with_it(tmp_path):
     assert out["checks"] is False and out["solutions"] == []
     assert "DDL_LAB_GRADE_SEED" not in out["env"] and "HOME" in out["env"]
     assert out["interfaces"] == ["lo"] and out["net"] != "connected"
+    assert out["sklearn"] is False
     assert out["pid"] < 10                          # its own PID namespace …
     assert _gone_within(10.0, "sleep 600.25")       # … whose processes died with it
 
