@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,6 +156,7 @@ def digits(test_size: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
     return Dataset(X[train], y[train]), Dataset(X[test], y[test])
 
 
+@functools.cache
 def _sklearn_dir() -> tuple[Path, str]:
     """scikit-learn's installed folder and version, found without importing it."""
     import importlib.metadata

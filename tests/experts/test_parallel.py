@@ -68,6 +68,7 @@ def test_each_phase_is_timed_and_the_favourite_expert_s_rank_receives_most(clust
     cfg = MoEConfig(hidden=8, ffn=16, experts=4, k=1, capacity_factor=None)
     runs = clusters[2].run(P.ep_wait, cfg, 16, 2.0, repeats=1)
     assert all(list(r["seconds"]) == list(P.PHASES) for r in runs)
-    assert all(0 <= s < 5 for r in runs for s in r["seconds"].values())
+    # each phase timed, with no bound on it: a busy machine is slow
+    assert all(s >= 0 for r in runs for s in r["seconds"].values())
     received = [r["received"] for r in runs]
     assert sum(received) == 2 * 16 and received[0] > received[1]      # no capacity: none dropped
