@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
     from .runtime import group_backend
+    from .runtime.patience import patience
     argv = sys.argv[1:] if argv is None else argv
     if not argv or "RANK" not in os.environ:
         raise SystemExit("usage: torchrun --nproc_per_node=N -m ddl_lab.torchrun "
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
               "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (lesson 11).",
               file=sys.stderr, flush=True)
     dist.init_process_group(group_backend("nccl" if gpu else "gloo"), init_method="env://",
-                            timeout=timedelta(seconds=float(os.environ.get("DDL_LAB_TIMEOUT", 60))))
+                            timeout=timedelta(seconds=float(os.environ.get("DDL_LAB_TIMEOUT", 60 * patience()))))
     try:
         result = fn(*args)
         gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None

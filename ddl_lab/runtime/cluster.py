@@ -30,6 +30,7 @@ from multiprocess.connection import Connection, wait
 from .backends import check_port, choose_backend, free_port
 from .errors import Failure, RunInterrupted, WorkerError, death_hint, run_error
 from .memory import check_fits
+from .patience import patience
 from .pickling import loads, pickle_task
 from .process import CONTEXT, Child, exit_text, join_all, stop_all
 from .progress import SINKS
@@ -40,6 +41,7 @@ _ERROR_GRACE_S = 3.0       # after one rank fails, how long the others get to an
 _LOAD_S = 60.0             # extra time to unpickle a task and import what it needs
 _WHERE_S = 2.0             # after a timeout, the most the ranks get to say where they are
 _NO_LIMIT_S = 24 * 3600.0  # the collectives' timeout when runs have no limit
+RUN_TIMEOUT_S = 30.0 * patience()   # a run's default limit (DDL_LAB_PATIENCE stretches it)
 _LIVE: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
 
 
@@ -61,7 +63,8 @@ class Cluster:
         backend: 'auto' (nccl with one GPU per rank, else gloo), 'gloo' or 'nccl'.
         timeout: seconds a ``run`` may take before the ranks that did not answer are
             reported (with where each one was) and stopped; also the collectives'
-            timeout. ``None``: no limit (long training; stop it with the stop button).
+            timeout (default 30 s, times ``DDL_LAB_PATIENCE``). ``None``: no limit (long
+            training; stop it with the stop button).
         num_threads: ``torch.set_num_threads`` in each worker.
         echo: forward what workers print, line by line, prefixed with the rank.
         addr, port: rendezvous over TCP at addr:port; by default (port=None) a file
@@ -72,7 +75,7 @@ class Cluster:
     """
 
     def __init__(self, world_size: int = 4, backend: str = "auto",
-                 timeout: float | None = 30.0, num_threads: int = 1, echo: bool = True,
+                 timeout: float | None = RUN_TIMEOUT_S, num_threads: int = 1, echo: bool = True,
                  addr: str = "127.0.0.1", port: int | None = None):
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")

@@ -30,24 +30,8 @@ from typing import Any, Callable, Sequence
 
 from .errors import WorkerError, WorkerTimeout, caused_by, exception_chain
 from .launch import shared_cluster
+from .patience import patience
 from .progress import WORKER, on_progress
-
-
-
-def patience() -> float:
-    """How many times longer than usual a check waits (``DDL_LAB_PATIENCE``, default 1): a
-    machine so busy that a rank can sit unscheduled for seconds (the test suite runs three
-    pytest workers and a browser on two cores and sets 4) would otherwise read as a deadlock."""
-    import os
-    value = os.environ.get("DDL_LAB_PATIENCE", "1")
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = 0.0
-    if not 1 <= factor <= 100:
-        raise ValueError(f"DDL_LAB_PATIENCE={value!r}: set a number from 1 to 100 (how many "
-                         "times the usual timeouts a check waits), or unset it")
-    return factor
 
 
 MAX_WORLD = 5               # the largest world size a check draws; the cluster's size

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..runtime.patience import patience
 from .launch import Job, run_jobs, torchrun_command
 
 __all__ = ["Host", "VirtualHosts", "LoopbackHosts", "two_hosts", "Layout", "unavailable",
@@ -278,7 +279,7 @@ def run_with_env(envs: list[list[dict[str, Any]]], vhosts: VirtualHosts | None =
                          "LOCAL_WORLD_SIZE": str(len(host_envs)),
                          "GLOO_SOCKET_IFNAME": host.veth if host else
                          ("lo0" if sys.platform == "darwin" else "lo"),
-                         "DDL_LAB_TIMEOUT": str(int(timeout))})
+                         "DDL_LAB_TIMEOUT": str(int(timeout * patience()))})
     return run_jobs(cmds, timeout + 15, prefixes=prefixes, envs=full)
 
 

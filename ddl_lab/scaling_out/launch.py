@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..runtime.patience import patience
+
 __all__ = ["RESTART_SAFE", "torchrun_command", "Job", "run_jobs", "descendants"]
 
 RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -155,7 +157,8 @@ def run_jobs(commands: Sequence[list[str]], timeout: float = 60.0,
 
     ``prefixes[i]`` is put before command i (e.g. ``ip netns exec <name>``); ``envs[i]`` is
     added to its environment, on top of ``RESTART_SAFE``. A command still running at the
-    deadline is stopped (with its workers) and reported as timed out.
+    deadline (``timeout`` times ``DDL_LAB_PATIENCE``) is stopped (with its workers) and
+    reported as timed out.
     """
     n = len(commands)
     prefixes = prefixes or [[] for _ in range(n)]
@@ -172,7 +175,8 @@ def run_jobs(commands: Sequence[list[str]], timeout: float = 60.0,
                                           stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
                                           env={**base, **RESTART_SAFE, **env},
                                           start_new_session=True))
-        deadline = started + timeout
+        limit = timeout * patience()
+        deadline = started + limit
         ended: list[float | None] = [None] * n
         while time.perf_counter() < deadline and None in ended:       # bounded by timeout
             for i, p in enumerate(procs):
@@ -187,7 +191,7 @@ def run_jobs(commands: Sequence[list[str]], timeout: float = 60.0,
             out.seek(0)
             err.seek(0)
             jobs.append(Job(list(cmd), p.returncode, out.read(), err.read(),
-                            ended[i] if not late else timeout, late,
+                            ended[i] if not late else limit, late,
                             {**RESTART_SAFE, **envs[i]}))
         return jobs
     finally:

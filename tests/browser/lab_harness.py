@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ddl_lab.runtime.patience import patience
+
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
@@ -39,8 +41,11 @@ COURSE_DIRS = ("lessons", "exercises", "solutions")
 
 SERVER_START_S = 90      # jupyter lab answering /api/status
 KERNEL_START_S = 90      # the notebook's kernel idle after the page opened
-RUN_ALL_S = 240          # a whole lesson: about a minute alone, more beside other tests
-INTERACTION_S = 150      # one re-run of an experiment after a control moved
+# A busy machine (DDL_LAB_PATIENCE, 4 in the suite: three pytest workers and a browser on two
+# cores) stretches the two waits that an experiment's own time fills:
+_BUSY = max(1.0, patience() / 2)
+RUN_ALL_S = 240 * _BUSY    # a whole lesson: about a minute alone, 2.5 min beside other tests
+INTERACTION_S = 150 * _BUSY   # one re-run of an experiment after a control moved
 POLL_S = 0.25
 CLOSES = "close_shared()"     # what a lesson's last cell calls: no worker is left running
 

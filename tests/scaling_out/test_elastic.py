@@ -2,6 +2,7 @@
 torchrun --max-restarts that resumes and ends where an uninterrupted run ends, and a host
 that leaves a --nnodes=1:2 job, which goes on smaller."""
 import os
+import sys
 
 import pytest
 import torch
@@ -92,3 +93,14 @@ def test_the_entry_point_explains_a_restart_on_a_shared_store():
                          text=True, timeout=120)
     assert out.returncode == 0 and "rank 0: 0" in out.stdout, out.stderr[-2000:]
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stderr
+
+
+def test_patience_stretches_a_jobs_default_deadline(monkeypatch):
+    from ddl_lab.scaling_out.launch import run_jobs
+    nap = [[sys.executable, "-c", "import time; time.sleep(1.5)"]]
+    monkeypatch.setenv("DDL_LAB_PATIENCE", "1")
+    late = run_jobs(nap, timeout=0.5)[0]
+    assert late.timed_out and late.seconds == 0.5
+    monkeypatch.setenv("DDL_LAB_PATIENCE", "6")
+    done = run_jobs(nap, timeout=0.5)[0]
+    assert not done.timed_out and done.returncode == 0

@@ -28,13 +28,18 @@ REPOSITORY = "https://github.com/ddl-lab/ddl_lab"    # any URL: the tests read t
 WAIT_S = 900        # for this run's browser lessons: longer than any lesson's browser test
 
 
+def browser_lessons(session: pytest.Session) -> set[str]:
+    """The lessons this test run drives in the browser."""
+    return {i.callspec.params["lesson"] for i in session.items
+            if getattr(i, "originalname", "") == LESSON_TEST}
+
+
 def wait_for_the_browser(session: pytest.Session, run: str) -> list[str]:
     """Wait until every lesson that this test run drives in the browser has finished
     there, however it ended (its ``<lesson>.run`` in EXECUTED names ``run``: written by
     tests/browser/conftest.py); return those still running
     after WAIT_S seconds. None are waited for where the run has no browser lessons."""
-    lessons = {i.callspec.params["lesson"] for i in session.items
-               if getattr(i, "originalname", "") == LESSON_TEST}
+    lessons = browser_lessons(session)
 
     def running() -> list[str]:
         marks = {name: EXECUTED / f"{name}.run" for name in lessons}
@@ -54,6 +59,11 @@ def site_dir(request) -> Path:
     if stale and len(stale) == len(list((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))):
         pytest.skip(f"no executed lessons in {EXECUTED}: the browser tests save them "
                     "(`make test` with Chromium), or `make lessons`")
+    failed = sorted(n for n in browser_lessons(request.session)
+                    if not (EXECUTED / f"{n}.ipynb").exists())
+    if failed:      # their own failures say why, once: no site to build from this run
+        pytest.skip(f"the browser runs of {', '.join(failed)} failed (see their tests), so "
+                    "this run has no executed copy to build the site from")
     t0 = time.perf_counter()
     out = site.build(ROOT, EXECUTED, ROOT / "build" / "site", site.Launch(REPOSITORY))
     print(f"site built in {time.perf_counter() - t0:.1f} s")
