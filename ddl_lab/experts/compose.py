@@ -57,12 +57,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddl_lab.ml.activations import ActivationMeter
 from ddl_lab.ml.gpt import GPT, GPTConfig, attention, build_gpt, lm_loss
 from ddl_lab.runtime.costs import sent_bytes
-from ddl_lab.runtime.wiretap import Wiretap
+from ddl_lab.runtime.wiretap import FunctionalTap, Wiretap
 
 __all__ = ["LAYOUTS", "layout_run", "one_process", "table", "validate", "predicted",
            "global_batch", "effective_flop_s", "ranks_of"]
@@ -164,32 +163,6 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 # -------------------------------------------------------------------- the bytes
-
-
-class _Functional(TorchDispatchMode):
-    """Records DTensor's functional collectives (``_c10d_functional``): op, payload bytes,
-    the group's ranks."""
-
-    OPS = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
-           "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all",
-           "broadcast": "broadcast"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, int, tuple[int, ...]]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        name = func._schema.name
-        if name.startswith("_c10d_functional::"):
-            op = self.OPS.get(name.split("::")[1].rstrip("_"))
-            if op is not None:
-                from torch.distributed import distributed_c10d as c10d
-                group = c10d._resolve_process_group(args[-1])
-                x = args[0]
-                self.ops.append((op, x.numel() * x.element_size(),
-                                 tuple(dist.get_process_group_ranks(group))))
-        return func(*args, **kwargs)
 
 
 def _charge(ops: list[tuple[str, float, tuple[int, ...]]],
@@ -320,7 +293,7 @@ def layout_run(layout: dict[str, Any], cfg: GPTConfig, steps: int = 3, batch: in
             idx, tgt = idx[rows], tgt[rows]
             meter.resident(idx, tgt)
             opt.zero_grad(set_to_none=True)
-            start, functional = len(tap.ops), _Functional()
+            start, functional = len(tap.ops), FunctionalTap()
             t0 = time.perf_counter()
             with functional if t > 1 else nullcontext(), meter.recording():
                 if sched is None:

@@ -26,6 +26,9 @@ if the records do not show it exactly, it raises instead of ever reporting 0.
 the argument with this rank's payload, the ``torch.distributed`` function a caller uses.
 ``forwarding()`` says whether this thread is inside a tap handing a recorded call on to
 the raw group (lesson 15 closes the raw groups to every other caller).
+
+``FunctionalTap`` records what the wrapped groups never see: the functional collectives
+DTensor calls (tensor parallelism on a device mesh, lesson 14).
 """
 from __future__ import annotations
 
@@ -41,10 +44,11 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d_cpp
 from torch.distributed import distributed_c10d as c10d
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .costs import sent_bytes
 
-__all__ = ["Method", "METHODS", "Op", "Wiretap", "forwarding", "tensor_bytes"]
+__all__ = ["Method", "METHODS", "Op", "Wiretap", "FunctionalTap", "forwarding", "tensor_bytes"]
 
 
 class Method(NamedTuple):
@@ -389,3 +393,30 @@ class Wiretap:
             self.ops.append(refused[0])
             if self.on_op is not None:
                 self.on_op(*refused)
+
+
+class FunctionalTap(TorchDispatchMode):
+    """Records the functional collectives (``_c10d_functional``) that DTensor and tensor
+    parallelism call (lesson 14 §3): they reach the process group in C++, below the groups a
+    ``Wiretap`` wraps. While inside, ``ops`` gains (op, payload bytes, the group's ranks)
+    for each one this rank calls."""
+
+    OPS = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
+           "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all",
+           "broadcast": "broadcast"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = func._schema.name
+        if name.startswith("_c10d_functional::"):
+            op = self.OPS.get(name.split("::")[1].rstrip("_"))
+            if op is not None:
+                group = c10d._resolve_process_group(args[-1])
+                x = args[0]
+                self.ops.append((op, x.numel() * x.element_size(),
+                                 tuple(dist.get_process_group_ranks(group))))
+        return func(*args, **kwargs)

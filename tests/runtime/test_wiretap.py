@@ -1,7 +1,8 @@
 """The wiretap (runtime): on 2–4 real ranks it records every message and collective with the
 bytes lesson 06's ring model says; it refuses to start deaf (the canary); it composes with
 the sub-world guard and with itself; the default group comes back even after an error;
-``every_group`` records the other groups too (FSDP2's mesh, lesson 10)."""
+``every_group`` records the other groups too (FSDP2's mesh, lesson 10); ``FunctionalTap``
+records DTensor's functional collectives, which reach no wrapped group (lesson 14)."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -218,3 +219,27 @@ def test_every_group_records_the_other_groups_too():
             assert out["default_only"] == []             # without it, the raw group is unseen
             assert out["named"] and not out["inside"] and out["restored"]
 
+
+
+def functional() -> list:
+    """Worker: DTensor's functional collectives (lesson 14), which no wrapped group sees."""
+    from torch.distributed import _functional_collectives as funcol
+    from ddl_lab.runtime.wiretap import FunctionalTap
+    n = dist.get_world_size()
+    with Wiretap() as tap, FunctionalTap() as functional:
+        funcol.all_reduce(torch.ones(10), "sum", dist.group.WORLD).wait()
+        funcol.all_gather_tensor(torch.ones(3, dtype=torch.float64), 0,
+                                 dist.group.WORLD).wait()
+        funcol.reduce_scatter_tensor(torch.ones(2 * n), "sum", 0, dist.group.WORLD).wait()
+    return [functional.ops, [o.op for o in tap.ops]]
+
+
+def test_the_functional_tap_records_what_the_wiretap_cannot_see():
+    for outcome in run_cases(functional, [(n, ()) for n in (2, 3)], fn=functional):
+        n = outcome.n
+        assert outcome.failure is None, outcome.failure
+        ranks = tuple(range(n))
+        for ops, tapped in outcome.results:
+            assert ops == [("all_reduce", 40, ranks), ("all_gather", 24, ranks),
+                           ("reduce_scatter", 8 * n, ranks)]
+            assert tapped == []             # below the wrapped groups: the wiretap is deaf
