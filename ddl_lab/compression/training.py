@@ -38,6 +38,7 @@ from ddl_lab.compression.compressors import Compressor, ErrorFeedback, Scheme
 from ddl_lab.ml.data import digits, shard
 from ddl_lab.ml.models import MLP, SmallCNN, flat_grads, flat_params, set_flat_params
 from ddl_lab.runtime import progress
+from ddl_lab.runtime.patience import patience
 from ddl_lab.runtime.wiretap import Wiretap
 
 __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker", "run", "compare",
@@ -45,7 +46,7 @@ __all__ = ["all_gather_bytes", "RankLog", "Result", "merge_logs", "train_worker"
            "SEED_TABLE", "table", "size_text", "setup", "batches", "gradient"]
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp": MLP, "cnn": SmallCNN}
-TIMEOUT_S = 30.0            # longest wait for a peer's message in the asynchronous exchange
+TIMEOUT_S = 30.0 * patience()   # longest wait for a peer's message in the asynchronous exchange
 
 # The table of Trong-Hop Do's Distributed deep learning lecture: a 14.6M-parameter model's update, in MB.
 SEED_TABLE = [("None (32-bit floating point)", 58.4, None),

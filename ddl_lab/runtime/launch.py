@@ -11,7 +11,7 @@ import gc
 import weakref
 from typing import Any, Callable
 
-from .cluster import Cluster
+from .cluster import RUN_TIMEOUT_S, Cluster
 
 _POOL: dict[tuple, Cluster] = {}          # kept running, most recently used last
 _SHARED: "weakref.WeakValueDictionary[tuple, Cluster]" = weakref.WeakValueDictionary()
@@ -69,7 +69,7 @@ def launch(fn: Callable, world_size: int, *args: Any, **kwargs: Any) -> list:
 
 
 def launch_with(fn: Callable, world_size: int, args: tuple = (), kwargs: dict | None = None,
-                *, backend: str = "auto", timeout: float | None = 30.0,
+                *, backend: str = "auto", timeout: float | None = RUN_TIMEOUT_S,
                 num_threads: int = 1) -> list:
     """``launch`` with runtime options (see ``Cluster``); ``timeout=None``: no limit."""
     if not callable(fn):                    # before any process starts
