@@ -12,7 +12,7 @@ import pytest
 
 # Checks run by the tests are not the learner's: they leave the course's progress alone.
 os.environ.setdefault("DDL_LAB_PROGRESS", "off")
-# Three pytest workers, a browser and their clusters share two cores: a rank can wait many
+# Two pytest workers, a browser and their clusters share two cores: a rank can wait many
 # seconds for a peer that is merely unscheduled, so checks wait 4× their usual timeouts (a
 # deadlock that tests provoke sets its own short wait).
 os.environ.setdefault("DDL_LAB_PATIENCE", "4")
@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- xdist: who runs what
-# `make test` runs `pytest -n 3 --dist loadscope` (Makefile WORKERS): a module's tests stay on
+# `make test` runs `pytest -n 2 --dist loadscope` (Makefile WORKERS): a module's tests stay on
 # one worker, so its module-scoped fixtures (a warm cluster, a graded class) are made once.
 # Two kinds of module hold one expensive, independent run per notebook instead, and group
 # per notebook so that the workers share them: the browser lessons and the solution notebooks. Groups go out

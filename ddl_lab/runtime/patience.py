@@ -2,7 +2,7 @@
 
 Every default wait of the runtime — a cluster's run, a check's deadlock limit, a job
 started with ``run_jobs`` — is a number of seconds chosen for a learner's laptop. On a
-machine so busy that a rank can sit unscheduled for seconds (the test suite runs three
+machine so busy that a rank can sit unscheduled for seconds (the test suite runs two
 pytest workers and a browser on two cores, and sets 4), those defaults would read a slow
 peer as a hang; the factor stretches them. A timeout a caller passes is left as it is.
 """

@@ -41,7 +41,7 @@ COURSE_DIRS = ("lessons", "exercises", "solutions")
 
 SERVER_START_S = 90      # jupyter lab answering /api/status
 KERNEL_START_S = 90      # the notebook's kernel idle after the page opened
-# A busy machine (DDL_LAB_PATIENCE, 4 in the suite: three pytest workers and a browser on two
+# A busy machine (DDL_LAB_PATIENCE, 4 in the suite: two pytest workers and a browser on two
 # cores) stretches the two waits that an experiment's own time fills:
 _BUSY = max(1.0, patience() / 2)
 RUN_ALL_S = 240 * _BUSY    # a whole lesson: about a minute alone, 2.5 min beside other tests

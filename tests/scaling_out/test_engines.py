@@ -1,6 +1,6 @@
 """One worker function on four engines (lesson 11): the course runtime, torchrun, Spark's
 TorchDistributor, Ray Train's TorchTrainer — the same parameters, a worker's exception
-surfacing with its rank, and clear words when an engine's extra or Java is missing. torchrun
+surfacing with its rank (on Spark), and clear words when an engine's extra or Java is missing. torchrun
 is compared with the course runtime where lesson 11's Options cell runs both."""
 import os
 import signal
@@ -87,9 +87,9 @@ def test_ray_torch_trainer_takes_the_same_steps(ray_up, reference):
     run = G.run_ray(2, *ARGS)
     assert torch.allclose(run.params, reference.params, atol=1e-6, rtol=0)
     assert G.accuracy("digits-mlp", run.params) == G.accuracy("digits-mlp", reference.params)
-    with pytest.raises(G.WorkerFailed, match=r"(?s)rank 1 raised inside Ray.*"
-                       r"ValueError: planted on rank 1"):
-        G.run_ray(2, fn=_boom)
+    # A worker's exception reaches the notebook as on Spark (the same _guarded on the worker,
+    # _surface at home: tested there); a second Ray fit to prove it again would cost 35 CPU-s,
+    # Ray Train starting a process per actor, each importing ray.train, ray.data and torch.
     # Ray Train's fit leaves a SIGINT handler that swallows Ctrl-C: the notebook's is back
     assert signal.getsignal(signal.SIGINT) is ctrl_c
 
