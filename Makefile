@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 # xdist workers: 2 on 2 cores. A test's own processes (a cluster's ranks, a kernel, a browser)
 # keep both cores busy; a third pytest worker only made them contend: a fresh clone took
-# 1,079 s and 2,049 CPU-s with 3, 907 s and 1,498 CPU-s with 2 (same commit, same machine)
+# 1,079 s and 2,049 CPU-s with 3, 907 s and 1,498 CPU-s with 2 (the same tests, same machine)
 WORKERS ?= 2
 # the repository the website's Binder / JupyterHub links open (make site REPO=https://github.com/o/r)
 REPO   ?=

@@ -6,11 +6,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
 from ddl_lab.runtime import worlds
+from ddl_lab.runtime.patience import patience
 from ddl_lab.runtime.worlds import Outcome, RankFailure, WorldFailed
 
 from . import _record
 
-DEFAULT_TIMEOUT = 20.0 * worlds.patience()   # seconds a check waits for the learner's code (workers)
+DEFAULT_TIMEOUT = 20.0 * patience()   # seconds a check waits for the learner's code (workers)
 # Set by the grading judge (``tools/grading/judge.py``) to run where the learner's function
 # lives, the sandboxed kernel: ``route(body, cases, fn, timeout)`` gives the cases' Outcomes,
 # ``beside(procedure, args, kwargs)`` gives ``(True, result)``; None, ``(False, None)``: here.

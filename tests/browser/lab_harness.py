@@ -41,11 +41,10 @@ COURSE_DIRS = ("lessons", "exercises", "solutions")
 
 SERVER_START_S = 90      # jupyter lab answering /api/status
 KERNEL_START_S = 90      # the notebook's kernel idle after the page opened
-# A busy machine (DDL_LAB_PATIENCE, 4 in the suite: two pytest workers and a browser on two
-# cores) stretches the two waits that an experiment's own time fills:
-_BUSY = max(1.0, patience() / 2)
-RUN_ALL_S = 240 * _BUSY    # a whole lesson: about a minute alone, 2.5 min beside other tests
-INTERACTION_S = 150 * _BUSY   # one re-run of an experiment after a control moved
+# The two waits that an experiment's own time fills, stretched like every default wait on a
+# busy machine (DDL_LAB_PATIENCE; 4 in the suite: two pytest workers and a browser, 2 cores)
+RUN_ALL_S = 120 * patience()      # a whole lesson: about a minute alone, 2.5 min in the suite
+INTERACTION_S = 75 * patience()   # one re-run of an experiment after a control moved
 POLL_S = 0.25
 CLOSES = "close_shared()"     # what a lesson's last cell calls: no worker is left running
 

@@ -184,24 +184,3 @@ def test_a_timeout_names_the_case_s_world_and_only_its_ranks_still_in_the_code()
     assert "Where each was:\n  rank 0: waiting in dist.recv — _rank_0_waits_if()" in f.line
     assert "rank 1:" not in f.line
     _usable()
-
-
-def test_patience_scales_the_waits_and_refuses_what_is_not_a_factor(monkeypatch):
-    from ddl_lab.runtime.patience import patience
-    monkeypatch.setenv("DDL_LAB_PATIENCE", "2.5")
-    assert patience() == 2.5
-    monkeypatch.delenv("DDL_LAB_PATIENCE")
-    assert patience() == 1.0
-    for bad in ("slow", "0.5", "1e9"):
-        monkeypatch.setenv("DDL_LAB_PATIENCE", bad)
-        with pytest.raises(ValueError, match=r"set a number from 1 to 100"):
-            patience()
-
-
-
-def test_a_clusters_default_limit_is_stretched_by_patience():
-    from ddl_lab.runtime.cluster import RUN_TIMEOUT_S
-    from ddl_lab.runtime.patience import patience
-    assert RUN_TIMEOUT_S == 30.0 * patience()          # the suite's patience, read at import
-    import inspect
-    assert inspect.signature(Cluster).parameters["timeout"].default == RUN_TIMEOUT_S

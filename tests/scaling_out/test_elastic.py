@@ -1,6 +1,7 @@
 """Elastic training (lesson 11): the textbook checkpoint round trip, a worker killed under
 torchrun --max-restarts that resumes and ends where an uninterrupted run ends, and a host
-that leaves a --nnodes=1:2 job, which goes on smaller."""
+that leaves a --nnodes=1:2 job, which goes on smaller; the jobs' deadline, stretched by
+DDL_LAB_PATIENCE (tests/runtime/test_patience.py: the runtime's other waits)."""
 import os
 import sys
 
