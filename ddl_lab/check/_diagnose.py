@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -247,6 +247,13 @@ class Cases:
     def __iter__(self) -> Iterator[Case]:
         for i, p in enumerate(self._params):
             yield Case(self.task, self.seed, i, dict(p), np.random.default_rng(self._key + [i]))
+
+
+def table(keys: str | Sequence[str], *rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Fixed cases as a table: ``table("n nbytes", (4, 64), (3, 0))`` is ``[{"n": 4,
+    "nbytes": 64}, {"n": 3, "nbytes": 0}]`` (``keys``: names split on spaces, or a sequence)."""
+    names = keys.split() if isinstance(keys, str) else keys
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def refuse_package_copy(fn: Callable, task: str, *implementations: Any) -> str | None:

@@ -47,10 +47,19 @@ class Trial(Sequence):
         """True for a drawn case: one the prompt never shows."""
         return case.index >= self.shown
 
-    def call(self, case: Any, *args: Any, where: str | None = None) -> Any:
-        """The learner's function on ``args`` here; a crash or the stub fails. An unseen case
-        of a design task (``plan=True``) asks a plan (``_answers.plan_call``) named ``where``."""
+    def call(self, case: Any, *args: Any, where: str | None = None,
+             zero_division: str | None = None) -> Any:
+        """The learner's function on ``args`` here; a crash or the stub fails, a division by
+        zero as ``zero_division`` says if given. An unseen case of a design task
+        (``plan=True``) asks a plan (``_answers.plan_call``) named ``where``."""
         __tracebackhide__ = True
+        if zero_division is not None:
+            try:
+                return self.fn(*args)
+            except ZeroDivisionError:
+                fail(zero_division)
+            except Exception:
+                pass                    # worded below, as any crash
         if not (self.plan and self.unseen(case)):
             return call_local(self.fn, *args)
         return plan_call(self.fn, args, self.name, where or str(case))
@@ -109,15 +118,8 @@ def formula_cases(trial: Trial, args: Sequence[str], want: Formula,
         values = [case.params[a] for a in args]
         texts = (f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
         call = f"{name}({', '.join(f'{a}={v}' for a, v in zip(args, texts))})"
-        if zero_division is not None:
-            try:
-                got = trial.fn(*values)
-            except ZeroDivisionError:
-                fail(f"{call} divided by zero ({case}): {zero_division}")
-            except Exception:
-                got = trial.call(case, *values)
-        else:
-            got = trial.call(case, *values)
+        got = trial.call(case, *values, zero_division=zero_division and
+                         f"{call} divided by zero ({case}): {zero_division}")
         value = answer(got, Real(closed="neither", what=what), name, call, case)
         expected = float(want(*values))
         rel = max(1e-6, tolerance(got))            # a float32 answer: float32's tolerance

@@ -18,7 +18,7 @@ from ddl_lab.runtime.worlds import RankFailure
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
-                        returned_arrays, returned_none, same, tolerance)
+                        returned_arrays, returned_none, same, table, tolerance)
 from ._trial import Trial
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
@@ -629,10 +629,9 @@ def gossip_step(my_gossip_step: Callable, seed: int = 0, timeout: float = 60.0) 
     """Lesson 08, task 6: ``my_gossip_step(tensor)`` replaces this rank's tensor (in place, or
     returns the new one) by the mean of itself and its distinct ring neighbours'
     ((rank ± 1) % n), with point-to-point messages to those neighbours only."""
-    trial = Trial("gossip_step", my_gossip_step, seed, [
-        {"n": 4, "length": 1000, "dtype": "float32"}, {"n": 5, "length": 13, "dtype": "float64"},
-        {"n": 3, "length": 1, "dtype": "float32"}, {"n": 2, "length": 7, "dtype": "float64"},
-        {"n": 5, "length": 0, "dtype": "float32"}], draws=3, draw=lambda rng: {
+    trial = Trial("gossip_step", my_gossip_step, seed, table(
+        "n length dtype", (4, 1000, "float32"), (5, 13, "float64"), (3, 1, "float32"),
+        (2, 7, "float64"), (5, 0, "float32")), draws=3, draw=lambda rng: {
             "n": int(rng.integers(2, 6)), "length": int(rng.choice([2, 11, 97, 257, 4099])),
             "dtype": str(rng.choice(["float32", "float64"]))},
         timeout=timeout, word=lambda f, case: _failure(f, trial.name, case))
@@ -694,9 +693,8 @@ _SIZE_MISTAKES: dict[str, Callable[[int, int], float]] = {     # message -> the 
 }
 
 
-_SIZE_FIXED = [{"d": 1000, "k": 10}, {"d": 1280, "k": 10}, {"d": 8970, "k": 45},
-               {"d": 5, "k": 5}, {"d": 1, "k": 1}, {"d": 2_000_000, "k": 130},
-               {"d": 3_000_000, "k": 150}]
+_SIZE_FIXED = table("d k", (1000, 10), (1280, 10), (8970, 45), (5, 5), (1, 1), (2_000_000, 130),
+                    (3_000_000, 150))
 
 
 def _size_draw(rng: np.random.Generator) -> dict[str, Any]:

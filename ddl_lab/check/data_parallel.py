@@ -16,7 +16,7 @@ from ddl_lab.runtime.worlds import RankFailure
 from . import _answers as answers
 from ._core import fail, task
 from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
-                        returned_none, same)
+                        returned_none, same, table)
 from ._trial import Trial, formula_cases
 
 __all__ = ["sync_sgd_step", "local_sgd", "straggler_time", "sync_plan", "noise_scale"]
@@ -357,11 +357,9 @@ def _local_mistakes(case: Case) -> list[tuple[dict, str]]:
 def local_sgd(my_local_sgd: Callable, seed: int = 0, timeout: float = 60.0) -> None:
     """Lesson 05, task 2: ``my_local_sgd(model, loss_fn, batches, lr, H)`` takes one local
     SGD step per batch and averages the parameters over all ranks after steps H, 2H, …"""
-    trial = _replicas("local_sgd", my_local_sgd, seed, [
-        {"n": 3, "d": 4, "lr": 0.1, "H": 2, "steps": 7},
-        {"n": 4, "d": 2, "lr": 0.05, "H": 3, "steps": 8},
-        {"n": 2, "d": 3, "lr": 0.15, "H": 1, "steps": 3},
-        {"n": 5, "d": 1, "lr": 0.08, "H": 4, "steps": 9}], lambda rng: _draw(rng, H=True),
+    trial = _replicas("local_sgd", my_local_sgd, seed, table(
+        "n d lr H steps", (3, 4, 0.1, 2, 7), (4, 2, 0.05, 3, 8), (2, 3, 0.15, 1, 3),
+        (5, 1, 0.08, 4, 9)), lambda rng: _draw(rng, H=True),
         timeout, _local_case, _local_fault, lambda p: f"{p['n']} ranks with H = {p['H']}")
     trial.passed(f"{len(trial)} cases (2–5 ranks, H = 1 to 5, H ≠ world size, step counts that "
                  "are and are not multiples of H): every rank's parameters match a simulation "
@@ -445,10 +443,9 @@ STRAGGLER_MISTAKES: dict[str, Callable[..., float | None]] = {
         lambda n, T, H, c, k, a, rot: _period(T, H, H * c, a),
 }
 
-STRAGGLER_FIXED = [dict(zip(ARGS, values)) for values in [      # in the order of ARGS
-    (4, 12, 1, 0.1, 3.0, 0.02, False), (4, 12, 4, 0.1, 3.0, 0.02, True),
-    (4, 12, 4, 0.1, 3.0, 0.02, False), (4, 24, 6, 0.05, 2.5, 0.03, True),
-    (3, 10, 1, 0.05, 2.0, 0.01, True)]]
+STRAGGLER_FIXED = table(ARGS, (4, 12, 1, 0.1, 3.0, 0.02, False), (4, 12, 4, 0.1, 3.0, 0.02, True),
+                        (4, 12, 4, 0.1, 3.0, 0.02, False), (4, 24, 6, 0.05, 2.5, 0.03, True),
+                        (3, 10, 1, 0.05, 2.0, 0.01, True))
 
 
 def straggler_draw(rng: np.random.Generator) -> dict[str, Any]:
@@ -480,9 +477,7 @@ def straggler_time(my_straggler_time: Callable, seed: int = 0) -> None:
 # ------------------------------------------------------------------ the averaging plan
 
 WORKLOAD, RANKS, BATCH, LR, SKEW = "digits-logreg", 4, 64, 0.5, 1.0
-PLAN_CASES = [{"steps": 96, "max_allreduces": 8, "target": 0.83},
-              {"steps": 100, "max_allreduces": 6, "target": 0.80},
-              {"steps": 60, "max_allreduces": 3, "target": 0.76}]
+PLAN_CASES = table("steps max_allreduces target", (96, 8, 0.83), (100, 6, 0.80), (60, 3, 0.76))
 DRAWS, TRAINED = 6, 2     # budgets the prompt does not show; the first TRAINED are trained
 MARGIN = 0.03             # their target: the even spread's worst replica, less 3 points
 

@@ -12,7 +12,8 @@ import numpy as np
 from . import _answers as answers
 from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
-                        differs, explain, factor_of, name_factor, returned_none, same)
+                        differs, explain, factor_of, name_factor, returned_none, same,
+                        table)
 from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
@@ -29,10 +30,8 @@ def _reference_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.n
 def batch_gradient(my_batch_gradient: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_batch_gradient(theta, X, y)`` is ∇J on the batch (X, y),
     J(θ) = 1/(2n) Σ_i (x_i·θ − y_i)² over the n rows of X — in the inputs' dtype."""
-    fixed = [{"n": 7, "d": 3, "scale": 3.0, "dtype": "float64"},
-             {"n": 1, "d": 4, "scale": 1.0, "dtype": "float64"},
-             {"n": 13, "d": 1, "scale": 0.5, "dtype": "float32"},
-             {"n": 5, "d": 5, "scale": 2.0, "dtype": "float64"}]
+    fixed = table("n d scale dtype", (7, 3, 3.0, "float64"), (1, 4, 1.0, "float64"),
+                  (13, 1, 0.5, "float32"), (5, 5, 2.0, "float64"))
     trial = Trial("batch_gradient", my_batch_gradient, seed, fixed, draws=4, draw=lambda rng: {
         "n": int(rng.integers(2, 65)), "d": int(rng.integers(1, 11)),
         "scale": float(10 ** rng.uniform(-1, 1)), "dtype": str(rng.choice(["float64", "float32"]))},
@@ -110,9 +109,8 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
-    fixed = [{"m": 10, "batch_size": 4, "lr": 0.01}, {"m": 13, "batch_size": 5, "lr": 0.03},
-             {"m": 7, "batch_size": 1, "lr": 0.02}, {"m": 6, "batch_size": 6, "lr": 0.05},
-             {"m": 1, "batch_size": 3, "lr": 0.1}]
+    fixed = table("m batch_size lr", (10, 4, 0.01), (13, 5, 0.03), (7, 1, 0.02), (6, 6, 0.05),
+                  (1, 3, 0.1))
     trial = Trial("minibatch_sgd_epoch", my_minibatch_sgd_epoch, seed, fixed, draws=3,
                   draw=_epoch_case, name="my_minibatch_sgd_epoch")
     name = trial.name
@@ -217,9 +215,8 @@ def adagrad_step(my_adagrad_step: Callable, seed: int = 0) -> None:
     """Lesson 01, task 1: ``my_adagrad_step(theta, g, G, lr, eps)`` returns (θ', G') with
     G' = G + g² and θ' = θ − lr·g/(√G' + eps), element by element, leaving its inputs as
     they were."""
-    fixed = [{"d": 6, "lr": 0.1, "eps": 1e-8, "dtype": "float64"},
-             {"d": 6, "lr": 0.37, "eps": 1e-3, "dtype": "float64"},
-             {"d": 5, "lr": 0.05, "eps": 1e-6, "dtype": "float32"}]
+    fixed = table("d lr eps dtype", (6, 0.1, 1e-8, "float64"), (6, 0.37, 1e-3, "float64"),
+                  (5, 0.05, 1e-6, "float32"))
     trial = Trial("adagrad_step", my_adagrad_step, seed, fixed, draws=3, draw=lambda rng: {
         "d": int(rng.integers(1, 12)), "lr": float(10 ** rng.uniform(-2, 0)),
         "eps": float(10.0 ** rng.integers(-10, -1)),

@@ -12,7 +12,7 @@ import numpy as np
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, run_beside, task
 from ._diagnose import (Case, Snapshot, as_array, differs, explain, factor_of, returned_none,
-                        same, tolerance)
+                        same, table, tolerance)
 from .parallel_models import PROCESSES, FileLock, SpyLock, Watched, shared_file
 from ._trial import Trial
 
@@ -37,10 +37,8 @@ def hogwild_update(my_hogwild_update: Callable, seed: int = 0) -> None:
     """Lesson 03, task 1: ``my_hogwild_update(theta, idx, val, y, lr)`` does one SGD step of
     logistic regression on a sparse example, in place, touching only θ[idx]:
     θ[idx] −= lr (σ(θ[idx]·val) − y) val. ``idx`` and ``val`` stay as they were."""
-    fixed = [{"d": 200, "nnz": 5, "lr": 0.2, "y": 1, "dtype": "float64"},
-             {"d": 50, "nnz": 8, "lr": 0.7, "y": 0, "dtype": "float64"},
-             {"d": 7, "nnz": 1, "lr": 0.05, "y": 1, "dtype": "float64"},
-             {"d": 100, "nnz": 6, "lr": 0.3, "y": 0, "dtype": "float32"}]
+    fixed = table("d nnz lr y dtype", (200, 5, 0.2, 1, "float64"), (50, 8, 0.7, 0, "float64"),
+                  (7, 1, 0.05, 1, "float64"), (100, 6, 0.3, 0, "float32"))
     trial = Trial("hogwild_update", my_hogwild_update, seed, fixed, draws=4, draw=lambda rng: {
         "d": int(rng.integers(5, 300)), "nnz": int(rng.integers(1, 11)),
         "lr": float(10 ** rng.uniform(-2, 0)), "y": int(rng.integers(0, 2)),
@@ -285,10 +283,8 @@ def expected_overlap(my_expected_overlap: Callable, seed: int = 0) -> None:
     of examples that use feature j — returns how many coordinates an in-flight update expects
     to share with the other workers − 1 in-flight updates, on independent examples:
     (workers − 1)·Σ_j freq[j]²."""
-    fixed = [{"freq": "uniform", "d": 1000, "nnz": 10, "workers": 2},
-             {"freq": "lesson", "d": 1000, "nnz": 10, "workers": 4},
-             {"freq": "uniform", "d": 100, "nnz": 5, "workers": 1},
-             {"freq": "skewed", "d": 50, "nnz": 8, "workers": 8}]
+    fixed = table("freq d nnz workers", ("uniform", 1000, 10, 2), ("lesson", 1000, 10, 4),
+                  ("uniform", 100, 5, 1), ("skewed", 50, 8, 8))
     trial = Trial("expected_overlap", my_expected_overlap, seed, fixed, draws=3,
                   draw=_overlap_case, name="my_expected_overlap")
     for case in trial:

@@ -15,7 +15,7 @@ from ddl_lab.runtime.costs import sent_bytes
 
 from . import _answers as answers
 from ._core import fail, judge, name_of, on_workers, task
-from ._diagnose import Case, apart, differs, explain, returned_none, same, tolerance
+from ._diagnose import Case, apart, differs, explain, returned_none, same, table, tolerance
 from ._trial import Trial
 
 __all__ = ["zero2_step", "zero_bytes", "memory_plan"]
@@ -286,14 +286,12 @@ def zero_bytes(my_zero_bytes: Callable, seed: int = 0) -> None:
     (2-byte parameters and gradients, an fp32 master copy in the optimizer state), with
     'sgd', 'momentum' or 'adam'. A shard may be exact (P/n) or padded to ⌈P/n⌉ whole
     parameters; fp16 is asked at stages 1 and 2, where it gives other bytes than fp32."""
-    trial = Trial("zero_bytes", my_zero_bytes, seed, [
-        *({"params": 7_500_000_000, "ranks": 64, "stage": stage, "precision": "bf16",
-           "optimizer": "adam"} for stage in range(4)),
-        {"params": 1_000_000, "ranks": 4, "stage": 2, "precision": "fp32", "optimizer": "momentum"},
-        {"params": 3_000_001, "ranks": 3, "stage": 3, "precision": "fp16", "optimizer": "sgd"},
+    trial = Trial("zero_bytes", my_zero_bytes, seed, table(
+        "params ranks stage precision optimizer",
+        *((7_500_000_000, 64, stage, "bf16", "adam") for stage in range(4)),
+        (1_000_000, 4, 2, "fp32", "momentum"), (3_000_001, 3, 3, "fp16", "sgd"),
         # fp16 where it gives other bytes than fp32 (stages 1 and 2), not multiples of n
-        {"params": 2_000_003, "ranks": 8, "stage": 1, "precision": "fp16", "optimizer": "adam"},
-        {"params": 999_999, "ranks": 4, "stage": 2, "precision": "fp16", "optimizer": "momentum"}],
+        (2_000_003, 8, 1, "fp16", "adam"), (999_999, 4, 2, "fp16", "momentum")),
         draws=10, draw=lambda rng: {
             "params": int(10 ** rng.uniform(5, 10.5)),
             "ranks": int(rng.choice([2, 3, 8, 64, 1000])), "stage": int(rng.integers(0, 4)),

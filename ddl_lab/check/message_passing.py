@@ -16,7 +16,7 @@ from . import _answers as answers
 from . import _core
 from ._core import CheckFailed, fail, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain, only_right_for,
-                        returned_none)
+                        returned_none, table)
 from ._trial import Trial, formula_cases
 
 __all__ = ["gather", "scatter", "parallel_gradient", "pagerank_compute", "tree_gather",
@@ -209,10 +209,9 @@ def parallel_gradient(my_parallel_gradient: Callable, seed: int = 0) -> None:
     """Lesson 04, task 3: ``my_parallel_gradient(comm, theta, X, y, m)`` returns on every
     rank the full-batch gradient ∇J(θ) = 1/m Σ_i (x_i·θ − y_i) x_i from each rank's shard
     (shards of different sizes, an empty one too), leaving its inputs unchanged."""
-    trial = _trial("parallel_gradient", my_parallel_gradient, seed, [
-        {"n": 4, "sizes": [40, 70, 25, 65], "d": 5, "dtype": "float64"},
-        {"n": 3, "sizes": [13, 0, 1], "d": 3, "dtype": "float64"},
-        {"n": 4, "sizes": [7, 30, 2, 11], "d": 2, "dtype": "float32"}], _gradient_case)
+    trial = _trial("parallel_gradient", my_parallel_gradient, seed, table(
+        "n sizes d dtype", (4, [40, 70, 25, 65], 5, "float64"), (3, [13, 0, 1], 3, "float64"),
+        (4, [7, 30, 2, 11], 2, "float32")), _gradient_case)
 
     def one(case: Any) -> None:
         theta, shards = _gradient_data(case)
@@ -271,10 +270,9 @@ def pagerank_compute(my_pagerank_compute: Callable, seed: int = 0) -> None:
     """Lesson 04, task 4: the vertex program ``my_pagerank_compute(vertex, messages, ctx,
     damping)`` makes each Pregel superstep s produce power iterate s of PageRank, for any
     damping d, graph and number of workers."""
-    trial = _trial("pagerank_compute", my_pagerank_compute, seed, [
-        {"n": 4, "pages": 24, "dangling": 0.2, "damping": 0.85, "supersteps": 4},
-        {"n": 3, "pages": 17, "dangling": 0.3, "damping": 0.6, "supersteps": 4},
-        {"n": 4, "pages": 31, "dangling": 0.1, "damping": 0.9, "supersteps": 3}],
+    trial = _trial("pagerank_compute", my_pagerank_compute, seed, table(
+        "n pages dangling damping supersteps", (4, 24, 0.2, 0.85, 4), (3, 17, 0.3, 0.6, 4),
+        (4, 31, 0.1, 0.9, 3)),
         lambda rng: {"n": int(rng.choice(WORLD_SIZES)), "pages": int(rng.integers(10, 40)),
                      "dangling": round(float(rng.uniform(0.05, 0.4)), 2),
                      "damping": round(float(rng.uniform(0.5, 0.95)), 3),
@@ -365,10 +363,9 @@ def tree_gather(my_tree_gather: Callable, seed: int = 0) -> None:
 def tree_gather_time(my_tree_gather_time: Callable, seed: int = 0) -> None:
     """Lesson 04, task 6: ``my_tree_gather_time(n, nbytes, alpha, beta)`` is the α–β time of
     a binomial-tree gather of S bytes per rank: ⌈log2 n⌉·α + (n − 1)·S·β."""
-    trial = Trial("tree_gather_time", my_tree_gather_time, seed, [
-        dict(zip(("n", "nbytes", "alpha", "beta"), v)) for v in (
-            (8, 1_000_000, 1e-5, 1e-9), (5, 4096, 5e-5, 1e-9), (1, 1_000_000, 1e-5, 1e-9),
-            (6, 0, 2e-5, 1e-9), (13, 100_000, 0.0, 2e-9))], draws=5,
+    trial = Trial("tree_gather_time", my_tree_gather_time, seed, table(
+        "n nbytes alpha beta", (8, 1_000_000, 1e-5, 1e-9), (5, 4096, 5e-5, 1e-9),
+        (1, 1_000_000, 1e-5, 1e-9), (6, 0, 2e-5, 1e-9), (13, 100_000, 0.0, 2e-9)), draws=5,
         draw=lambda rng: {"n": int(rng.choice([2, 3, 7, 12, 16, 31, 33, 100, 1000])),
                           "nbytes": int(10 ** rng.uniform(1, 8)),
                           "alpha": float(10 ** rng.uniform(-6, -3)),
@@ -511,9 +508,8 @@ TREE_MISTAKES: dict[str, Callable[..., float | None]] = {
 
 # ------------------------------------------------------------------ the pipelined chain
 
-PIPE_FIXED = [{"n": 4, "nbytes": 4_000_000, "alpha": 5e-5, "beta": 1e-9},
-              {"n": 3, "nbytes": 262_144, "alpha": 2e-3, "beta": 1e-9},
-              {"n": 4, "nbytes": 2_000_000, "alpha": 5e-6, "beta": 4e-10}]
+PIPE_FIXED = table("n nbytes alpha beta", (4, 4_000_000, 5e-5, 1e-9),
+                   (3, 262_144, 2e-3, 1e-9), (4, 2_000_000, 5e-6, 4e-10))
 DRAWS = 5                # machines the prompt does not show, per call
 REAL_DRAWS = 1           # of which run on real workers (the first small enough); the rest: model
 TARGET = 1.10            # the pipeline must finish within 10 % of the fastest chunking

@@ -14,7 +14,7 @@ from ddl_lab.runtime import worlds
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, passed, task
-from ._diagnose import Case, describe_value, differs, explain, same
+from ._diagnose import Case, describe_value, differs, explain, same, table
 from ._trial import Trial
 
 __all__ = ["stage_step", "one_f_one_b", "row_parallel", "bytes_per_rank", "pipeline_plan"]
@@ -203,10 +203,9 @@ def stage_step(my_stage_step: Callable, seed: int = 0, timeout: float = 20.0) ->
     logged: it must go down the chain (only to prev and nxt), and each stage's messages in
     GPipe's order (every activation before any gradient; another order is named with the
     idle time it costs, counted in slots)."""
-    trial = Trial("stage_step", my_stage_step, seed, [
-        {"p": 2, "m": 1, "B": 5, "reduction": "mean", "dtype": "float32"},
-        {"p": 3, "m": 4, "B": 10, "reduction": "mean", "dtype": "float32"},
-        {"p": 4, "m": 3, "B": 7, "reduction": "sum", "dtype": "float64"}], draws=1,
+    trial = Trial("stage_step", my_stage_step, seed, table(
+        "p m B reduction dtype", (2, 1, 5, "mean", "float32"), (3, 4, 10, "mean", "float32"),
+        (4, 3, 7, "sum", "float64")), draws=1,
         draw=_draw_pipeline, timeout=timeout)
     _run_all(_stage_body, [_spec(c) for c in trial], trial, _failure_fault, _result_fault,
              my_stage_step)
@@ -561,9 +560,8 @@ def gpipe_fault(got: list[dict], spec: dict) -> str | None:
 # clock's beside it; the memory is measured (``ActivationMeter``), in examples.
 
 PAD = 0.002                 # seconds of padded compute per example and stage, as the lesson's
-FIXED = [{"p": 4, "batch": 48, "max_bubble": 0.2, "max_examples": 16},
-         {"p": 3, "batch": 36, "max_bubble": 0.25, "max_examples": 36},
-         {"p": 2, "batch": 24, "max_bubble": 0.1, "max_examples": 4}]
+FIXED = table("p batch max_bubble max_examples", (4, 48, 0.2, 16), (3, 36, 0.25, 36),
+              (2, 24, 0.1, 4))
 
 
 DRAWN = 8                   # budgets per call the prompt never shows; the first is run for real

@@ -18,7 +18,7 @@ import numpy as np
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, passed, run_beside, task
 from ._diagnose import (Case, Snapshot, apart, describe_value, differs, explain, returned_none,
-                        same)
+                        same, table)
 from ._trial import Trial
 
 __all__ = ["threaded_sum", "next_chunk", "amdahl_bound", "dynamic_chunk"]
@@ -409,10 +409,8 @@ def _speedup_fault(sp: float, f: float, n: int, s: float, cores: int) -> str:
 # thread, so a busy machine cannot flip the verdict; the real split is quoted beside it.
 
 UNIT_S = 5e-5                   # seconds a unit of cost sleeps in the real run
-CHUNK_CASES = [
-    {"loop": "triangular", "n": 120, "threads": 4, "max_claims": 30, "max_imbalance": 1.13},
-    {"loop": "uniform", "n": 120, "threads": 4, "max_claims": 10, "max_imbalance": 1.05},
-]
+CHUNK_CASES = table("loop n threads max_claims max_imbalance",
+                    ("triangular", 120, 4, 30, 1.13), ("uniform", 120, 4, 10, 1.05))
 
 
 def loop_costs(case: Case) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 from . import _answers as answers
 from ._core import call_local, fail, judge, passed, run_beside, stub_message, task
 from ._diagnose import (Case, Snapshot, adagrad, apart, as_array, describe_value, differs,
-                        returned_none, same, tolerance)
+                        returned_none, same, table, tolerance)
 from ._trial import Trial
 
 __all__ = ["ssp_gate", "staleness_lr", "restore_shard", "worst_staleness", "downpour_plan"]
@@ -158,13 +158,8 @@ def staleness_lr(my_staleness_lr: Callable[[float, int], float], seed: int = 0) 
     for case in trial:
         lr, tau = case.params["lr"], case.params["tau"]
         call = f"{trial.name}({lr:g}, {tau})"
-        try:
-            got = my_staleness_lr(lr, tau)
-        except ZeroDivisionError:
-            fail(f"{call} divided by zero: a fresh gradient has τ = 0 and keeps the full "
-                 f"rate lr ({case}).")
-        except Exception:
-            got = call_local(my_staleness_lr, lr, tau)
+        got = trial.call(case, lr, tau, zero_division=f"{call} divided by zero: a fresh "
+                         f"gradient has τ = 0 and keeps the full rate lr ({case}).")
         if answers.scalar(got) is None:
             fail(returned_none(got, trial.name, "the rate, a number", "a number.", call))
         returned.append(got)
@@ -366,12 +361,11 @@ def restore_shard(my_restore_shard: Callable, seed: int = 0) -> None:
     (θ, G, version) a crashed shard had: the checkpoint's θ and Adagrad accumulators G at its
     version V, then exactly the logged pushes applied at versions ≥ V, in order, each at the
     staleness-aware rate it had (τ = applied − read). The checkpoint stays unchanged."""
-    trial = Trial("restore_shard", my_restore_shard, seed, [
-        {"size": 6, "first": 5, "pushes": 8, "version": 9, "dtype": "float64"},
-        {"size": 1, "first": 0, "pushes": 5, "version": 0, "dtype": "float64"},  # holds none yet
-        {"size": 4, "first": 3, "pushes": 6, "version": 9, "dtype": "float32"},  # holds the log
-        {"size": 7, "first": 12, "pushes": 9, "version": 15, "dtype": "float32"}], draws=4,
-        draw=_restore_draw)
+    trial = Trial("restore_shard", my_restore_shard, seed, table(
+        "size first pushes version dtype", (6, 5, 8, 9, "float64"),
+        (1, 0, 5, 0, "float64"),                # holds none yet
+        (4, 3, 6, 9, "float32"),                # holds the log
+        (7, 12, 9, 15, "float32")), draws=4, draw=_restore_draw)
     name = trial.name
     given = []
     for case in trial:
@@ -488,9 +482,8 @@ def worst_staleness(my_worst_staleness: Callable[[int, int], int], seed: int = 0
     """Lesson 07, reasoning: ``my_worst_staleness(s, replicas)`` is the largest staleness
     (updates applied between a replica's pull and its push) that SSP with bound s admits:
     (replicas − 1)·(2s + 1). A real shard, driven through the worst schedule, agrees."""
-    trial = Trial("worst_staleness", my_worst_staleness, seed, [
-        {"s": s, "replicas": n} for s, n in ((0, 1), (0, 2), (0, 4), (1, 2), (2, 3), (3, 4),
-                                             (5, 2))], draws=4,
+    trial = Trial("worst_staleness", my_worst_staleness, seed, table(
+        "s replicas", (0, 1), (0, 2), (0, 4), (1, 2), (2, 3), (3, 4), (5, 2)), draws=4,
         draw=lambda rng: {"s": int(rng.integers(0, 9)), "replicas": int(rng.integers(1, 10))})
     name, rule = trial.name, answers.Whole(what="a whole number of updates")
     got = [answers.answer(trial.call(c, *c.params.values()), rule, name,

@@ -13,7 +13,8 @@ from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
 from ._core import call_local, fail, task
-from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for
+from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
+                        table)
 from .message_passing import rounds
 from ._trial import Trial, formula_cases
 
@@ -50,11 +51,9 @@ _COST_MISTAKES: dict[str, Callable[[float, float, float, float], float]] = {
 def ring_cost(my_ring_cost: Callable, seed: int = 0) -> None:
     """Lesson 06, task 1: ``my_ring_cost(n, nbytes, alpha, beta)`` returns the seconds of a
     ring allreduce in the α–β model: 2(n−1)·α + 2(n−1)/n · S·β (0 for one rank)."""
-    trial = Trial("ring_cost", my_ring_cost, seed, [
-        {"n": 4, "nbytes": 64_000_000, "alpha": 5e-5, "beta": 2e-10},
-        {"n": 1, "nbytes": 1_000_000, "alpha": 1e-5, "beta": 1e-9},
-        {"n": 3, "nbytes": 0, "alpha": 2e-5, "beta": 1e-9},
-        {"n": 5, "nbytes": 10 ** 9, "alpha": 0.0, "beta": 1e-10}], draws=6, draw=lambda rng: {
+    trial = Trial("ring_cost", my_ring_cost, seed, table(
+        "n nbytes alpha beta", (4, 64_000_000, 5e-5, 2e-10), (1, 1_000_000, 1e-5, 1e-9),
+        (3, 0, 2e-5, 1e-9), (5, 10 ** 9, 0.0, 1e-10)), draws=6, draw=lambda rng: {
             "n": int(rng.choice([2, 3, 5, 6, 7, 12, 13, 31, 64])),
             "nbytes": int(10 ** rng.uniform(0, 9.5)),
             "alpha": float(10 ** rng.uniform(-7, -3)), "beta": float(10 ** rng.uniform(-11, -8))})
@@ -178,8 +177,7 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
         {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
         {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
         {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
-        {"n": 4, "length": 1, "dtype": "float32"},
-        {"n": 2, "length": 0, "dtype": "float32"},
+        {"n": 4, "length": 1, "dtype": "float32"}, {"n": 2, "length": 0, "dtype": "float32"},
         {"n": 5, "length": 65_537, "dtype": "float64"}],     # large, prime: the bytes sent
         draws=3, draw=lambda rng: {
             "n": int(rng.integers(2, 6)),
@@ -378,10 +376,9 @@ def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None
     """Lesson 06, task 3: ``my_tree_ring_crossover(n, alpha, beta)`` is the message size S*
     (bytes) below which the tree allreduce beats the ring in the α–β model, 0 if it never
     does: 2⌈log2 n⌉·(α + S·β) = 2(n−1)·α + 2(n−1)/n·S·β."""
-    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, [
-        {"n": n, "alpha": a, "beta": b} for n, a, b in ((4, 5e-5, 1e-9), (8, 2e-5, 4e-10),
-                                                        (5, 1e-4, 1e-9), (3, 5e-5, 1e-9),
-                                                        (2, 1e-5, 1e-9), (64, 1e-6, 1e-10))],
+    trial = Trial("tree_ring_crossover", my_tree_ring_crossover, seed, table(
+        "n alpha beta", (4, 5e-5, 1e-9), (8, 2e-5, 4e-10), (5, 1e-4, 1e-9), (3, 5e-5, 1e-9),
+        (2, 1e-5, 1e-9), (64, 1e-6, 1e-10)),
         draws=4, draw=lambda rng: {"n": int(rng.choice([6, 7, 12, 16, 24, 33, 100, 256])),
                                    "alpha": float(10 ** rng.uniform(-6.5, -3.5)),
                                    "beta": float(10 ** rng.uniform(-10.5, -8.5))})
@@ -640,11 +637,8 @@ def modelled(n: int, S: float, a: float, b: float) -> dict[str, float]:
     return {c: cost_model(c, n, S, a, b) for c in CHOICES}
 
 
-CHOICE_FIXED = [  # the prompt's cases
-    {"n": 8, "nbytes": 1 << 10, "alpha": 2e-5, "beta": 1e-9},
-    {"n": 8, "nbytes": 64 << 20, "alpha": 2e-5, "beta": 1e-9},
-    {"n": 6, "nbytes": 256 << 10, "alpha": 5e-6, "beta": 1e-10},
-]
+CHOICE_FIXED = table("n nbytes alpha beta", (8, 1 << 10, 2e-5, 1e-9),   # the prompt's cases
+                     (8, 64 << 20, 2e-5, 1e-9), (6, 256 << 10, 5e-6, 1e-10))
 REAL_CASE = {"n": 4, "nbytes": 4 << 20, "alpha": 5e-5, "beta": 1e-9}   # a clear choice
 
 

@@ -13,7 +13,7 @@ from ddl_lab.runtime.costs import ring_time, star_time
 
 from . import _answers as answers
 from ._core import call_local, fail, judge, name_of, on_workers, passed, stub_message, task
-from ._diagnose import describe_value, differs, explain
+from ._diagnose import describe_value, differs, explain, table
 from ._trial import Trial
 
 __all__ = ["fedavg", "resume", "rendezvous_env", "best_workers", "fedavg_plan"]
@@ -120,10 +120,8 @@ def fedavg(my_fedavg: Callable, seed: int = 0) -> None:
     w = Σ n_k·w_k / Σ n_k, as a new dict (the clients' tensors unchanged)."""
     import torch
     _stub_first(my_fedavg, [{"w": torch.ones(1)}], [1])
-    fixed = [{"K": 3, "sizes": [10, 50, 200], "dtype": "float32", "d": 4},
-             {"K": 1, "sizes": [7], "dtype": "float64", "d": 2},
-             {"K": 2, "sizes": [1, 99], "dtype": "float64", "d": 3},
-             {"K": 5, "sizes": [3, 3, 3, 3, 3], "dtype": "float32", "d": 1}]
+    fixed = table("K sizes dtype d", (3, [10, 50, 200], "float32", 4), (1, [7], "float64", 2),
+                  (2, [1, 99], "float64", 3), (5, [3, 3, 3, 3, 3], "float32", 1))
     trial = Trial("fedavg", my_fedavg, seed, fixed, draws=4, draw=_fed_case)
     payload = [{**c.params, "seed": seed * 100 + c.index} for c in trial]
     got = on_workers(_fed_rounds, WORKERS, my_fedavg, payload, fn=my_fedavg)[0]
@@ -272,9 +270,8 @@ def resume(my_save_checkpoint: Callable, my_resume: Callable, seed: int = 0) -> 
         path = os.path.join(folder, "ckpt.pt")
         _stub_first(my_resume, path, model, opt)
         _stub_first(my_save_checkpoint, path, 1, model, opt)
-    fixed = [{"steps": 10, "every": 3, "kill": 7, "opt": "sgd", "dtype": "float32"},
-             {"steps": 9, "every": 4, "kill": 2, "opt": "sgd", "dtype": "float64"},
-             {"steps": 12, "every": 3, "kill": 6, "opt": "adam", "dtype": "float32"}]
+    fixed = table("steps every kill opt dtype", (10, 3, 7, "sgd", "float32"),
+                  (9, 4, 2, "sgd", "float64"), (12, 3, 6, "adam", "float32"))
     trial = Trial("resume", my_save_checkpoint, seed, fixed, draws=3, draw=_resume_case)
     payload = [{**c.params, "seed": seed * 100 + c.index} for c in trial]
     with tempfile.TemporaryDirectory(prefix="ddl-check-resume-") as folder:
@@ -420,10 +417,10 @@ def best_workers(my_best_workers: Callable, seed: int = 0) -> None:
     fp32 gradients, 2(n−1)·α + 2(n−1)/n·S·β with S = 4·params bytes."""
     name = name_of(my_best_workers)
     order = ("params", "batch", "per_example", "alpha", "beta", "max_workers")
-    fixed = [dict(zip(order, v)) for v in ((16e6, 256, 6e-4, 5e-5, 8e-10, 64),     # middle
-                                           (25e6, 64, 2e-6, 1e-4, 8e-9, 16),       # 1 pays
-                                           (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),     # all pay
-                                           (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))]
+    fixed = table(order, (16e6, 256, 6e-4, 5e-5, 8e-10, 64),      # middle
+                  (25e6, 64, 2e-6, 1e-4, 8e-9, 16),               # 1 pays
+                  (1e4, 8192, 1e-4, 1e-5, 1e-10, 32),             # all pay
+                  (5e6, 1024, 1e-5, 2e-4, 8e-10, 40))
     trial = Trial("best_workers", my_best_workers, seed, fixed, draws=8, draw=lambda rng: {
         "params": int(10 ** rng.uniform(4, 9)), "batch": int(2 ** rng.integers(5, 15)),
         "per_example": float(10 ** rng.uniform(-7, -3)),

@@ -11,7 +11,7 @@ from ddl_lab.runtime.worlds import WorldFailed
 from . import _answers as answers
 from . import _core
 from ._core import fail, failed_on_workers, judge, passed, run_cases, task
-from ._diagnose import only_right_for, returned_none
+from ._diagnose import only_right_for, returned_none, table
 from ._trial import Trial
 
 __all__ = ["rank", "offsets", "darts_per_rank", "pi_plan"]
@@ -173,8 +173,7 @@ def darts_per_rank(my_darts_per_rank: Callable[[float, int], int], seed: int = 0
     """Lesson 00, task 3: ``my_darts_per_rank(eps, workers)`` is the fewest darts each of
     ``workers`` ranks must throw so that the combined estimate 4·hits/N has a standard error
     √(π(4−π)/N) ≤ eps: ⌈π(4−π) / (workers·eps²)⌉ (one more is accepted)."""
-    fixed = [{"eps": 0.01, "workers": 4}, {"eps": 0.001, "workers": 1},
-             {"eps": 0.05, "workers": 3}, {"eps": 0.2, "workers": 7}]
+    fixed = table("eps workers", (0.01, 4), (0.001, 1), (0.05, 3), (0.2, 7))
     trial = Trial("darts_per_rank", my_darts_per_rank, seed, fixed, draws=3, draw=lambda rng: {
         "eps": float(f"{10 ** rng.uniform(-3.3, -1):.3g}"), "workers": int(rng.integers(1, 17))},
         name="my_darts_per_rank")
