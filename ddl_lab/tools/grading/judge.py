@@ -14,7 +14,8 @@ task at a time, as the grader asks over its stdin, it:
    seed if there is one (``_record.grade_with``): each call of a learner's function, and
    each run of a check's body on workers with one, goes to the sandboxed kernel over the
    link and comes back as plain data, which the check judges against its own references;
-3. answers on its stdout, quoting the grader's nonce for this task.
+3. answers on its stdout, quoting the grader's nonce for this task, with the ``figures`` of
+   a measured run the check recorded (lesson 15's leaderboard).
 
 A task passes only if the check returned and its last recorded verdict is a pass for that
 task. A kernel that ends or goes silent while a check waits for it ends the task (and the
@@ -295,9 +296,22 @@ def serve() -> None:
         score = max((float(e.get("score") or 0) for e in entries
                      if e.get("task") == task and not e.get("passed")), default=0.0)
         channel.write(json.dumps({"nonce": nonce, "outcome": outcome, "message": message,
-                                  "score": score}) + "\n")
+                                  "score": score, "figures": _figures(entries, task)},
+                                 default=_plain_number) + "\n")
     channel.close()
     os._exit(0)
+
+
+def _figures(entries: list[dict], task: str) -> dict | None:
+    """The figures of the last record of ``task`` that has any (a measured run, lesson 15's
+    leaderboard), else None."""
+    return next((e["figures"] for e in reversed(entries) if e.get("task") == task
+                 and isinstance(e.get("figures"), dict)), None)
+
+
+def _plain_number(x: Any) -> Any:
+    """A numpy or torch number (or array) among the figures as JSON takes it; else its text."""
+    return x.tolist() if callable(getattr(x, "tolist", None)) else str(x)
 
 
 def _refused(spec: Any) -> list[tuple[str, str]]:

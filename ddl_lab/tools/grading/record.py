@@ -7,7 +7,8 @@ the reason: the function it calls is not defined (renamed or deleted), the check
 timed out or raised in the kernel, or was never reached because the kernel died or the
 notebook ran past its limit. A task that asks for a justification also carries the
 learner's text and, once an instructor has marked it against its rubric (``marks.py``),
-the mark: a learner's total is the checks' points plus the marks.
+the mark: a learner's total is the checks' points plus the marks. A check that measured a
+run (lesson 15's capstone) hands its ``figures`` with its verdict, for the leaderboard.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class Verdict:
     mark_max: float | None = None          # the rubric's points, where a person marks it
     mark: float | None = None              # the instructor's mark (``marks.py``); None: not yet
     mark_comment: str = ""
+    figures: dict | None = None            # a measured run's numbers (lesson 15's leaderboard)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -79,9 +81,11 @@ def verdicts(ex: Exercise, run: Run, judged: dict[str, dict], cell_timeout: floa
                 ok = answer.get("outcome") == "passed"
                 score = 0.0 if ok else float(answer.get("score") or 0)
                 message = str(answer.get("message", ""))
+            figures = answer.get("figures") if event is not None and answer else None
             most = check.points[task]
             out.append(Verdict(ex.stem, task, most if ok else round(score * most, 2), most,
-                               ok, message))
+                               ok, message,
+                               figures=figures if isinstance(figures, dict) else None))
     return out
 
 

@@ -5,8 +5,10 @@ mark), ``report.html`` (the seed, pass rate and most frequent failure messages p
 learner's row, flags, justifications and marks), ``feedback/<learner>.html`` (their tasks,
 verdicts, the checks' messages, their justifications with the mark and the rubric),
 ``unmarked.csv`` (the justifications no mark has been given for: a marks file to fill in,
-``marks.py``) and ``results.json`` (everything, for other tools, and for folding marks in
-later without running the notebooks again).
+``marks.py``), ``results.json`` (everything, for other tools, and for folding marks in
+later without running the notebooks again) and, where the class ran lesson 15's capstone,
+``leaderboard.html`` (its measured runs ranked, ``leaderboard.py``: linked from the class
+report, each learner's place on their feedback page).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from . import leaderboard
 from .discover import Exercise
+from .leaderboard import Boards
 from .marks import write_unmarked
 from .record import Learner, Verdict
 from .rubrics import Rubric
@@ -25,11 +29,12 @@ STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
          "padding:.3em .6em;vertical-align:top;text-align:left}.ok{color:#1a7f37}"
          ".no{color:#c62828}pre{white-space:pre-wrap;margin:0;font-size:90%}"
-         ".rubric{font-size:90%;margin:0;padding-left:1.2em}")
+         ".rubric{font-size:90%;margin:0;padding-left:1.2em}.spark{vertical-align:middle}")
 
 
 NOT_WRITTEN = "(not written)"
 NOT_MARKED = "not marked yet"
+LEADERBOARD = "leaderboard.html"
 Rubrics = dict[tuple[str, str], Rubric]
 
 
@@ -38,12 +43,14 @@ def write_all(out: Path, rows: list[Learner], columns: list[Exercise],
     """Write every report into ``out``; the number of justifications still to mark."""
     rubrics = rubrics or {}
     out.mkdir(parents=True, exist_ok=True)
+    standings = leaderboard.boards(rows)
     write_gradebook(out / "gradebook.csv", rows, columns, rubrics)
-    (out / "report.html").write_text(class_report(rows, columns, seed, rubrics))
+    (out / "report.html").write_text(class_report(rows, columns, seed, rubrics, standings))
+    write_leaderboard(out / LEADERBOARD, standings)
     (out / "feedback").mkdir(exist_ok=True)
     for row in rows:
         (out / "feedback" / f"{file_name(row.name)}.html").write_text(
-            feedback(row, columns, rubrics))
+            feedback(row, columns, rubrics, standings))
     most = maximum(columns, rubrics)
     (out / "results.json").write_text(json.dumps(
         {"seed": seed, "exercises": [e.stem for e in columns], "learners": [
@@ -52,6 +59,15 @@ def write_all(out: Path, rows: list[Learner], columns: list[Exercise],
              "verdicts": [v.as_dict() for v in r.verdicts]} for r in rows]},
         indent=1, ensure_ascii=False))
     return write_unmarked(out / "unmarked.csv", rows)
+
+
+def write_leaderboard(path: Path, standings: Boards) -> None:
+    """Lesson 15's capstone leaderboard, where the class's verdicts carry its figures; an
+    older one there is removed where they carry none."""
+    if standings:
+        path.write_text(_page("Capstone leaderboard", leaderboard.page_body(standings)))
+    else:
+        path.unlink(missing_ok=True)
 
 
 def maximum(columns: list[Exercise], rubrics: Rubrics) -> float:
@@ -143,13 +159,20 @@ def task_summary(rows: list[Learner], ex: Exercise, top: int = 3) -> str:
 
 
 def class_report(rows: list[Learner], columns: list[Exercise], seed: int | None = None,
-                 rubrics: Rubrics | None = None) -> str:
+                 rubrics: Rubrics | None = None, standings: Boards | None = None) -> str:
+    """The class's page; ``standings``: lesson 15's boards (by default, the rows')."""
     rubrics = rubrics or {}
+    standings = leaderboard.boards(rows) if standings is None else standings
     head = "".join(f"<th>{html.escape(t)}</th>" for e in columns for t in e.tasks)
     most = number(maximum(columns, rubrics))
     cases = (f"the instructor's seed {seed} (cases no learner ran at home)" if seed is not None
              else "the checks' own seeds (the cases learners ran at home)")
-    body = [f"<p>Graded on {html.escape(cases)}.</p>"] + [task_summary(rows, e) for e in columns]
+    body = [f"<p>Graded on {html.escape(cases)}.</p>"]
+    if standings:
+        body.append(f"<p>The <a href='{LEADERBOARD}'>capstone leaderboard</a> (lesson 15) "
+                    f"ranks {sum(s.place is not None for b in standings.values() for s in b)} "
+                    f"runs within their budgets by wall time.</p>")
+    body += [task_summary(rows, e) for e in columns]
     table = [f"<tr><th>learner</th>{head}<th>total / {most}</th><th>auto + manual</th>"
              "<th>notes</th><th>flags</th></tr>"]
     for row in rows:
@@ -196,9 +219,11 @@ def marked(v: Verdict) -> str:
     return f"{number(v.mark)} / {number(v.mark_max)}{said}"
 
 
-def feedback(row: Learner, columns: list[Exercise], rubrics: Rubrics | None = None) -> str:
+def feedback(row: Learner, columns: list[Exercise], rubrics: Rubrics | None = None,
+             standings: Boards | None = None) -> str:
     """One learner's page: every task with its verdict, points and the check's message;
-    each justification with its mark and the rubric it was marked by."""
+    each justification with its mark and the rubric it was marked by; their place on the
+    class's capstone leaderboard (``standings``, lesson 15) where they ran the capstone."""
     rubrics = rubrics or {}
     body = []
     for ex in columns:
@@ -218,6 +243,7 @@ def feedback(row: Learner, columns: list[Exercise], rubrics: Rubrics | None = No
         body += [f"<h3>How your justification of {html.escape(v.task)} is marked</h3>"
                  f"{rubrics[(v.exercise, v.task)].html()}" for v in mine
                  if v.mark_max is not None and (v.exercise, v.task) in rubrics]
+    body.append(leaderboard.your_place(row.name, standings or {}))
     if row.notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>"
                                                   for n in row.notes) + "</ul>")

@@ -17,7 +17,7 @@ import nbformat
 from ddl_lab.tools.grading import sandbox
 from ddl_lab.tools.grading.pristine import solved as solved_exercise
 
-from .toy_course import JUSTIFIED, NUMPY, SPARE, WORKERS
+from .toy_course import CAPSTONE, JUSTIFIED, NUMPY, SPARE, WORKERS
 
 ROOT = Path(__file__).resolve().parents[3]
 # Where no sandbox can be made (no bubblewrap), the class is graded without one: the tests'
@@ -103,6 +103,10 @@ def my_toy_accumulate(total, x):
 }
 
 
+RACE = {"alice": "", "olga": "2, 32", "bob": "4, 128"}   # "": the solution's plan, (4, 32)
+BOB_MISSED = ("memory 4.0 MiB > 2.0 MiB budget", "held-out loss 3.000 > 2.500 target")
+
+
 WRITTEN = "Batch 64 halves the steps of batch 32 at the same examples; γ = 0.5 stays stable."
 
 
@@ -132,7 +136,8 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     gd, ring = [t for t, _ in tasks_of(NUMPY, course)], \
         [t for t, _ in tasks_of(WORKERS, course)]
     fn = dict(tasks_of(NUMPY, course) + tasks_of(WORKERS, course))
-    everything = {t: 1 for t in gd + ring}
+    race = [t for t, _ in tasks_of(CAPSTONE, course)]
+    everything = {t: 1 for t in gd + ring + race}
     want: dict[str, dict] = {}
 
     def hand_in(learner: str, nb, name: str, points: dict, notes=()):
@@ -204,8 +209,15 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
     # right answers in other styles (a decorator, a helper, a class, a lambda), and the
     # justification the exercise asks for
-    hand_in("olga", written(other_styles(solved_(NUMPY)), JUSTIFIED, WRITTEN), "",
+    hand_in("olga", written(other_styles(solved_(NUMPY)), JUSTIFIED, WRITTEN), f"{NUMPY}.ipynb",
             {t: 1 for t in gd})
+    # the toy capstone, measured (RACE): alice's plan runs within every budget, olga's
+    # too but slower; bob's is the fastest of all, over the memory budget and the target
+    for learner, plan in RACE.items():
+        nb = solved_(CAPSTONE)
+        if plan:
+            replace_function(nb, "my_toy_race", f"def my_toy_race():\n    return {plan}")
+        hand_in(learner, nb, f"{CAPSTONE}.ipynb", {t: int(learner != "bob") for t in race})
     for entry in want.values():
         entry["columns"] = everything
     return want

@@ -16,6 +16,7 @@ graded under the instructor's seed earn full marks unflagged; justifications are
 beside the verdicts; the grader's outputs agree.
 """
 import csv
+import html
 import json
 import re
 import site
@@ -31,8 +32,8 @@ from ddl_lab.tools.grading import Limits, grade
 from ddl_lab.tools.grading.execute import MAX_OUTPUT
 
 from .attacks import ATTACKERS, IN_THE_KERNEL, KINDS, ON_THE_WORKERS, write_attackers
-from .sample_class import UNSANDBOXED, WRITTEN, tasks_of, write_class
-from .toy_course import JUSTIFIED, MODULE, NUMPY, WORKERS
+from .sample_class import BOB_MISSED, RACE, UNSANDBOXED, WRITTEN, tasks_of, write_class
+from .toy_course import CAPSTONE, JUSTIFIED, MODULE, NUMPY, WORKERS
 
 pytestmark = pytest.mark.slow
 needs_sandbox = pytest.mark.skipif(UNSANDBOXED, reason="no sandbox can be made here (install "
@@ -59,7 +60,8 @@ def graded(tmp_path_factory, toy_course):
     t0 = time.perf_counter()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tempfile, "tempdir", str(scratch))     # the private copies go here
-        rows = grade(subs, out, ["01", "00"], LIMITS, toy_course, seed=SEED, checks=(MODULE,))
+        rows = grade(subs, out, ["01", "00", "15"], LIMITS, toy_course, seed=SEED,
+                     checks=(MODULE,))
     print(f"graded {len(want) + len(attackers)} learners in {time.perf_counter() - t0:.0f} s "
           f"(jobs={LIMITS.jobs})")
     book = (out / "gradebook.csv").read_text()
@@ -71,8 +73,7 @@ def graded(tmp_path_factory, toy_course):
 
 
 def test_the_gradebook_is_exact(graded):
-    tasks = [t for t, _ in tasks_of(NUMPY, graded["course"])] + \
-        [t for t, _ in tasks_of(WORKERS, graded["course"])]
+    tasks = [t for stem in (NUMPY, WORKERS, CAPSTONE) for t, _ in tasks_of(stem, graded["course"])]
     with open(graded["out"] / "gradebook.csv", newline="") as f:
         table = list(csv.reader(f))
     notes = len(tasks) + 2
@@ -157,6 +158,25 @@ def test_a_flood_of_output_is_truncated(graded):
     assert "output truncated" in text
     assert executed.stat().st_size < 2 * MAX_OUTPUT     # ivan printed 3 MB
 
+
+
+def test_the_capstone_leaderboard_ranks_the_measured_runs(graded):
+    """The toy capstone's runs (sample_class.RACE): alice's and olga's plans within every
+    budget, alice's faster; bob's, the fastest, over budget: unranked, with what it missed."""
+    out = graded["out"]
+    page = (out / "leaderboard.html").read_text()
+    assert re.findall(r"<tr><td>[^<]*</td><td>([^<]*)</td>", page) == ["alice", "olga", "bob"]
+    assert page.count("<svg ") == len(RACE) and html.escape("; ".join(BOB_MISSED)) not in page
+    assert all(html.escape(m) in page for m in BOB_MISSED)
+    assert "href='leaderboard.html'" in (out / "report.html").read_text()
+    for learner, place in (("alice", "place 1 of 2"), ("olga", "place 2 of 2"),
+                           ("bob", f"unranked: your run missed {'; '.join(BOB_MISSED)}")):
+        mine = (out / "feedback" / f"{learner}.html").read_text()
+        assert f"Your place on the capstone leaderboard</h2><p>On the board toy_race: <b>" \
+            f"{html.escape(place)}</b>" in mine, learner
+    assert "capstone leaderboard" not in (out / "feedback" / "carol.html").read_text()
+    bob = verdicts(graded, "bob")["toy_race"]
+    assert not bob.passed and "missed a budget" in bob.message and bob.figures["steps"] == 2
 
 
 def verdicts(graded, learner):

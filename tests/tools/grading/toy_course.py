@@ -10,9 +10,11 @@ it is imported. ``grade(..., checks=("toy_checks",))`` has each judge import it 
 its code to the sandbox by value, as the course's checks are); the module's folder goes on
 PYTHONPATH (the ``toy_course`` fixture, conftest.py).
 
-The exercises play the parts the course's exercises 01, 00 and 03 played: ``01_toy`` six
+The exercises play the parts the course's exercises 01, 00, 03 and 15 played: ``01_toy`` six
 tasks in numpy (the last one asks for a justification), ``00_toy`` three tasks on two
-workers (the second forbids ``dist.all_reduce``), ``03_toy`` an exercise no class is asked for.
+workers (the second forbids ``dist.all_reduce``), ``03_toy`` an exercise no class is asked
+for, ``15_toy`` the capstone: a plan whose run its check measures, recording the figures
+lesson 15's check records for the class's leaderboard.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import nbformat
 from ddl_lab.tools.notebooks import make_exercises
 
 MODULE = "toy_checks"
-NUMPY, WORKERS, SPARE = "01_toy", "00_toy", "03_toy"
+NUMPY, WORKERS, SPARE, CAPSTONE = "01_toy", "00_toy", "03_toy", "15_toy"
 
 CHECKS = '''
 """The toy course's checks (tests/tools/grading/toy_course.py): milliseconds each."""
@@ -33,7 +35,7 @@ import sys
 import numpy as np
 
 import ddl_lab.check as check
-from ddl_lab.check._core import call_local, fail, passed, run_cases, task
+from ddl_lab.check._core import call_local, fail, name_of, passed, run_cases, task
 from ddl_lab.runtime.worlds import WorldFailed
 
 CASES = [np.arange(1.0, 6.0), np.array([-2.0, 0.5, 4.0])]
@@ -149,8 +151,33 @@ def toy_ring(fn):
     passed("toy_ring", "two workers")
 
 
+EXAMPLES, MIB = 960, 1 << 20
+
+
+@task("toy")
+def toy_race(fn):
+    """The toy capstone: a plan ``(workers, batch)`` for 960 examples, its run "measured"
+    (figures computed from the plan) as lesson 15's check measures one."""
+    __tracebackhide__ = True
+    workers, batch = (int(x) for x in call_local(fn))
+    steps = -(-EXAMPLES // (workers * batch))
+    loss = round(2.0 + 2.0 / steps, 3)
+    figures = {"board": "toy_race", "wall_s": round(steps * (0.1 + batch / 100 / workers), 3),
+               "peak_bytes": batch * MIB / 32, "memory_budget": 2 * MIB,
+               "bytes_per_step": (workers - 1) * MIB / 16, "bytes_budget": MIB / 4,
+               "steps": steps, "steps_budget": 40, "loss": loss, "target": 2.5,
+               "curve": [[s, round(loss + 2.0 / s, 3)] for s in range(1, steps + 1)],
+               "plan": name_of(fn)}
+    figures["within"] = all(figures[k] <= figures[b] for k, b in (
+        ("peak_bytes", "memory_budget"), ("bytes_per_step", "bytes_budget"),
+        ("steps", "steps_budget"), ("loss", "target")))
+    if not figures["within"]:
+        fail(f"my_toy_race's plan ({workers}, {batch}) missed a budget", figures=figures)
+    passed("toy_race", f"{steps} steps in {figures['wall_s']} s", figures=figures)
+
+
 TOY = ["toy_mean", "toy_square", "toy_accumulate", "toy_norm", "toy_pick", "toy_plan",
-       "toy_rank", "toy_sum", "toy_ring"]
+       "toy_rank", "toy_sum", "toy_ring", "toy_race"]
 for _name in TOY:                         # registered beside the course's checks
     setattr(check, _name, globals()[_name])
     check.__all__.append(_name)
@@ -176,6 +203,7 @@ TASKS = {  # exercise -> [(task, the learner's function, its solution), ...]
               ("toy_sum", "my_toy_sum()",
                "t = torch.tensor([dist.get_rank()])\ndist.all_reduce(t)\nreturn int(t.item())")],
     SPARE: [("toy_pick", "my_toy_pick(x)", "return max(x)")],
+    CAPSTONE: [("toy_race", "my_toy_race()", "return 4, 32")],
 }
 JUSTIFIED = "toy_plan"
 RUBRICS = f'''
