@@ -86,7 +86,7 @@ class Wire:
     """What a capstone plan talks through on one worker (lesson 15).
 
     ``allreduce`` / ``all_gather_bytes`` / ``broadcast`` / ``barrier`` are the metered
-    default group's (``dist.*`` calls and DDP are metered just the same); ``server`` is a
+    default group's, ``mesh()`` a device mesh over it (``dist.*`` calls and DDP are metered just the same); ``server`` is a
     joined parameter-server client when the run has one, else None; ``sent`` is what
     the meter has counted for this worker so far.
     """
@@ -127,6 +127,12 @@ class Wire:
 
     def barrier(self) -> None:
         dist.barrier()
+
+    def mesh(self) -> Any:
+        """A 1-D ``DeviceMesh`` over the metered group, for FSDP2 and DTensor (lessons 09, 10):
+        a mesh made otherwise holds a group of its own, which the capstone closes."""
+        from torch.distributed.device_mesh import DeviceMesh
+        return DeviceMesh.from_group(dist.group.WORLD, "cpu")
 
     def __repr__(self) -> str:
         return (f"Wire(rank={self.rank}, world_size={self.world_size}, sent={self.sent:,.0f} B"

@@ -22,20 +22,25 @@ Check = TypeVar("Check", bound=Callable[..., None])
 
 class CheckFailed(AssertionError):
     """A graded check did not pass; the message says what is wrong and where. Raising it
-    records nothing: the declared check (``task``) records its verdict, once."""
+    records nothing: the declared check (``task``) records its verdict, once, with the
+    ``figures`` of a measured run if the check gave any (lesson 15)."""
+
+    figures: dict | None = None
 
     def _render_traceback_(self) -> list[str]:      # IPython: show the message, not a wall
         return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
 
 
-def passed(task: str, detail: str) -> None:
+def passed(task: str, detail: str, figures: dict | None = None) -> None:
     print(f"✔ {task}: passed — {detail}")
-    _record.write(task, True, detail)
+    _record.write(task, True, detail, figures=figures)
 
 
-def fail(message: str) -> None:
+def fail(message: str, figures: dict | None = None) -> None:
     __tracebackhide__ = True
-    raise CheckFailed(message)
+    error = CheckFailed(message)
+    error.figures = figures
+    raise error
 
 
 def judge(fault: str | None, case: Any = None, quote: str = "[{}]") -> None:
@@ -155,7 +160,7 @@ def task(lesson: str, refuses: tuple[str, ...] = ()) -> Callable[[Check], Check]
                 return check(*args, **kwargs)
             except CheckFailed as e:            # the verdict: recorded by the outermost check
                 if token is not None:
-                    _record.write(spec.name, False, str(e))
+                    _record.write(spec.name, False, str(e), figures=e.figures)
                 raise
             finally:
                 _record.leave(token)

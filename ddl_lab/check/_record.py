@@ -1,6 +1,6 @@
 """The records of verdicts, ``{"task", "passed", "message", "pid"}`` (and ``"score"``:
-partial credit): to the grading judge's ``sink`` (``grade_with``, with the instructor's
-seed), else to the learner's progress (``ddl-lab progress``, lesson 00) in
+partial credit; ``"figures"``: a measured run's numbers, for lesson 15's leaderboard): to the
+grading judge's ``sink`` (``grade_with``, with the instructor's seed), else to the learner's progress (``ddl-lab progress``, lesson 00) in
 ``.ddl_lab/progress.jsonl`` or ``DDL_LAB_PROGRESS``. Printed text is never graded."""
 from __future__ import annotations
 
@@ -17,13 +17,17 @@ SINK: Callable[[dict], None] | None = None      # the grading judge's own record
 RUNNING: ContextVar[tuple[str, str] | None] = ContextVar("ddl_lab_check", default=None)
 
 
-def write(task: str | None, passed: bool, message: str, score: float | None = None) -> None:
+def write(task: str | None, passed: bool, message: str, score: float | None = None,
+          figures: dict | None = None) -> None:
     """Hand one verdict to the grading judge's sink, if grading, else append it to the
-    learner's progress; never raises."""
+    learner's progress; never raises. ``figures``: what a measured run achieved (JSON
+    numbers, lesson 15's leaderboard)."""
     entry = {"task": task, "passed": bool(passed), "message": str(message)[:MAX_MESSAGE],
              "pid": os.getpid()}
     if score is not None:
         entry["score"] = min(1.0, max(0.0, float(score)))
+    if figures is not None:
+        entry["figures"] = figures
     if SINK is not None:
         SINK(entry)
         return

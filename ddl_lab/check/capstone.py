@@ -16,7 +16,7 @@ from ._core import fail, passed, run_beside, task, worded
 from ._diagnose import Case, Cases, apart, as_array, explain, returned_none, same
 from ._trial import Trial
 
-__all__ = ["budget_bytes", "capstone"]
+__all__ = ["budget_bytes", "capstone", "capstone_gpt"]
 
 _PACKAGE = "ddl_lab.capstone"
 
@@ -304,3 +304,50 @@ def _too_inaccurate(r: Result, budget: Budget) -> str:
     why.append("check the rate too (0.3 suits this CNN)")
     return (f"the model reached {100 * r.accuracy:.1f}% on the held-out digits, below the "
             f"{100 * budget.target:.0f}% target: " + "; ".join(why))
+
+
+# ----------------------------------------------------------------- task 3: the transformer
+
+@task("capstone", refuses=("ddl_lab.capstone.gpt_plans",))
+def capstone_gpt(my_plan: Callable, seed: int = 0) -> None:
+    """Lesson 15, task 3: ``my_plan(model, batches, wire)`` trains the course's transformer
+    on 4 ranks and returns it whole; run for real and judged against ``transformer.BRIEF``:
+    held-out loss, each rank's peak memory, bytes per step, steps and time, one model on
+    every rank, text only from the mini-batches handed out, no channel past the meter. The
+    figures go to the class leaderboard (``ddl-lab grade``) whatever the verdict."""
+    from ddl_lab.capstone.transformer import BRIEF, measure_gpt
+    name = getattr(my_plan, "__name__", "your plan")
+    run = next(iter(Cases("capstone_gpt", seed, draws=1, draw=lambda rng: {
+        "run": int(rng.integers(1, 10_000))}))).params["run"]
+
+    def measured(fn: Callable) -> Any:
+        try:
+            return measure_gpt(fn, BRIEF, seed=run, timeout=_TIMEOUT_S * 3)
+        except PlanFailed as e:
+            fail(worded(e.failure, fn).message(name, BRIEF.world_size))
+    result = run_beside(measured, my_plan)
+    figures = None if math.isinf(result.loss) else result.figures(name)
+    if message := _gpt_fault(result, name):
+        fail(f"{message}\nWhat the run achieved: {result.summary()} (replay: "
+             f"check.capstone_gpt(…, seed={seed})).", figures)
+    passed("capstone_gpt", f"{result.summary()}. Your place on the class leaderboard is "
+           f"decided by the wall time, {result.wall:.1f} s here.", figures)
+
+
+def _gpt_fault(r: Any, name: str) -> str | None:
+    """What disqualifies or misses in a transformer run, else None."""
+    if rep := next((x for x in r.reports if x.params is None), None):
+        return (f"{name} returned {rep.returned} on rank {rep.rank}: return the whole "
+                "trained GPT (the model you were given, its parameters gathered back).")
+    if r.steps == 0:
+        return f"{name} drew no mini-batch from `batches`: the model was never trained."
+    if r.spread > 1e-4:
+        return (f"the ranks' models differ at the end (by up to {r.spread:.3g}): every rank "
+                "must end with the same whole model — gather what each rank trained.")
+    if r.unhanded:
+        return (f"{name}'s modules ran on {r.unhanded:,} rows of text that no rank's "
+                "`batches` handed out: the plan fetched text itself (the corpus, the "
+                "held-out text). The step budget is the text it may learn from.")
+    if past := _past_the_meter(r, name):
+        return past
+    return "\n".join(f"• {m}" for m in r.shortfalls()) or None
