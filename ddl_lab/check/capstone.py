@@ -308,7 +308,7 @@ def _too_inaccurate(r: Result, budget: Budget) -> str:
 
 # ----------------------------------------------------------------- task 3: the transformer
 
-@task("capstone", refuses=("ddl_lab.capstone.gpt_plans",))
+@task("capstone")
 def capstone_gpt(my_plan: Callable, seed: int = 0) -> None:
     """Lesson 15, task 3: ``my_plan(model, batches, wire)`` trains the course's transformer
     on 4 ranks and returns it whole; run for real and judged against ``transformer.BRIEF``:

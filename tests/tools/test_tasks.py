@@ -18,7 +18,7 @@ def test_every_exported_check_is_declared_under_its_own_lesson():
     one exports (or one that is not a declared task)."""
     import importlib
     exported = [n for n in check.__all__ if n != "CheckFailed"]
-    assert len(exported) == len(set(exported)) == len(_core.TASKS) == 75
+    assert len(exported) == len(set(exported)) == len(_core.TASKS) == 76
     assert set(exported) == set(_core.TASKS)
     owner: dict[str, str] = {}
     for lesson in {t.lesson for t in _core.TASKS.values()}:
