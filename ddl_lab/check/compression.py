@@ -709,11 +709,9 @@ def strom_bytes(my_strom_bytes: Callable[[int, int], int], seed: int = 0) -> Non
     as a varint, ⌈k/8⌉ bytes of sign bits, then the first index and the k − 1 gaps g, each
     an LEB128 varint. The lesson's encoder, run on the same entries, agrees."""
     trial = Trial("strom_bytes", my_strom_bytes, seed, _SIZE_FIXED, draws=3, draw=_size_draw)
-    name, got = trial.name, []
-    for case in trial:
-        d, k = case.params["d"], case.params["k"]
-        got.append(answers.answer(trial.call(case, d, k), answers.Real(what="a number of bytes"),
-                                  name, f"{name}({d}, {k})", case))  # whole: exact in float32
+    name, rule = trial.name, answers.Real(what="a number of bytes")  # whole: exact in float32
+    got = [answers.answer(trial.call(c, *c.params.values()), rule, name,
+                          f"{name}({c.params['d']}, {c.params['k']})", c) for c in trial]
     for case, g in zip(trial, got):
         d, k = case.params["d"], case.params["k"]
         want = _message(d, k)
@@ -826,7 +824,7 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
         c = case.params["scale"]
         acc, sent, _ = _trained(float(f"{tau / c:.7g}"), ef)   # one run per τ/c
         results.append((acc, sent))
-        if message := _plan_fault(tau, ef, c, acc, sent, fp32_acc, fp32_bytes, plans, trial):
+        if message := _plan_fault(ef, acc, sent, fp32_acc, fp32_bytes, plans, trial):
             fail(f"{name} chose τ = {tau:.4g}{'' if ef else ' without error feedback'} for "
                  f"{_scale_words(c)} — {message} ({case})")
     acc, sent = results[0]
@@ -837,8 +835,8 @@ def strom_plan(my_strom_plan: Callable[[torch.Tensor], dict], seed: int = 0) -> 
                  f"fp32's {fp32_bytes:,}")
 
 
-def _plan_fault(tau: float, ef: bool, c: float, acc: float, sent: float, fp32_acc: float,
-                fp32_bytes: int, plans: list, cases: list) -> str | None:
+def _plan_fault(ef: bool, acc: float, sent: float, fp32_acc: float, fp32_bytes: int,
+                plans: list, cases: list) -> str | None:
     """What is wrong with one trained plan, or None."""
     share = sent / fp32_bytes
     ran = (f"the run sent {sent:,.0f} bytes per update ({100 * share:.2f}% of fp32's "

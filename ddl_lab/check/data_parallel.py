@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ddl_lab.data_parallel.batches import one_thread, per_example_grads
+from ddl_lab.ml.models import flat_params
 from ddl_lab.runtime.worlds import RankFailure
 
 from . import _answers as answers
@@ -67,11 +68,6 @@ def _watched_model(d: int, theta: np.ndarray):
 
 def _mse(out, y):
     return 0.5 * ((out - y) ** 2).mean()
-
-
-def _flat(model) -> np.ndarray:
-    return np.concatenate([model.linear.weight.detach().double().numpy().ravel(),
-                           model.linear.bias.detach().double().numpy().ravel()])
 
 
 def _draw_batches(rng: np.random.Generator, n: int, steps: int, d: int
@@ -146,7 +142,7 @@ def _sync_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: float
         X, y = torch.from_numpy(X.copy()), torch.from_numpy(y.copy())
         X0, y0 = X.clone(), y.clone()
         out["returned"].append(_portable(fn(model, _mse, X, y, lr)))
-        out["params"].append(_flat(model))
+        out["params"].append(flat_params(model).double().numpy())
         out["changed"].append([k for k, a, b in (("X", X, X0), ("y", y, y0))
                                if not torch.equal(a, b)])
         grads = [p.grad for p in model.linear.parameters()]
@@ -294,7 +290,8 @@ def _local_case(fn: Callable, d: int, theta: np.ndarray, batches: list, lr: floa
     fn(model, _mse, list(mine), lr, H)
     changed = any(not (torch.equal(a, c) and torch.equal(b, e))
                   for (a, b), (c, e) in zip(mine, before))
-    return {"params": _flat(model), "changed": changed, "spent": "spent" in model.flags}
+    return {"params": flat_params(model).double().numpy(), "changed": changed,
+            "spent": "spent" in model.flags}
 
 
 def _local_reference(theta: np.ndarray, batches: list, lr: float, H: int, d: int,

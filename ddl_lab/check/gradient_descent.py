@@ -542,16 +542,12 @@ def _plan_fault(batch: int, lr: float, steps: int, used: int, gap: float, max_ex
 
 # ------------------------------------------------------------------ task 6: AdamW by hand
 
-_ADAM_FIXED = [      # cases the prompt never shows: each separates some of the named mistakes
-    {"shapes": [[4], [3, 2]], "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
-     "weight_decay": 0.0, "steps": 4, "dtype": "float64", "gscale": 1.0},
-    {"shapes": [[5]], "lr": 0.1, "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.5,
-     "steps": 5, "dtype": "float64", "gscale": 1.0},
-    {"shapes": [[2, 3], [3]], "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-2,
-     "weight_decay": 0.1, "steps": 6, "dtype": "float32", "gscale": 1e-2},
-    {"shapes": [[6]], "lr": 0.003, "betas": [0.5, 0.9], "eps": 1e-6, "weight_decay": 0.02,
-     "steps": 3, "dtype": "float32", "gscale": 10.0},
-]
+_ADAM_FIXED = table(  # cases the prompt never shows: each separates some of the named mistakes
+    "shapes lr betas eps weight_decay steps dtype gscale",
+    ([[4], [3, 2]], 0.05, [0.9, 0.999], 1e-8, 0.0, 4, "float64", 1.0),
+    ([[5]], 0.1, [0.8, 0.99], 1e-8, 0.5, 5, "float64", 1.0),
+    ([[2, 3], [3]], 0.01, [0.9, 0.999], 1e-2, 0.1, 6, "float32", 1e-2),
+    ([[6]], 0.003, [0.5, 0.9], 1e-6, 0.02, 3, "float32", 10.0))
 _ADAM_TOL = {"float64": 1e-9, "float32": 4e-6}   # × (|θ| + lr·steps): rounding, not a mistake
 
 

@@ -357,11 +357,10 @@ def row_parallel(my_row_parallel: Callable, seed: int = 0, timeout: float = 20.0
     """Lesson 09, task 3: ``my_row_parallel(x_part, weight_cols, bias)`` — this rank holds
     the columns ``weight_cols`` of W (out, k_r) and the matching slice ``x_part`` (B, k_r)
     of the input — returns the whole output x Wᵀ + b on every rank."""
-    trial = Trial("row_parallel", my_row_parallel, seed, [
-        {"n": 2, "k": 6, "out": 3, "B": 4, "dtype": "float32"},
-        {"n": 4, "k": 3, "out": 2, "B": 1, "dtype": "float64"},      # a rank with no columns
-        {"n": 3, "k": 7, "out": 5, "B": 2, "dtype": "float32"}],
-        draws=2, draw=_draw_row, timeout=timeout)
+    trial = Trial("row_parallel", my_row_parallel, seed, table(
+        "n k out B dtype", (2, 6, 3, 4, "float32"),
+        (4, 3, 2, 1, "float64"),                # a rank with no columns
+        (3, 7, 5, 2, "float32")), draws=2, draw=_draw_row, timeout=timeout)
     specs: list = []
     for case in trial:
         n, k, out, B = (case.params[key] for key in ("n", "k", "out", "B"))

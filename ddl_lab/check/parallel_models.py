@@ -701,9 +701,8 @@ def _shared_writes(code: Any) -> dict[int, str] | None:
 
 def _tracer(meeting: Meeting) -> Callable:
     def opcodes(frame: Any, event: str, arg: Any) -> Callable:
-        if event == "opcode":
-            if what := _shared_writes(frame.f_code).get(frame.f_lasti):
-                meeting.store(what)
+        if event == "opcode" and (what := _shared_writes(frame.f_code).get(frame.f_lasti)):
+            meeting.store(what)
         return opcodes
 
     def calls(frame: Any, event: str, arg: Any) -> Callable | None:

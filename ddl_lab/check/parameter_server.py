@@ -21,16 +21,15 @@ _PACKAGE = "ddl_lab.parameter_server"
 
 # ------------------------------------------------------------------ task 1: SSP gate
 
-_GATE_FIXED = [
-    {"clock": 3, "clocks": [3, 3, 3], "s": 0},         # BSP, everyone at the same clock
-    {"clock": 4, "clocks": [4, 3, 4], "s": 0},         # BSP, one replica a clock behind
-    {"clock": 5, "clocks": [5, 2, 4], "s": 3},         # exactly s ahead of the slowest
-    {"clock": 6, "clocks": [6, 2, 4], "s": 3},         # s + 1 ahead
-    {"clock": 2, "clocks": [7, 2, 5], "s": 3},         # the slowest replica itself
-    {"clock": 9, "clocks": [9], "s": 1},               # the only replica
-    {"clock": 10, "clocks": [10, 8, 3, 9], "s": 6},    # 7 ahead, the slowest not first
-    {"clock": 10, "clocks": [9, 10, 4, 8], "s": 6},    # 6 ahead, s = 6
-]
+_GATE_FIXED = table(
+    "clock clocks s", (3, [3, 3, 3], 0),      # BSP, everyone at the same clock
+    (4, [4, 3, 4], 0),                        # BSP, one replica a clock behind
+    (5, [5, 2, 4], 3),                        # exactly s ahead of the slowest
+    (6, [6, 2, 4], 3),                        # s + 1 ahead
+    (2, [7, 2, 5], 3),                        # the slowest replica itself
+    (9, [9], 1),                              # the only replica
+    (10, [10, 8, 3, 9], 6),                   # 7 ahead, the slowest not first
+    (10, [9, 10, 4, 8], 6))                   # 6 ahead, s = 6
 
 
 def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:

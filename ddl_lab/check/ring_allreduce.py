@@ -169,16 +169,16 @@ def ring_allreduce(my_ring_allreduce: Callable, seed: int = 0, timeout: float = 
     """Lesson 06, task 2: ``my_ring_allreduce(tensor)`` sums in place over the default group,
     with point-to-point messages only, sending 2(n−1)/n·S bytes per rank (bandwidth-optimal).
     """
-    trial = Trial("ring_allreduce", my_ring_allreduce, seed, [
-        # ordered so that a failure's message can say which sizes worked
-        {"n": 4, "length": 12, "dtype": "float32"},          # divisible
-        {"n": 3, "length": 12, "dtype": "float32"},          # divisible, another n
-        {"n": 3, "length": 10, "dtype": "float32"},          # not a multiple
-        {"n": 2, "length": 7, "dtype": "float64"},           # two ranks, a prime
-        {"n": 4, "length": 5, "dtype": "float32"},           # tensor.chunk(4) gives 3 chunks
-        {"n": 5, "length": 3, "dtype": "float64"},           # fewer elements than ranks
-        {"n": 4, "length": 1, "dtype": "float32"}, {"n": 2, "length": 0, "dtype": "float32"},
-        {"n": 5, "length": 65_537, "dtype": "float64"}],     # large, prime: the bytes sent
+    trial = Trial("ring_allreduce", my_ring_allreduce, seed, table(
+        "n length dtype",     # ordered so that a failure's message can say which sizes worked
+        (4, 12, "float32"),                     # divisible
+        (3, 12, "float32"),                     # divisible, another n
+        (3, 10, "float32"),                     # not a multiple
+        (2, 7, "float64"),                      # two ranks, a prime
+        (4, 5, "float32"),                      # tensor.chunk(4) gives 3 chunks
+        (5, 3, "float64"),                      # fewer elements than ranks
+        (4, 1, "float32"), (2, 0, "float32"),
+        (5, 65_537, "float64")),                # large, prime: the bytes sent
         draws=3, draw=lambda rng: {
             "n": int(rng.integers(2, 6)),
             "length": int(rng.choice([2, 11, 13, 97, 101, 257, 1009, 4099])),
@@ -393,14 +393,10 @@ def tree_ring_crossover(my_tree_ring_crossover: Callable, seed: int = 0) -> None
 
 # ------------------------------------------------------------------ gradient buckets
 
-BUCKET_CASES = [  # widths of a chain of Linear layers; the α–β machine; backward s per byte
-    {"n": 4, "widths": [64, 256, 256, 128, 128, 64, 10], "alpha": 2e-5, "beta": 2e-9,
-     "compute": 2e-9},
-    {"n": 3, "widths": [32, 512, 256, 256, 64, 10], "alpha": 2e-4, "beta": 5e-10,
-     "compute": 2e-9},
-    {"n": 5, "widths": [64, 256, 256, 256, 256, 256, 10], "alpha": 4e-5, "beta": 1e-9,
-     "compute": 3e-9},
-]
+BUCKET_CASES = table(  # widths of a chain of Linear layers; the α–β machine; backward s per byte
+    "n widths alpha beta compute", (4, [64, 256, 256, 128, 128, 64, 10], 2e-5, 2e-9, 2e-9),
+    (3, [32, 512, 256, 256, 64, 10], 2e-4, 5e-10, 2e-9),
+    (5, [64, 256, 256, 256, 256, 256, 10], 4e-5, 1e-9, 3e-9))
 
 REAL_DRAWS = 1                # drawn cases run on real workers too (n <= 5); the rest: model
 
@@ -606,15 +602,14 @@ def halving_doubling(my_halving_doubling: Callable, seed: int = 0,
     """Lesson 06, task 5: ``my_halving_doubling(tensor)`` sums in place over a power-of-two
     world with recursive halving (reduce-scatter), then recursive doubling (all-gather):
     in round k rank p talks only to p XOR 2^k; 2·log2 n messages and 2(n−1)/n·S bytes."""
-    trial = Trial("halving_doubling", my_halving_doubling, seed, [
-        # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
-        {"n": 4, "length": 16, "dtype": "float32"},
-        {"n": 4, "length": 13, "dtype": "float64"},          # not a multiple of n, a prime
-        {"n": 2, "length": 7, "dtype": "float32"},
-        {"n": 4, "length": 3, "dtype": "float32"},           # fewer elements than ranks
-        {"n": 4, "length": 0, "dtype": "float64"},
-        {"n": 1, "length": 5, "dtype": "float32"},
-        {"n": 4, "length": 40_009, "dtype": "float32"}],     # large, prime: the bytes sent
+    trial = Trial("halving_doubling", my_halving_doubling, seed, table(
+        "n length dtype",     # world sizes 1, 2, 4 (powers of two up to the check's 5 ranks)
+        (4, 16, "float32"),
+        (4, 13, "float64"),                     # not a multiple of n, a prime
+        (2, 7, "float32"),
+        (4, 3, "float32"),                      # fewer elements than ranks
+        (4, 0, "float64"), (1, 5, "float32"),
+        (4, 40_009, "float32")),                # large, prime: the bytes sent
         draws=3, draw=lambda rng: {"n": int(rng.choice([2, 4])),
                                    "length": int(rng.choice([11, 97, 257, 1009, 4099])),
                                    "dtype": str(rng.choice(["float32", "float64"]))},
