@@ -14,6 +14,7 @@ from torch import nn
 from ddl_lab.capstone.transformer import GPTBatches
 from ddl_lab.capstone.wire import Wire
 from ddl_lab.ml.gpt import GPT, lm_loss
+from ddl_lab.runtime.collectives import all_gather_single, reduce_scatter_single
 
 __all__ = ["LR", "ddp_plan", "zero3_plan"]
 
@@ -33,7 +34,7 @@ def _warm(opt: torch.optim.Optimizer, step: int) -> None:
 def _gather(shard: torch.Tensor) -> torch.Tensor:
     """The whole flat tensor from every rank's equal shard (one all_gather)."""
     full = shard.new_empty(shard.numel() * dist.get_world_size())
-    dist.all_gather_into_tensor(full, shard.contiguous())
+    all_gather_single(full, shard.contiguous())
     return full
 
 
@@ -70,7 +71,7 @@ class _Sharded(torch.autograd.Function):
             y = functional_call(ctx.block, _views(ctx.shapes, full), (xx,))
             gx, gfull = torch.autograd.grad(y, (xx, full), gy)
         gshard = torch.empty_like(shard)
-        dist.reduce_scatter_tensor(gshard, gfull)
+        reduce_scatter_single(gshard, gfull)
         return gx, gshard / dist.get_world_size(), None, None
 
 

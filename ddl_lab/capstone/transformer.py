@@ -350,7 +350,8 @@ class GPTResult:
                 "wall_s": round(self.wall, 3), "peak_bytes": self.peak,
                 "memory_budget": b.memory, "bytes_per_step": round(self.bytes_per_step),
                 "bytes_budget": b.bytes_per_step, "steps": self.steps,
-                "steps_budget": b.steps, "loss": round(self.loss, 4), "target": b.target,
+                "steps_budget": b.steps, "time_budget": b.seconds,
+                "loss": round(self.loss, 4), "target": b.target,
                 "curve": [[s, round(v, 4)] for s, v in curve[::stride]], "plan": plan}
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from ddl_lab.tools.grading import report
 from ddl_lab.tools.grading.execute import Run
 from ddl_lab.tools.grading.judge import _figures, _plain_number
-from ddl_lab.tools.grading.leaderboard import (MAX_POINTS, boards, leaderboard_text, rank,
-                                               sparkline)
+from ddl_lab.capstone.leaderboard import leaderboard_text, rank
+from ddl_lab.tools.grading.leaderboard import MAX_POINTS, boards, sparkline
 from ddl_lab.tools.grading.record import Learner, Verdict, verdicts
 
 MIB = 1 << 20
