@@ -20,7 +20,9 @@ only C++ holds, such as DDP's gradient buckets: live by the profiler, less the c
 The meter's own tensors (the corpus, the batches it hands out) are not charged.
 
 What it cannot see: memory allocated outside torch's CPU allocator (numpy arrays, Python
-objects), and memory only C++ holds that appears after the first window.
+objects), memory only C++ holds that appears after the first window, and a plan that asks
+torch whether the profiler runs and holds less while it does (Python keeps no secret from
+code in the same process).
 """
 from __future__ import annotations
 

@@ -225,6 +225,7 @@ class GPTReport:
     handed: list[torch.Tensor] = field(repr=False, default_factory=list)
     touched: tuple[Touch, ...] = ()
     unhanded: int = 0
+    tampered: float | None = None   # what the meter saw go out, if the plan changed its count
 
 
 def _returned(out: Any) -> tuple[nn.Module | None, str]:
@@ -260,12 +261,15 @@ def _worker(plan: Callable, brief: Brief, seed: int) -> GPTReport:
             meter.closed()
             wall = time.perf_counter() - t0
     trained, returned = _returned(out)
+    counted = (tap.sent, sum(op.sent for op in tap.ops))
+    tampered = None if all(math.isclose(c, tally[0], rel_tol=1e-9, abs_tol=1e-6)
+                           for c in counted) else tally[0]
     calls, by_op, sizes = _charged(tap)
     return GPTReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall, meter.peak,
                      meter.start, meter.later, later,
                      None if trained is None else flat_params(trained).numpy(),
                      None if trained is None else held_out_loss(trained), returned,
-                     seen.curve, seen.rows, batches.handed, tuple(touched))
+                     seen.curve, seen.rows, batches.handed, tuple(touched), 0, tampered)
 
 
 @dataclass

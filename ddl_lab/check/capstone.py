@@ -336,6 +336,10 @@ def capstone_gpt(my_plan: Callable, seed: int = 0) -> None:
 
 def _gpt_fault(r: Any, name: str) -> str | None:
     """What disqualifies or misses in a transformer run, else None."""
+    if rep := next((x for x in r.reports if x.tampered is not None), None):
+        return (f"{name} changed the meter's own count: on rank {rep.rank} it reads "
+                f"{size_text(rep.sent)}, but {size_text(rep.tampered)} went out through the "
+                "meter. A plan does not touch the meter's records (wire._tap).")
     if rep := next((x for x in r.reports if x.params is None), None):
         return (f"{name} returned {rep.returned} on rank {rep.rank}: return the whole "
                 "trained GPT (the model you were given, its parameters gathered back).")

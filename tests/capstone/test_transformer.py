@@ -3,6 +3,8 @@
 curve, text only from the batches handed out); the three naive plans miss the brief with
 their figures — plain DDP on memory, one rank on the target within the steps, ZeRO-3 with
 no care on bytes — and the check records its figures for the leaderboard on a failure too.
+The check names a plan that trains on text it fetched itself, one whose ranks end with
+different models, one that talks through a file and one that sets the meter's count back.
 The model answer passing is proven by the solution notebook's run (``check.capstone_gpt``)."""
 import dataclasses
 
@@ -80,6 +82,23 @@ def own_text(model, batches, wire):
         opt.step()
     return model
 
+def through_a_file(model, batches, wire):
+    # the ranks average their weights through a file, past the meter
+    import os, tempfile
+    for x, y in batches:
+        pass
+    path = os.path.join(tempfile.gettempdir(), f"gpt_{wire.rank}.pt")
+    with open(path, "wb") as f:
+        torch.save(model.state_dict(), f)
+    os.remove(path)
+    return model
+
+def sets_the_count_back(model, batches, wire):
+    for x, y in batches:
+        wire.allreduce(torch.zeros(1000))
+    wire._tap.sent = 0.0
+    return model
+
 def ranks_disagree(model, batches, wire):
     for x, y in batches:
         break
@@ -90,7 +109,9 @@ def ranks_disagree(model, batches, wire):
 
 
 @pytest.mark.parametrize("plan, words", [("own_text", "rows of text that no rank"),
-                                         ("ranks_disagree", "models differ")])
+                                         ("ranks_disagree", "models differ"),
+                                         ("through_a_file", "past the meter, through files"),
+                                         ("sets_the_count_back", "changed the meter's own count")])
 def test_the_check_names_a_plan_past_the_rules(monkeypatch, plan, words):
     from tests.conftest import define_cell
     fn = define_cell(PLANS)[plan]
