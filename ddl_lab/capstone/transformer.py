@@ -19,22 +19,22 @@ training-loss curve; every channel past the meter is closed or recorded
 mini-batches the meter handed out (``TokensSeen``).
 
 How the budgets were chosen (``BRIEF``; measured by this meter on a 2-core machine, torch
-2.13, fp32, the peaks deterministic to 0.1 MiB from run to run):
+2.13, fp32; a peak moves by up to 3 MiB from run to run, as gloo's temporary buffers
+overlap the plan's own differently):
 
-- **memory**: plain data parallelism with AdamW peaks at 17.3 MiB per rank with torch's DDP
-  (parameters 3.1 MiB, gradients 3.1, Adam's two moments 6.2, DDP's buckets 3.1, then
+- **memory**: plain data parallelism with AdamW peaks at 17.3–20.4 MiB per rank with torch's
+  DDP (parameters 3.1 MiB, gradients 3.1, Adam's two moments 6.2, DDP's buckets 3.1, then
   activations) and 18.6 MiB summing one flat gradient by hand; ZeRO-2 by hand (AdamW on a
   quarter of the parameters, each block's gradients reduce-scattered as soon as backward
-  has made them, blocks recomputed in backward) peaks at 8.9–10.3 MiB (gloo's temporary
-  buffers overlap differently from run to run). The budget, 15.0 MiB, is 13 % under DDP's
-  peak and 45 % over ZeRO-2's highest.
+  has made them, blocks recomputed in backward) peaks at 8.9–10.3 MiB. The budget, 15.0
+  MiB, is 13 % under DDP's lowest peak and 45 % over ZeRO-2's highest.
 - **bytes**: data parallelism sends 4.86 MB per step per rank (2(n−1)/n of the 3.24 MB
   gradient; ZeRO-2's reduce-scatter and all-gather the same); ZeRO-3 without care, 7.32 MB
   (every block gathered for forward and again for backward). The budget: 1.25× data
   parallelism's, 6.07 MB.
-- **steps and target**: data parallelism on 4 ranks reaches a held-out loss of 2.74 after
-  50 steps of 4 windows per rank and 2.64 after 100; one rank alone, with a quarter of the
-  text per step, is at 2.91 after 100. The target, 2.75, and the budget, 100 steps, sit
+- **steps and target**: data parallelism on 4 ranks reaches a held-out loss of 2.75 after
+  50 steps of 4 windows per rank and 2.65 after 100; one rank alone, with a quarter of the
+  text per step, is at 2.86 after 100. The target, 2.75, and the budget, 100 steps, sit
   between.
 """
 from __future__ import annotations
