@@ -1,8 +1,8 @@
 """How a check reads what the learner's function returned, one rule per kind of answer
 (CONTRIBUTING.md, "Checks"): ``scalar``, ``whole``, ``pair``; declared constraints ``Real``
-and ``Whole`` read by ``answer`` in one wording; ``two_numbers``; a design task's ``plan``,
-``plan_call`` (a plan must be a function of its inputs), ``same_for_all`` and ``drawn``
-(issue 26)."""
+and ``Whole`` read by ``answer`` in one wording; ``two_numbers``, ``arrays``; a design task's
+``plan``, ``plan_call`` (a plan must be a function of its inputs), ``same_for_all`` and
+``drawn`` (issue 26)."""
 from __future__ import annotations
 
 import math
@@ -108,8 +108,7 @@ def answer(got: Any, rule: Real, name: str, call: str, case: Any = None) -> Any:
 def answer_rtol(got: Any) -> float:
     """1e-6, or the tolerance of the learner's dtype if looser (a float32 pair): the raw
     answer's dtype sets it, before ``two_numbers`` makes Python floats of it."""
-    parts = list(got) if isinstance(got, (tuple, list)) else [got]
-    return max(1e-6, tolerance(*parts))
+    return max(1e-6, tolerance(*(got if isinstance(got, (tuple, list)) else [got])))
 
 
 def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple[float, float]:
@@ -120,11 +119,18 @@ def two_numbers(got: Any, names: tuple[str, str], name: str, case: Any) -> tuple
         return both
     if isinstance(got, np.ndarray) and got.shape == (2,):
         got = tuple(got)
-    parts = returned_arrays(got, names, name)
-    if isinstance(parts, str):
-        fail(f"{parts} [{case}]")
+    arrays(got, names, name, f" [{case}]")
     fail(f"{name} returned {describe_value(got)}; return two finite numbers "
          f"({', '.join(names)}) [{case}].")
+
+
+def arrays(out: Any, names: tuple[str, ...], name: str, tail: str = "") -> list[np.ndarray]:
+    """The learner's tuple of arrays (``returned_arrays``), or a CheckFailed saying what came
+    back instead, ``tail`` after it."""
+    parts = returned_arrays(out, names, name)
+    if isinstance(parts, str):
+        fail(parts + tail)
+    return parts
 
 
 def plan(out: Any, name: str, keys: dict[str, str], where: str = "") -> str | None:

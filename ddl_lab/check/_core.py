@@ -98,10 +98,11 @@ def run_cases(body: Callable, cases: Sequence[tuple[int, tuple]], *, fn: Callabl
     return [replace(o, failure=worded(o.failure, fn)) if o.failure else o for o in outcomes]
 
 
-def on_workers(body: Callable, n: int, *args: Any, fn: Callable,
+def on_workers(body: Callable, n: int, *args: Any, fn: Callable | None = None,
                timeout: float | None = None) -> list:
     """The results of ``body(*args)`` on ranks 0…n−1 of an n-rank world; a failure fails the
-    check, naming ``fn`` (the learner's function, or the body of a run of the check's own)."""
+    check, naming ``fn`` (the learner's function; by default ``body``, the check's own run)."""
+    fn = fn or body
     try:
         outcome = run_cases(body, [(n, args)], fn=fn, timeout=timeout)[0]
     except WorldFailed as e:

@@ -36,9 +36,7 @@ def dtype_name(value: Any) -> str:
     """'float32 tensor', 'float64 array', 'int', 'NoneType' … for messages."""
     if type(value).__module__.startswith("torch") and hasattr(value, "dtype"):
         return f"{str(value.dtype).replace('torch.', '')} tensor"
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype} array"
-    return type(value).__name__
+    return f"{value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
 
 
 def tolerance(*values: Any) -> float:
@@ -305,8 +303,7 @@ def adagrad_diagnosis(got: Any, theta: np.ndarray, g: np.ndarray, G: np.ndarray,
     if got_t.shape != theta.shape or got_G.shape != G.shape:
         return (f"{name} returned θ of shape {got_t.shape} and G of shape {got_G.shape}; "
                 f"both keep the parameters' shape {theta.shape}.")
-    g_diff = differs(want_G, got[1])
-    if g_diff is not None:
+    if (g_diff := differs(want_G, got[1])) is not None:
         hint = explain(got[1], {
             "G accumulates over all steps: G + g², not just this one's g²": g * g,
             "accumulate the SQUARED gradient, g², not g (a negative g would make √G "

@@ -18,7 +18,7 @@ from ddl_lab.runtime.worlds import RankFailure
 from . import _answers as answers
 from ._core import call_local, fail, judge, on_workers, task
 from ._diagnose import (Case, Snapshot, as_array, describe_value, differs, explain,
-                        returned_arrays, returned_none, same, table, tolerance)
+                        returned_none, same, table, tolerance)
 from ._trial import Trial
 
 __all__ = ["strom_threshold", "error_feedback_onebit", "qsgd_rounding", "index_coding",
@@ -128,8 +128,8 @@ def _conservation(fn: Callable, name: str, tau: float) -> tuple[int, float]:
     residual, total, count = torch.zeros(300), torch.zeros(300, dtype=torch.float64), 0
     for _ in range(40):
         grad = torch.randn(300, generator=g) * 0.2 + 0.05
-        idx, signs, new = _parts(call_local(fn, grad, residual, tau),
-                                 ("indices", "signs", "new_residual"), name)
+        idx, signs, new = answers.arrays(call_local(fn, grad, residual, tau),
+                                         ("indices", "signs", "new_residual"), name)
         residual = torch.from_numpy(np.array(new, dtype=np.float32).ravel())
         total += grad.double()
         np.subtract.at(total.numpy(), idx.ravel().astype(int), tau * signs.ravel())
@@ -231,14 +231,6 @@ def _ef_fault(q: np.ndarray, new: np.ndarray, grad: np.ndarray, residual: np.nda
 
 # ------------------------------------------------------------------ shared by the tasks
 
-def _parts(out: Any, names: tuple[str, ...], name: str) -> list[np.ndarray]:
-    """The learner's tuple of arrays, or a CheckFailed saying what came back instead."""
-    arrays = returned_arrays(out, names, name)
-    if isinstance(arrays, str):
-        fail(arrays)
-    return arrays
-
-
 def _inputs(case: Case, count: int) -> list[torch.Tensor]:
     """``count`` random vectors of the case's length and dtype, values far from ±1."""
     d, dtype = case.params["d"], case.params["dtype"]
@@ -253,7 +245,7 @@ def _answer(trial: Trial, case: Case, args: tuple, unchanged: dict[str, Any],
     snap = Snapshot(**unchanged)
     out = trial.call(case, *args)
     judge(snap.changed(trial.name), case, "({})")
-    return _parts(out, names, trial.name) if names else out
+    return answers.arrays(out, names, trial.name) if names else out
 
 
 # ------------------------------------------------------------------ task 2: QSGD
@@ -545,8 +537,7 @@ def _where(case: Case) -> str:
 
 
 def _structure_fault(got: list[dict], n: int) -> str | None:
-    used = sorted({u for g in got for u in g["used"]})
-    if used:
+    if used := sorted({u for g in got for u in g["used"]}):
         return (f"it called {', '.join('dist.' + u for u in used)}: a gossip step talks to its "
                 "two ring neighbours only, with point-to-point messages (isend/irecv or "
                 "send/recv). A collective makes every rank wait for all the others — the "
@@ -766,8 +757,7 @@ def _trained(relative_tau: float | None, ef: bool) -> tuple[float, float, int]:
     is deterministic, so a plan asked for twice is trained once."""
     from ddl_lab.compression.training import merge_logs, train_worker
     scheme = Scheme("fp32") if relative_tau is None else Scheme("threshold", relative_tau, ef=ef)
-    result = merge_logs(on_workers(train_worker, PLAN_WORKERS, scheme, PLAN_EPOCHS,
-                                   fn=train_worker, timeout=120))
+    result = merge_logs(on_workers(train_worker, PLAN_WORKERS, scheme, PLAN_EPOCHS, timeout=120))
     return result.final_accuracy, result.update_bytes, result.fp32_bytes
 
 

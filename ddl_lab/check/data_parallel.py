@@ -238,8 +238,7 @@ def _sync_fault(got: list[dict], theta: np.ndarray, batches: list, case: Case, n
 def _step_fault(step_got: np.ndarray, step_want: np.ndarray, want: np.ndarray,
                 got: np.ndarray, case: Case, right: list[str]) -> str:
     n, lr = case.params["n"], case.params["lr"]
-    c = factor_of(step_want, step_got, _RTOL)
-    if c is not None:
+    if (c := factor_of(step_want, step_got, _RTOL)) is not None:
         if np.isclose(c, n, rtol=1e-3):
             return (f"your step is {n}× too large: dist.all_reduce SUMS the {n} gradients; "
                     f"divide by the world size R = {n} to get their mean (ΔW/R)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -12,8 +14,7 @@ import numpy as np
 from . import _answers as answers
 from ._core import CheckFailed, call_local, fail, judge, run_beside, task
 from ._diagnose import (Case, Snapshot, adagrad_diagnosis, as_array, describe_value,
-                        differs, explain, factor_of, name_factor, returned_none, same,
-                        table)
+                        differs, explain, factor_of, name_factor, returned_none, same, table)
 from ._trial import Trial
 
 __all__ = ["batch_gradient", "minibatch_sgd_epoch", "adagrad_step", "learning_rate",
@@ -109,10 +110,9 @@ def minibatch_sgd_epoch(my_minibatch_sgd_epoch: Callable, seed: int = 0) -> None
     shuffles the examples with ``rng``, takes them in consecutive batches (the last may be
     smaller), updates θ ← θ − lr·grad(θ, X_B, y_B) after each batch and returns θ. X and y
     stay unchanged; the same generator state gives the same epoch."""
-    fixed = table("m batch_size lr", (10, 4, 0.01), (13, 5, 0.03), (7, 1, 0.02), (6, 6, 0.05),
-                  (1, 3, 0.1))
-    trial = Trial("minibatch_sgd_epoch", my_minibatch_sgd_epoch, seed, fixed, draws=3,
-                  draw=_epoch_case, name="my_minibatch_sgd_epoch")
+    trial = Trial("minibatch_sgd_epoch", my_minibatch_sgd_epoch, seed, table(
+        "m batch_size lr", (10, 4, 0.01), (13, 5, 0.03), (7, 1, 0.02), (6, 6, 0.05), (1, 3, 0.1)),
+        draws=3, draw=_epoch_case, name="my_minibatch_sgd_epoch")
     name = trial.name
     for case in trial:
         m, b, lr = case.params["m"], case.params["batch_size"], case.params["lr"]
@@ -475,9 +475,8 @@ def sgd_plan(my_sgd_plan: Callable, seed: int = 0) -> None:
     from its budgets (issue 26)."""
     _, y, J_star, J_zero, _ = lesson_data()
     m, start, report, plans = len(y), J_zero - J_star, [], []
-    fixed = [{"max_examples": e, "max_steps": s} for e, s in SGD_BUDGETS]
-    trial = Trial("sgd_plan", my_sgd_plan, seed, fixed, draws=3, draw=_sgd_budget,
-                  name="my_sgd_plan")
+    trial = Trial("sgd_plan", my_sgd_plan, seed, table("max_examples max_steps", *SGD_BUDGETS),
+                  draws=3, draw=_sgd_budget, name="my_sgd_plan")
     name = trial.name
     for case in trial:                      # every plan first: a table fails before training
         budgets = (case.params["max_examples"], case.params["max_steps"])
@@ -640,9 +639,6 @@ def _adam_touches_optim() -> Callable[[], list[str]]:
     """A profile hook noting every call into torch.optim's Adam and AdamW (not its
     ``Optimizer`` base class, which a hand-written optimizer may subclass); returns
     ``stop()``, which removes it and gives the functions called."""
-    import os
-    import sys
-
     import torch.optim
     where, seen, before = os.path.dirname(torch.optim.__file__) + os.sep, [], sys.getprofile()
     adam = tuple(where + f for f in _TORCH_ADAM)
@@ -763,8 +759,7 @@ def adamw_step(my_adamw_step: Callable, seed: int = 0) -> None:
         params, grads = _adam_inputs(case)
         got, fault = run_beside(_adam_run, trial.fn, trial.name, params, grads, case.params,
                                 case.index > 0)
-        fault = fault or _adam_fault(got, params, grads, case.params, case, trial.name)
-        trial.judge(fault, case)
+        trial.judge(fault or _adam_fault(got, params, grads, case.params, case, trial.name), case)
     trial.passed(f"equal to torch.optim.AdamW step for step on {len(trial)} runs of 3 to 7 "
                  "steps (one to three tensors, float64 and float32, weight decay 0 and > 0, "
                  "ε from 10⁻⁸ to 10⁻²)")

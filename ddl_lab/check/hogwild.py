@@ -365,8 +365,7 @@ def hogwild_run(workers: int, epochs: int, lr: float, seed: int) -> float:
     problem = plan_problem()
     shards = deal_rows(len(problem), workers, epochs, seed)
     with shared_file(8 * problem.d) as path:
-        on_workers(_plan_worker, PROCESSES, path, problem, shards, lr, fn=_plan_worker,
-                   timeout=60.0)
+        on_workers(_plan_worker, PROCESSES, path, problem, shards, lr, timeout=60.0)
         return problem.loss(np.fromfile(path, np.float64).copy())
 
 

@@ -194,8 +194,7 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
     """Fail, naming the fault, if a rank's parameters, calls, bytes sent or state are wrong."""
     n, length, dtype, kind = (case.params[k] for k in ("n", "length", "dtype", "optimizer"))
     where = _where(case)
-    used = sorted({u for g in got for u in g["used"]})
-    if used:
+    if used := sorted({u for g in got for u in g["used"]}):
         fail(f"{name} called {', '.join('dist.' + u for u in used)} ({where}): an allreduce "
              "hands every rank the whole summed gradient — ZeRO-2 needs only this rank's "
              "chunk of it. Reduce-scatter the gradient "
@@ -204,8 +203,7 @@ def _judge(got: list[dict], name: str, case: Case, hyper: dict, data_seed: int) 
     want = _reference(length, n, dtype, kind, hyper, data_seed)
     rtol = tolerance(np.empty(0, dtype))    # the case's dtype: the results come as float64
     for rank, g in enumerate(got):
-        diff = differs(want, g["param"], rtol)
-        if diff is None:
+        if (diff := differs(want, g["param"], rtol)) is None:
             continue
         hint = explain(g["param"], {
             "the gradient was summed over the ranks, not averaged: DDP's step uses the "
@@ -459,8 +457,7 @@ def _ran(n: int, hidden: int, depth: int, batch: int, stage: int, precision: str
          recompute: bool) -> tuple[float, float, float]:
     """(most bytes a rank kept, most bytes a rank sent per step, last loss) of a real run."""
     from ddl_lab.memory.zero import zero_run
-    runs = on_workers(zero_run, n, stage, precision, recompute, hidden, depth, batch, STEPS,
-                        fn=zero_run)
+    runs = on_workers(zero_run, n, stage, precision, recompute, hidden, depth, batch, STEPS)
     return (max(r.memory.total for r in runs), max(r.sent for r in runs), runs[0].losses[-1])
 
 

@@ -76,8 +76,7 @@ def gather(my_gather: Callable, seed: int = 0) -> None:
     """Lesson 04, task 1: ``my_gather(comm, value, root)`` built from send/recv returns, on
     the root, every rank's value in rank order, and None on the other ranks; each other
     rank sends the root one message."""
-    trial = _trial("gather", my_gather, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 3},
-                                               {"n": 3, "root": 2}], _root_case)
+    trial = _trial("gather", my_gather, seed, table("n root", (4, 0), (4, 3), (3, 2)), _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
@@ -134,8 +133,7 @@ def scatter(my_scatter: Callable, seed: int = 0) -> None:
     """Lesson 04, task 2: ``my_scatter(comm, chunks, root)`` built from send/recv: rank r
     returns ``chunks[r]`` of the root's list (the other ranks pass chunks=None); the root
     sends each other rank its own item only — one message, about that item's size."""
-    trial = _trial("scatter", my_scatter, seed, [{"n": 4, "root": 0}, {"n": 4, "root": 2},
-                                                 {"n": 3, "root": 1}], _root_case)
+    trial = _trial("scatter", my_scatter, seed, table("n root", (4, 0), (4, 2), (3, 1)), _root_case)
 
     def one(case: Any) -> None:
         n, root = case.params["n"], case.params["root"]
@@ -388,9 +386,8 @@ def chain_bcast(my_chain_bcast: Callable, seed: int = 0) -> None:
     piece before it receives the next; every rank returns the whole array. Judged by who
     actually sent each message and how many numbers it carried, not by the source a receive
     named."""
-    trial = _trial("chain_bcast", my_chain_bcast, seed, [
-        {"n": 4, "numel": 1000, "pieces": 5}, {"n": 3, "numel": 7, "pieces": 3},
-        {"n": 4, "numel": 10, "pieces": 1}], lambda rng: {
+    trial = _trial("chain_bcast", my_chain_bcast, seed, table(
+        "n numel pieces", (4, 1000, 5), (3, 7, 3), (4, 10, 1)), lambda rng: {
             "n": int(rng.choice(WORLD_SIZES)), "numel": int(rng.integers(1, 5000)),
             "pieces": int(rng.integers(2, 9))})
 

@@ -401,9 +401,8 @@ def bytes_per_rank(my_bytes_per_rank: Callable, seed: int = 0) -> None:
     state_bytes=8)`` returns the bytes one rank holds for parameters, gradients and optimizer
     state (fp32; ``state_bytes`` per parameter: 8 for Adam, 4 for momentum, 0 for SGD) under
     'one process', 'ddp', 'zero1', 'zero2', 'fsdp' or 'pipeline' (equal stages)."""
-    trial = Trial("bytes_per_rank", my_bytes_per_rank, seed, [
-        {"P": 8_400_000, "n": 2, "s": 8}, {"P": 1_200, "n": 4, "s": 0},
-        {"P": 6_000, "n": 3, "s": 4}], draws=2, draw=lambda rng: {
+    trial = Trial("bytes_per_rank", my_bytes_per_rank, seed, table(
+        "P n s", (8_400_000, 2, 8), (1_200, 4, 0), (6_000, 3, 4)), draws=2, draw=lambda rng: {
             "n": int(rng.integers(2, 9)), "s": int(rng.choice([0, 4, 8])),
             "P": 840 * int(rng.integers(1, 10_000))})
     for case in trial:
@@ -583,8 +582,7 @@ def _kept(p: int, batch: int, schedule: str, m: int) -> int:
     1F1B on stage 0 the first min(p, m) micro-batches of ``torch.tensor_split``, the largest."""
     if schedule == "gpipe":
         return batch
-    sizes = [batch // m + (1 if i < batch % m else 0) for i in range(m)]
-    return sum(sizes[:min(p, m)])
+    return sum(batch // m + (1 if i < batch % m else 0) for i in range(min(p, m)))
 
 
 def _choice(out: Any, name: str, case: Any) -> tuple[str, int]:
@@ -618,14 +616,14 @@ def _ran(runs: Sequence[Any]) -> list[list[tuple[str, int]]]:
 def _bytes_per_example(p: int, batch: int) -> tuple[float, ...]:
     """Bytes each stage keeps for backward per example: one micro-batch of the whole batch."""
     from ddl_lab.model_parallel.pipeline import pipeline_run
-    runs = on_workers(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch, fn=pipeline_run)
+    runs = on_workers(pipeline_run, p, "mlp", p, 1, "gpipe", 1, batch)
     return tuple(r.peak_activations / batch for r in runs)
 
 
 def _measure(p: int, batch: int, schedule: str, m: int) -> tuple[float, float, float, int]:
     """(slot bubble, clock bubble, most examples any stage kept, that stage) of one real run."""
     from ddl_lab.model_parallel.pipeline import bubble_fraction, pipeline_run
-    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD, fn=pipeline_run)
+    runs = on_workers(pipeline_run, p, "mlp", p, m, schedule, 2, batch, 0.1, PAD)
     per = _bytes_per_example(p, batch)
     # the last stage always keeps the fewest micro-batches; its loss adds a few bytes per
     # micro-batch that are not an example's, so the stages before it are the ones measured

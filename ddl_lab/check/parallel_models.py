@@ -178,10 +178,9 @@ def next_chunk(my_next_chunk: Callable, seed: int = 0, stop: int = 20_011) -> No
     """Lesson 02, task 2: ``my_next_chunk(next_iter, lock, chunk, stop)`` claims the next
     chunk of a dynamic schedule — read and move next_iter[0] inside one hold of the lock —
     and three real processes sharing the counter claim every iteration exactly once."""
-    fixed = [{"chunk": c, "stop": stop, "start": start} for c, stop, start in
-             ((4, 10, 0), (3, 13, 2), (1, 1, 0), (5, 0, 0), (7, 5, 5), (50, 17, 0))]
-    trial = Trial("next_chunk", my_next_chunk, seed, fixed, draws=3, draw=_chunk_case,
-                  name="my_next_chunk")
+    trial = Trial("next_chunk", my_next_chunk, seed, table(
+        "chunk stop start", (4, 10, 0), (3, 13, 2), (1, 1, 0), (5, 0, 0), (7, 5, 5), (50, 17, 0)),
+        draws=3, draw=_chunk_case, name="my_next_chunk")
     for case in trial:
         run_beside(_claims_in_turn, my_next_chunk, trial.name, case)
     for pause in ("acquire", "release"):
@@ -357,10 +356,9 @@ def amdahl_bound(my_amdahl_bound: Callable, seed: int = 0) -> None:
     """Lesson 02, task 3: ``my_amdahl_bound(n, speedup, cores)`` — a speedup measured on n
     workers — returns ``(serial_fraction, speedup_on_cores)``: f = (n/S − 1)/(n − 1) from
     Amdahl's S = 1/(f + (1 − f)/n), and 1/(f + (1 − f)/cores)."""
-    fixed = [{"n": n, "speedup": s, "cores": c}
-             for n, s, c in ((4, 3.0, 16), (2, 2.0, 64), (8, 1.0, 3), (2, 1.6, 1024), (6, 2.2, 6))]
-    trial = Trial("amdahl_bound", my_amdahl_bound, seed, fixed, draws=3, draw=_amdahl_case,
-                  name="my_amdahl_bound")
+    trial = Trial("amdahl_bound", my_amdahl_bound, seed, table(
+        "n speedup cores", (4, 3.0, 16), (2, 2.0, 64), (8, 1.0, 3), (2, 1.6, 1024), (6, 2.2, 6)),
+        draws=3, draw=_amdahl_case, name="my_amdahl_bound")
     for case in trial:
         n, s, cores = case.params["n"], case.params["speedup"], case.params["cores"]
         got = trial.call(case, n, s, cores)

@@ -36,8 +36,7 @@ def _gate_draw(rng: np.random.Generator) -> dict[str, Any]:
     """A random replica set; the lead over the slowest is often exactly s or s + 1."""
     s = int(rng.integers(0, 6))
     clocks = [int(c) for c in rng.integers(0, 30, int(rng.integers(1, 6)))]     # the others
-    lead = int(rng.choice([s, s + 1, int(rng.integers(0, s + 3))]))
-    clock = min(clocks) + lead
+    clock = min(clocks) + int(rng.choice([s, s + 1, int(rng.integers(0, s + 3))]))   # + the lead
     clocks.insert(int(rng.integers(0, len(clocks) + 1)), clock)
     return {"clock": clock, "clocks": clocks, "s": s}
 

@@ -13,8 +13,7 @@ from ddl_lab.runtime.worlds import MAX_WORLD, RankFailure
 
 from . import _answers as answers
 from ._core import call_local, fail, task
-from ._diagnose import (Case, describe_value, differs, explain, factor_of, only_right_for,
-                        table)
+from ._diagnose import Case, describe_value, differs, explain, factor_of, only_right_for, table
 from .message_passing import rounds
 from ._trial import Trial, formula_cases
 
@@ -339,9 +338,7 @@ def _solve(n: int, a: float, b: float, tree: float | None = None, ring_lat: floa
     tree = 2 * rounds(n) if tree is None else tree
     ring_lat = 2 * (n - 1) if ring_lat is None else ring_lat
     ring_bw = 2 * (n - 1) / n if ring_bw is None else ring_bw
-    if tree <= ring_bw:
-        return None
-    return (ring_lat - tree) * a / ((tree - ring_bw) * b)
+    return None if tree <= ring_bw else (ring_lat - tree) * a / ((tree - ring_bw) * b)
 
 
 def crossover(n: int, a: float, b: float) -> float:
@@ -439,8 +436,7 @@ def best_bucket(grads: list[int], n: int, a: float, b: float,
     """The bucket size (among all the partitions the rule can make) with the least step
     time: (bytes, bucket sizes, seconds)."""
     runs = {sum(grads[i:j]) for i in range(len(grads)) for j in range(i + 1, len(grads) + 1)}
-    timed = [(step_time(buckets_of(grads, t), n, a, b, compute), t) for t in sorted(runs)]
-    t, size = min(timed)
+    t, size = min((step_time(buckets_of(grads, s), n, a, b, compute), s) for s in sorted(runs))
     return size, buckets_of(grads, size), t
 
 
@@ -548,8 +544,7 @@ REAL_SLACK = 1.5              # the real run: the choice within 1.5× of the mod
 
 def hd_bytes_allowed(n: int, length: int, esize: int) -> int:
     """Most bytes a rank may send: 2·Σ_k ⌈L/2^(k+1)⌉ elements (halves of uneven lengths)."""
-    rounds = n.bit_length() - 1
-    return 2 * esize * sum(-(-length // (1 << (k + 1))) for k in range(rounds))
+    return 2 * esize * sum(-(-length // (1 << (k + 1))) for k in range(n.bit_length() - 1))
 
 
 def hd_shape_fault(got: list[dict], n: int, length: int, esize: int) -> str | None:
@@ -668,9 +663,8 @@ def judge_choice(got: Any, case: dict[str, Any]) -> tuple[str | None, str, str]:
 
 
 def _rounds(algorithm: str, n: int) -> int:
-    p = 1 << (n.bit_length() - 1)
     return {"ring": 2 * (n - 1), "tree": 2 * rounds(n),
-            "halving_doubling": 2 * (p.bit_length() - 1) + (2 if n > p else 0),
+            "halving_doubling": 2 * (n.bit_length() - 1) + (2 if n & (n - 1) else 0),
             "pipelined_tree": 2 * (n.bit_length() - 1)}[algorithm]
 
 

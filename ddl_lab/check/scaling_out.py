@@ -68,8 +68,7 @@ def _fed_rounds(fn: Callable, cases: list[dict]) -> list | None:
         if rank == 0:
             _, sizes, states = map(list, zip(*sorted(c for part in gathered for c in part)))
             before = [{k: v.clone() for k, v in s.items()} for s in states]
-            got = fn(states, sizes)
-            out.append((before, sizes, got, states))
+            out.append((before, sizes, fn(states, sizes), states))
     return out if rank == 0 else None
 
 

@@ -119,8 +119,7 @@ def offsets(my_offsets: Callable[[int], tuple[int, int]],
 
 def _allreduce_fault(name: str, calls: list[list], n: int) -> str | None:
     """What is wrong with the collectives of a run whose results were right."""
-    others = sorted({m for c in calls for m, _ in c if m != "allreduce"})
-    if others:
+    if others := sorted({m for c in calls for m, _ in c if m != "allreduce"}):
         return (f"with {n} ranks {name} called {others[0]}: the task is one dist.all_reduce "
                 "and nothing else — lay the counts out so that a sum gives every rank all "
                 "of them.")
@@ -128,8 +127,7 @@ def _allreduce_fault(name: str, calls: list[list], n: int) -> str | None:
     if any(k != 1 for k in counts):
         return (f"with {n} ranks, the ranks called dist.all_reduce {counts} times: one "
                 "all_reduce is enough for both numbers.")
-    ops = sorted({c[0][1] for c in calls if not c[0][1].endswith("SUM")})
-    if ops:
+    if ops := sorted({c[0][1] for c in calls if not c[0][1].endswith("SUM")}):
         return (f"with {n} ranks the all_reduce used op={ops[0]}, which happens to give the "
                 "answer here: use the default op, ReduceOp.SUM.")
     return None
@@ -233,8 +231,7 @@ def _pi_runs(darts: int, runs: int) -> list[float]:
 
 
 def _pi_case(rng: Any) -> dict[str, Any]:
-    tol = float(f"{rng.uniform(0.012, 0.03):.3g}")
-    return _pi_limits(tol, float(rng.uniform(1.5, 3.5)))
+    return _pi_limits(float(f"{rng.uniform(0.012, 0.03):.3g}"), float(rng.uniform(1.5, 3.5)))
 
 
 def _pi_paper_case(rng: Any) -> dict[str, Any]:
