@@ -29,6 +29,13 @@ def test_every_exported_check_is_declared_under_its_own_lesson():
         declared = getattr(check, name).task
         assert declared is _core.TASKS[name] and declared.name == name
         assert owner[name] == declared.lesson, f"check {name} is not declared under its lesson"
+    import ast
+    source = ast.parse((ROOT / "ddl_lab" / "check" / "__init__.py").read_text())
+    imported = {a.name for node in source.body if isinstance(node, ast.ImportFrom)
+                for a in node.names}
+    assert set(_core.TASKS) <= imported, ("check/__init__.py imports every check by name, so "
+                                          "that static tools and 'go to definition' find it: "
+                                          f"missing {sorted(set(_core.TASKS) - imported)}")
 
 
 def test_every_check_module_is_listed_in_the_namespace():
