@@ -43,7 +43,7 @@ from ddl_lab.ml.training import evaluate_accuracy
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 
-__all__ = ["Batches", "WorkerReport", "Result", "PlanFailed", "measure", "scaling_table",
+__all__ = ["Batches", "WorkerReport", "Ranks", "Result", "tampered_with", "PlanFailed", "measure", "scaling_table",
            "table_text", "initial_model", "fp32_allreduce_bytes"]
 
 
@@ -149,6 +149,14 @@ def _charged(tap: Wiretap) -> tuple[dict[str, int], dict[str, float], dict[tuple
     return dict(calls), dict(by_op), dict(sizes)
 
 
+def tampered_with(tap: Wiretap, tally: list[float]) -> float | None:
+    """What the meter's own tally saw go out, if the tap's count (its ``sent`` or its
+    records) no longer agrees with it — the plan changed it; else None."""
+    counted = (tap.sent, sum(op.sent for op in tap.ops))
+    return None if all(math.isclose(c, tally[0], rel_tol=1e-9, abs_tol=1e-6)
+                       for c in counted) else tally[0]
+
+
 def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> WorkerReport:
     """On every worker: build its model and batches, run ``plan`` on the metered wire."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -175,9 +183,7 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
             wall = time.perf_counter() - t0
             if client is not None:
                 client.close()
-    counted = (tap.sent, sum(op.sent for op in tap.ops))
-    tampered = None if all(math.isclose(c, tally[0], rel_tol=1e-9, abs_tol=1e-6)
-                           for c in counted) else tally[0]
+    tampered = tampered_with(tap, tally)
     trained, returned, reported = _unwrap(out)
     calls, by_op, sizes = _charged(tap)
     return WorkerReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall,
@@ -187,22 +193,11 @@ def _worker(plan: Callable, budget: Budget, seed: int, server: tuple | None) -> 
                         len(batches.handed), len(mine), tampered)
 
 
-@dataclass
-class Result:
-    """A plan's run, measured (lesson 15). ``accuracy`` is rank 0's model on the held-out
-    digits; ``spread`` the largest |θ_r − θ_0| over workers (0: they agree)."""
+class Ranks:
+    """What a measured run's ranks report, taken together (parts 1 and 2 of lesson 15): the
+    ``reports`` in rank order, each with its ``sent``, ``steps``, ``wall`` and ``params``."""
 
-    budget: Budget
-    world_size: int
-    reports: list[WorkerReport] = field(repr=False)
-
-    @property
-    def accuracy(self) -> float:
-        return self.reports[0].accuracy if self.reports[0].accuracy is not None else 0.0
-
-    @property
-    def accuracies(self) -> list[float | None]:
-        return [r.accuracy for r in self.reports]
+    reports: list
 
     @property
     def sent(self) -> list[float]:
@@ -219,20 +214,40 @@ class Result:
         return max(r.steps for r in self.reports)
 
     @property
-    def rounds(self) -> int:
-        """Communication calls of the busiest worker (each all-gather, allreduce, send …)."""
-        return max(sum(r.calls.values()) for r in self.reports)
-
-    @property
     def wall(self) -> float:
         return max(r.wall for r in self.reports)
 
     @property
     def spread(self) -> float:
+        """The largest |θ_r − θ_0| over the ranks (0: they agree; NaN: a rank returned no
+        model)."""
         ps = [r.params for r in self.reports]
         if any(p is None for p in ps):
             return float("nan")
         return max(float(np.abs(p - ps[0]).max()) for p in ps)
+
+
+@dataclass
+class Result(Ranks):
+    """A plan's run, measured (lesson 15). ``accuracy`` is rank 0's model on the held-out
+    digits; ``spread`` the largest |θ_r − θ_0| over workers (0: they agree)."""
+
+    budget: Budget
+    world_size: int
+    reports: list[WorkerReport] = field(repr=False)
+
+    @property
+    def accuracy(self) -> float:
+        return self.reports[0].accuracy if self.reports[0].accuracy is not None else 0.0
+
+    @property
+    def accuracies(self) -> list[float | None]:
+        return [r.accuracy for r in self.reports]
+
+    @property
+    def rounds(self) -> int:
+        """Communication calls of the busiest worker (each all-gather, allreduce, send …)."""
+        return max(sum(r.calls.values()) for r in self.reports)
 
     def shortfalls(self) -> list[str]:
         """What misses the budget, in words (empty: within budget)."""

@@ -26,16 +26,17 @@ overlap the plan's own differently):
   DDP (parameters 3.1 MiB, gradients 3.1, Adam's two moments 6.2, DDP's buckets 3.1, then
   activations) and 18.6 MiB summing one flat gradient by hand; ZeRO-2 by hand (AdamW on a
   quarter of the parameters, each block's gradients reduce-scattered as soon as backward
-  has made them, blocks recomputed in backward) peaks at 8.9–10.3 MiB. The budget, 15.0
-  MiB, is 13 % under DDP's lowest peak and 45 % over ZeRO-2's highest.
+  has made them, blocks recomputed in backward) peaks at 8.9–12.1 MiB. The budget, 15.0
+  MiB, is 13 % under DDP's lowest peak and 24 % over ZeRO-2's highest.
 - **bytes**: data parallelism sends 4.86 MB per step per rank (2(n−1)/n of the 3.24 MB
   gradient; ZeRO-2's reduce-scatter and all-gather the same); ZeRO-3 without care, 7.32 MB
   (every block gathered for forward and again for backward). The budget: 1.25× data
   parallelism's, 6.07 MB.
 - **steps and target**: data parallelism on 4 ranks reaches a held-out loss of 2.75 after
-  50 steps of 4 windows per rank and 2.65 after 100; one rank alone, with a quarter of the
-  text per step, is at 2.86 after 100. The target, 2.75, and the budget, 100 steps, sit
-  between.
+  50 steps of 4 windows per rank and 2.64–2.68 after 100 (run seeds 0–4, the batches drawn
+  from the seed, the initial weights always seed 0's); one rank alone, with a quarter of
+  the text per step, is at 2.76–2.99 after 100. The target, 2.72, and the budget, 100
+  steps, sit between, 0.04 from either side.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from torch import nn
 from ddl_lab.capstone.budget import size_text
 from ddl_lab.capstone.channels import Touch, sealed
 from ddl_lab.capstone.memory import PeakMeter
-from ddl_lab.capstone.meter import PlanFailed, _charged
+from ddl_lab.capstone.meter import PlanFailed, Ranks, _charged, tampered_with
 from ddl_lab.capstone.wire import Wire, metered
 from ddl_lab.ml.gpt import GPT, GPTConfig, lm_loss
 from ddl_lab.ml.models import flat_params
@@ -75,7 +76,7 @@ class Brief:
     ``batch`` windows, in at most ``seconds`` (generous: a busy machine must not decide)."""
 
     world_size: int = 4
-    target: float = 2.75
+    target: float = 2.72
     memory: float = 15.0 * MiB
     bytes_per_step: float = 6.07e6
     steps: int = 100
@@ -93,7 +94,8 @@ BRIEF = Brief()
 
 
 def initial_gpt(seed: int = 0) -> GPT:
-    """The transformer every rank starts from (the same weights for the same ``seed``)."""
+    """The transformer every rank starts from (the same weights for the same ``seed``; the
+    meter always starts from seed 0's, so that a run's seed moves only its batches)."""
     return GPT(MODEL, seed)
 
 
@@ -251,7 +253,7 @@ def _worker(plan: Callable, brief: Brief, seed: int) -> GPTReport:
     tally = [0.0]
     with metered(tally) as tap:
         meter.opened()                      # the model is built inside the first window
-        model = initial_gpt(seed)
+        model = initial_gpt(0)
         seen = TokensSeen(batches, model)
         t0 = time.perf_counter()
         try:
@@ -261,9 +263,7 @@ def _worker(plan: Callable, brief: Brief, seed: int) -> GPTReport:
             meter.closed()
             wall = time.perf_counter() - t0
     trained, returned = _returned(out)
-    counted = (tap.sent, sum(op.sent for op in tap.ops))
-    tampered = None if all(math.isclose(c, tally[0], rel_tol=1e-9, abs_tol=1e-6)
-                           for c in counted) else tally[0]
+    tampered = tampered_with(tap, tally)
     calls, by_op, sizes = _charged(tap)
     return GPTReport(rank, tap.sent, calls, by_op, sizes, batches.drawn, wall, meter.peak,
                      meter.start, meter.later, later,
@@ -273,7 +273,7 @@ def _worker(plan: Callable, brief: Brief, seed: int) -> GPTReport:
 
 
 @dataclass
-class GPTResult:
+class GPTResult(Ranks):
     """A plan's run, measured (lesson 15, part 2): rank 0's model's held-out ``loss``, the
     busiest rank's ``bytes_per_step``, the largest ``peak`` memory, the ``steps`` drawn and
     the ``wall`` time of the slowest rank."""
@@ -288,31 +288,12 @@ class GPTResult:
         return math.inf if got is None else got
 
     @property
-    def steps(self) -> int:
-        return max(r.steps for r in self.reports)
-
-    @property
-    def bytes(self) -> float:
-        return max(r.sent for r in self.reports)
-
-    @property
     def bytes_per_step(self) -> float:
         return self.bytes / max(self.steps, 1)
 
     @property
     def peak(self) -> int:
         return max(r.peak for r in self.reports)
-
-    @property
-    def wall(self) -> float:
-        return max(r.wall for r in self.reports)
-
-    @property
-    def spread(self) -> float:
-        ps = [r.params for r in self.reports]
-        if any(p is None for p in ps):
-            return math.nan
-        return max(float(np.abs(p - ps[0]).max()) for p in ps)
 
     @property
     def unhanded(self) -> int:

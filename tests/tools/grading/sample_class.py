@@ -103,7 +103,7 @@ def my_toy_accumulate(total, x):
 }
 
 
-RACE = {"alice": "", "olga": "2, 32", "bob": "4, 128"}   # "": the solution's plan, (4, 32)
+RACE = {"alice": "", "bob": "4, 128"}   # "": the solution's plan, (4, 32)
 BOB_MISSED = ("memory 4.0 MiB > 2.0 MiB budget", "held-out loss 3.000 > 2.500 target")
 
 
@@ -209,10 +209,11 @@ def write_class(folder: Path, course: Path) -> dict[str, dict]:
     hand_in("leo", leo, "", {t: 0 for t in gd}, ["SIGSEGV"])
     # right answers in other styles (a decorator, a helper, a class, a lambda), and the
     # justification the exercise asks for
-    hand_in("olga", written(other_styles(solved_(NUMPY)), JUSTIFIED, WRITTEN), f"{NUMPY}.ipynb",
+    hand_in("olga", written(other_styles(solved_(NUMPY)), JUSTIFIED, WRITTEN), "",
             {t: 1 for t in gd})
-    # the toy capstone, measured (RACE): alice's plan runs within every budget, olga's
-    # too but slower; bob's is the fastest of all, over the memory budget and the target
+    # the toy capstone, measured (RACE): alice's plan runs within every budget; bob's is
+    # faster, over the memory budget and the target (the order of several ranked runs:
+    # test_leaderboard.py)
     for learner, plan in RACE.items():
         nb = solved_(CAPSTONE)
         if plan:
