@@ -43,7 +43,7 @@ from ddl_lab.ml.training import evaluate_accuracy
 from ddl_lab.runtime.costs import sent_bytes
 from ddl_lab.runtime.wiretap import Wiretap
 
-__all__ = ["Batches", "WorkerReport", "Ranks", "Result", "tampered_with", "PlanFailed", "measure", "scaling_table",
+__all__ = ["Batches", "RankReport", "WorkerReport", "Ranks", "Result", "tampered_with", "PlanFailed", "measure", "scaling_table",
            "table_text", "initial_model", "fp32_allreduce_bytes"]
 
 
@@ -96,12 +96,10 @@ class Batches:
 
 
 @dataclass
-class WorkerReport:
-    """What the meter saw on one worker; beside the wire: what it did past the meter
-    (``touched``), and the examples its models ran on — of its shard (``own``, of the
-    ``handed`` rows ``batches`` gave out from ``shard`` in all) and of other workers'
-    shards (``foreign``); ``tampered``: what the meter's own tally saw go out, when the
-    plan changed the tap's count (its ``sent`` or its records)."""
+class RankReport:
+    """What the meter charged one rank (lesson 15, parts 1 and 2): the bytes it ``sent``, its
+    calls and bytes per operation, its calls per (operation, size), the steps it drew and
+    its wall time."""
 
     rank: int
     sent: float
@@ -110,6 +108,16 @@ class WorkerReport:
     sizes: dict[tuple[str, int], int]
     steps: int
     wall: float
+
+
+@dataclass
+class WorkerReport(RankReport):
+    """What the meter saw on one worker; beside the wire: what it did past the meter
+    (``touched``), and the examples its models ran on — of its shard (``own``, of the
+    ``handed`` rows ``batches`` gave out from ``shard`` in all) and of other workers'
+    shards (``foreign``); ``tampered``: what the meter's own tally saw go out, when the
+    plan changed the tap's count (its ``sent`` or its records)."""
+
     params: np.ndarray | None
     accuracy: float | None
     returned: str               # what the plan returned, when it was not a model

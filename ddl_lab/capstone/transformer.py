@@ -55,7 +55,7 @@ from torch import nn
 from ddl_lab.capstone.budget import size_text
 from ddl_lab.capstone.channels import Touch, sealed
 from ddl_lab.capstone.memory import PeakMeter
-from ddl_lab.capstone.meter import PlanFailed, Ranks, _charged, tampered_with
+from ddl_lab.capstone.meter import PlanFailed, RankReport, Ranks, _charged, tampered_with
 from ddl_lab.capstone.wire import Wire, metered
 from ddl_lab.ml.gpt import GPT, GPTConfig, lm_loss
 from ddl_lab.ml.models import flat_params
@@ -205,16 +205,11 @@ def _unhanded(seen: set[bytes], handed: list[torch.Tensor]) -> int:
 
 
 @dataclass
-class GPTReport:
-    """What the meter saw on one rank (lesson 15, part 2)."""
+class GPTReport(RankReport):
+    """What the meter saw on one rank (lesson 15, part 2): beside the wire, its peak memory
+    (and each window's), the held-out loss of the model it returned, the curve, the rows
+    of text its modules ran on, the windows handed to it, what it touched past the meter."""
 
-    rank: int
-    sent: float
-    calls: dict[str, int]
-    by_op: dict[str, float]
-    sizes: dict[tuple[str, int], int]
-    steps: int
-    wall: float
     peak: int
     peak_start: int
     peak_later: int
