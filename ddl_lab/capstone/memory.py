@@ -2,8 +2,9 @@
 
 The CPU has no allocator counter to read (``torch.cuda.max_memory_allocated`` is the GPU's),
 so the meter reads it as lesson 10 §2 does — the profiler's memory events, every allocation
-and free — but not for the whole run: under the profiler a step costs 3–4× its time. Two
-windows are profiled instead:
+and free — but not for the whole run: 100 steps of plain DDP on 4 ranks took 2.1× their bare
+time with the whole run profiled, 1.3× with these two windows (``benchmarks/capstone_bench.py
+--part 2``, 2 cores). Two windows are profiled instead:
 
 - **the start**: from the plan's first line to its third mini-batch: whatever it builds
   (a wrapper's buffers, an optimizer's state at its first step) and two whole steps;

@@ -328,6 +328,8 @@ def capstone_gpt(my_plan: Callable, seed: int = 0) -> None:
     result = run_beside(measured, my_plan)
     figures = None if math.isinf(result.loss) else result.figures(name)
     if message := _gpt_fault(result, name):
+        if figures is not None:             # disqualified or short: listed, never ranked
+            figures["within"] = False
         fail(f"{message}\nWhat the run achieved: {result.summary()} (replay: "
              f"check.capstone_gpt(…, seed={seed})).", figures)
     passed("capstone_gpt", f"{result.summary()}. Your place on the class leaderboard is "

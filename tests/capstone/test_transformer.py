@@ -46,8 +46,10 @@ def test_one_rank_misses_the_target_within_the_steps():
     assert any("held-out loss" in m for m in r.shortfalls())
 
 
-def test_careless_zero3_misses_bytes_not_memory():
-    r = measure_gpt(gpt_plans.zero3_plan, dataclasses.replace(BRIEF, steps=4))
+def test_careless_zero3_misses_bytes_not_memory_and_trains_as_data_parallelism():
+    brief = dataclasses.replace(BRIEF, steps=4)
+    r = measure_gpt(gpt_plans.zero3_plan, brief)
+    assert abs(r.loss - measure_gpt(gpt_plans.ddp_plan, brief).loss) < 1e-4     # same steps
     assert r.peak < BRIEF.memory, r.summary()
     assert r.bytes_per_step > 1.15 * BRIEF.bytes_per_step        # gathered twice a step
     assert any("sent per step" in m for m in r.shortfalls())
@@ -99,9 +101,13 @@ def ranks_disagree(model, batches, wire):
                                          ("through_a_file", "past the meter, through files"),
                                          ("sets_the_count_back", "changed the meter's own count")])
 def test_the_check_names_a_plan_past_the_rules(monkeypatch, plan, words):
+    from ddl_lab.check import _record
     from tests.conftest import define_cell
     fn = define_cell(PLANS)[plan]
+    seen = []
+    monkeypatch.setattr(_record, "SINK", seen.append)
     monkeypatch.setattr("ddl_lab.capstone.transformer.BRIEF",
                         dataclasses.replace(BRIEF, steps=3))
     with pytest.raises(CheckFailed, match=words):
         check.capstone_gpt(fn)
+    assert seen[-1]["figures"]["within"] is False        # never ranked on the leaderboard
